@@ -1,0 +1,58 @@
+# kafka-py: `make run` starts a local cluster, `make test` runs the whole suite.
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+PIP      := $(VENV)/bin/pip
+STAMP    := $(VENV)/.installed
+PROTOS   := $(wildcard proto/kafkapy/v1/*.proto)
+RPC_OUT  := services/common/rpc/kafkapy/v1
+RPC_STAMP := $(RPC_OUT)/.generated
+PYTEST_ARGS ?=
+
+.PHONY: run test install proto bench lint fmt typecheck clean unit integration
+
+install: $(STAMP) $(RPC_STAMP)
+
+$(STAMP): pyproject.toml scripts/install-deps.sh
+	./scripts/install-deps.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+# Generated gRPC stubs (with mypy type stubs); never edited by hand.
+proto: $(RPC_STAMP)
+
+$(RPC_STAMP): $(PROTOS) $(STAMP)
+	rm -rf services/common/rpc/kafkapy
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m grpc_tools.protoc -Iservices/common/rpc=proto \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTOS)
+	touch services/common/rpc/kafkapy/__init__.py $(RPC_OUT)/__init__.py
+	touch $@
+
+run: install
+	$(VENV)/bin/kafka-py cluster up
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+unit: install
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+integration: install
+	$(PY) -m pytest -q tests/integration tests/e2e $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m bench.run
+
+lint: install
+	$(VENV)/bin/ruff check services tests bench
+	$(VENV)/bin/ruff format --check services tests bench
+
+fmt: install
+	$(VENV)/bin/ruff format services tests bench
+	$(VENV)/bin/ruff check --fix services tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy services/common
+
+clean:
+	rm -rf $(VENV) services/common/rpc/kafkapy .pytest_cache

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what kafka-py needs on a Debian machine and is not there yet:
+# Java + ZooKeeper (Debian packages), kcat, Node.js/npm and the npm test clients.
+# Idempotent: every step checks first, so a second run costs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  echo "installing Debian packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ -f tests/clients/node/package.json ] && [ ! -d tests/clients/node/node_modules ]; then
+  echo "installing npm test clients"
+  npm ci --prefix tests/clients/node --no-audit --no-fund --loglevel=error
+fi

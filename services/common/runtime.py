@@ -1,0 +1,61 @@
+"""Process runtime shared by the services: uvloop, signals, gRPC server set-up."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+import grpc
+import uvloop
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from services.common.settings import ConfigError
+
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.so_reuseport", 0),
+]
+
+
+def stop_event_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (graceful shutdown)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def new_grpc_server() -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    return server, health_servicer
+
+
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    await health_servicer.set("", status)
+
+
+def new_channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
+
+
+def run(main: Callable[[], Awaitable[int | None]]) -> None:
+    """Run a service's async main under uvloop; config errors exit 2 with one line."""
+    try:
+        code = uvloop.run(main())
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        code = 0
+    sys.exit(code or 0)

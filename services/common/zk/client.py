@@ -1,0 +1,190 @@
+"""asyncio wrapper around kazoo.
+
+kazoo runs its own threads; every call here returns to the event loop through
+``call_soon_threadsafe``, and watch callbacks are delivered on the loop too, so
+service code never blocks the loop on ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from services.common.zk.layout import PERSISTENT_PATHS
+
+__all__ = ["AsyncZk", "NodeExistsError", "NoNodeError", "ZnodeStat", "KazooState"]
+
+StateCallback = Callable[[str], None]
+
+
+class AsyncZk:
+    """One ZooKeeper session used from asyncio code."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18000) -> None:
+        self.connect_string = connect
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
+        self._state_callbacks: list[StateCallback] = []
+        self.client.add_listener(self._on_state)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "AsyncZk.start() first"
+        return self._loop
+
+    # ---- lifecycle ------------------------------------------------------------------
+    async def start(self, timeout: float = 15.0) -> None:
+        self._loop = asyncio.get_running_loop()
+        hosts, _, chroot = self.connect_string.partition("/")
+        if chroot:
+            await asyncio.to_thread(self._ensure_chroot, hosts, "/" + chroot, timeout)
+        await asyncio.to_thread(self.client.start, timeout)
+
+    @staticmethod
+    def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
+        base = KazooClient(hosts=hosts, timeout=timeout)
+        base.start(timeout)
+        try:
+            base.ensure_path(chroot)
+        finally:
+            base.stop()
+            base.close()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._stop_sync)
+
+    def _stop_sync(self) -> None:
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.client.connected)
+
+    @property
+    def session_id(self) -> int | None:
+        sid = self.client.client_id
+        return sid[0] if sid else None
+
+    def on_state(self, callback: StateCallback) -> None:
+        """Call ``callback("LOST"|"SUSPENDED"|"CONNECTED")`` on the loop when the session changes."""
+        self._state_callbacks.append(callback)
+
+    def _on_state(self, state: str) -> None:
+        if self._loop is None:
+            return
+        for cb in list(self._state_callbacks):
+            self._loop.call_soon_threadsafe(cb, str(state))
+
+    # ---- bridging -------------------------------------------------------------------
+    def _bridge(self, async_result: Any) -> asyncio.Future[Any]:
+        loop = self.loop
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def _resolve(value: Any, exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(value)
+
+        def _done(ar: Any) -> None:
+            try:
+                value = ar.get_nowait()
+            except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
+                loop.call_soon_threadsafe(_resolve, None, exc)
+            else:
+                loop.call_soon_threadsafe(_resolve, value, None)
+
+        async_result.rawlink(_done)
+        return fut
+
+    # ---- operations -----------------------------------------------------------------
+    async def get(self, path: str) -> tuple[bytes, ZnodeStat]:
+        return await self._bridge(self.client.get_async(path))  # type: ignore[no-any-return]
+
+    async def get_or_none(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return await self.get(path)
+        except NoNodeError:
+            return None
+
+    async def get_children(self, path: str) -> list[str]:
+        return await self._bridge(self.client.get_children_async(path))  # type: ignore[no-any-return]
+
+    async def exists(self, path: str) -> ZnodeStat | None:
+        return await self._bridge(self.client.exists_async(path))  # type: ignore[no-any-return]
+
+    async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
+                     sequence: bool = False, makepath: bool = False) -> str:
+        ar = self.client.create_async(path, value, ephemeral=ephemeral, sequence=sequence,
+                                      makepath=makepath)
+        return await self._bridge(ar)  # type: ignore[no-any-return]
+
+    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        return await self._bridge(self.client.set_async(path, value, version))  # type: ignore[no-any-return]
+
+    async def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
+        if recursive:
+            await asyncio.to_thread(self.client.delete, path, version, True)
+        else:
+            await self._bridge(self.client.delete_async(path, version))
+
+    async def ensure_path(self, path: str) -> None:
+        await self._bridge(self.client.ensure_path_async(path))
+
+    async def ensure_layout(self) -> None:
+        """Create the persistent paths Kafka creates at start."""
+        await asyncio.gather(*(self.ensure_path(p) for p in PERSISTENT_PATHS))
+
+    async def commit(self, build: Callable[[Any], None]) -> list[Any]:
+        """Run a multi-op transaction: ``build(txn)`` adds operations; raises on failure."""
+        txn = self.client.transaction()
+        build(txn)
+        results = await self._bridge(txn.commit_async())
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results  # type: ignore[no-any-return]
+
+    async def sync(self, path: str = "/") -> None:
+        await self._bridge(self.client.sync_async(path))
+
+    # ---- watches --------------------------------------------------------------------
+    def watch_children(self, path: str, callback: Callable[[list[str]], Awaitable[None] | None]) -> None:
+        """Call ``callback(children)`` on the loop now and on every change (kazoo ChildrenWatch)."""
+        loop = self.loop
+
+        def _fire(children: list[str]) -> None:
+            loop.call_soon_threadsafe(_run, callback, children)
+
+        self.client.ChildrenWatch(path, _fire, allow_session_lost=True)
+
+    def watch_data(self, path: str,
+                   callback: Callable[[bytes | None, ZnodeStat | None], Awaitable[None] | bool | None]
+                   ) -> None:
+        """Call ``callback(data, stat)`` on the loop now and on every change; data None = no node."""
+        loop = self.loop
+        stopped = False
+
+        def _fire(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if stopped:
+                return False
+            loop.call_soon_threadsafe(_run, callback, data, stat)
+            return None
+
+        self.client.DataWatch(path, _fire)
+
+
+def _run(callback: Callable[..., Any], *args: Any) -> None:
+    result = callback(*args)
+    if asyncio.iscoroutine(result):
+        asyncio.ensure_future(result)

@@ -1,0 +1,199 @@
+"""ZooKeeper paths and JSON payloads, laid out exactly as Kafka lays them out.
+
+Our own additions live under ``/kafka-py`` (gateways, controller endpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+BROKER_SEQID = "/brokers/seqid"
+BROKER_TOPICS = "/brokers/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CLIENTS = "/config/clients"
+CONFIG_USERS = "/config/users"
+CONFIG_CHANGES = "/config/changes"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+KAFKA_PY = "/kafka-py"
+GATEWAYS = f"{KAFKA_PY}/gateways"
+CONTROLLERS = f"{KAFKA_PY}/controllers"
+
+PERSISTENT_PATHS = (
+    "/consumers", BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, CONFIG_TOPICS,
+    CONFIG_BROKERS, CONFIG_CLIENTS, CONFIG_USERS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION,
+    "/log_dir_event_notification", GATEWAYS, CONTROLLERS,
+)
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def gateway_path(node_id: int) -> str:
+    return f"{GATEWAYS}/{node_id}"
+
+
+def controller_endpoint_path(controller_id: int) -> str:
+    return f"{CONTROLLERS}/{controller_id}"
+
+
+def now_ms_str() -> str:
+    return str(int(time.time() * 1000))
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def loads(data: bytes | None) -> Any:
+    return json.loads(data) if data else None
+
+
+# ---- payloads -------------------------------------------------------------------------
+
+def cluster_id_json(cluster_id: str) -> bytes:
+    return dumps({"version": "1", "id": cluster_id})
+
+
+def controller_json(controller_id: int) -> bytes:
+    return dumps({"version": 1, "brokerid": controller_id, "timestamp": now_ms_str()})
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """``/brokers/ids/<id>``: a storage node (internal endpoint is gRPC)."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    timestamp: str = field(default_factory=now_ms_str)
+
+    def to_json(self) -> bytes:
+        body: dict[str, Any] = {
+            "listener_security_protocol_map": {"GRPC": "PLAINTEXT"},
+            "endpoints": [f"GRPC://{self.host}:{self.port}"],
+            "jmx_port": -1,
+            "features": {},
+            "host": self.host,
+            "port": self.port,
+            "timestamp": self.timestamp,
+            "version": 5,
+        }
+        if self.rack is not None:
+            body["rack"] = self.rack
+        return dumps(body)
+
+    @classmethod
+    def from_json(cls, broker_id: int, data: bytes) -> BrokerRegistration:
+        d = loads(data)
+        return cls(broker_id, d["host"], int(d["port"]), d.get("rack"), d.get("timestamp", ""))
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """``/kafka-py/gateways/<id>`` and ``/kafka-py/controllers/<id>``."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def to_json(self) -> bytes:
+        return dumps({"version": 1, "host": self.host, "port": self.port, "rack": self.rack,
+                      "timestamp": now_ms_str()})
+
+    @classmethod
+    def from_json(cls, node_id: int, data: bytes) -> Endpoint:
+        d = loads(data)
+        return cls(node_id, d["host"], int(d["port"]), d.get("rack"))
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def topic_assignment_json(partitions: dict[int, list[int]], topic_id: str | None = None) -> bytes:
+    body: dict[str, Any] = {
+        "version": 3 if topic_id else 2,
+        "partitions": {str(p): list(r) for p, r in sorted(partitions.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    }
+    if topic_id:
+        body["topic_id"] = topic_id
+    return dumps(body)
+
+
+def parse_topic_assignment(data: bytes) -> tuple[dict[int, list[int]], str | None]:
+    d = loads(data) or {}
+    parts = {int(p): [int(b) for b in r] for p, r in d.get("partitions", {}).items()}
+    return parts, d.get("topic_id")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateZk:
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+
+    def to_json(self) -> bytes:
+        return dumps({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                      "leader_epoch": self.leader_epoch, "isr": list(self.isr)})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PartitionStateZk:
+        d = loads(data)
+        return cls(int(d["leader"]), int(d["leader_epoch"]), [int(b) for b in d["isr"]],
+                   int(d["controller_epoch"]))
+
+
+def topic_config_json(config: dict[str, str]) -> bytes:
+    return dumps({"version": 1, "config": dict(config)})
+
+
+def parse_topic_config(data: bytes | None) -> dict[str, str]:
+    d = loads(data) or {}
+    return {str(k): str(v) for k, v in d.get("config", {}).items()}
+
+
+def config_change_json(entity_path: str) -> bytes:
+    return dumps({"version": 2, "entity_path": entity_path})
+
+
+def producer_id_block_json(broker_id: int, block_start: int, block_end: int) -> bytes:
+    return dumps({"version": 1, "broker": broker_id, "block_start": str(block_start),
+                  "block_end": str(block_end)})
