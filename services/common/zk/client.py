@@ -173,13 +173,9 @@ class AsyncZk:
                    ) -> None:
         """Call ``callback(data, stat)`` on the loop now and on every change; data None = no node."""
         loop = self.loop
-        stopped = False
 
-        def _fire(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
-            if stopped:
-                return False
+        def _fire(data: bytes | None, stat: ZnodeStat | None) -> None:
             loop.call_soon_threadsafe(_run, callback, data, stat)
-            return None
 
         self.client.DataWatch(path, _fire)
 
