@@ -104,7 +104,7 @@ class BatchHeader:
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Read the header of the batch at ``pos`` (the caller checks there are 61 bytes)."""
-    return BatchHeader(*_HEADER.unpack_from(buf, pos), position=pos)
+    return BatchHeader(*_HEADER.unpack_from(buf, pos), position=pos)  # type: ignore[misc]
 
 
 def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int | None:
