@@ -1,0 +1,880 @@
+"""A partition's log: segments, offsets, appends, reads, retention, truncation (Kafka's UnifiedLog).
+
+Thread-safety: every method may be called from several threads (e.g. the event loop and
+an executor); mutations are serialized by one lock, fsync runs outside it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.common.records.batch import (
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_FLAG,
+    BatchHeader,
+    set_base_offset,
+    set_log_append_time,
+)
+from services.common.records.record import iter_records
+from services.storage.log import files
+from services.storage.log.config import LONG_MAX, LogConfig
+from services.storage.log.leader_epoch import LeaderEpochCache
+from services.storage.log.partition_metadata import (
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from services.storage.log.segment import LogSegment
+from services.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    AppendOrigin,
+    ProducerStateManager,
+)
+
+log = get_logger(__name__)
+
+_PREFIX = struct.Struct(">qi")
+_LEFTOVER_SUFFIXES = (files.DELETED_SUFFIX, files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.TMP_SUFFIX)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    duplicate: bool = False
+    max_timestamp: int = -1
+    offset_of_max_timestamp: int = -1
+    size_bytes: int = 0
+
+
+@dataclass
+class ReadInfo:
+    records: bytes  # whole batches, possibly empty
+    first_offset: int | None  # base offset of the first returned batch
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int = 0
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append whose offsets are below the log end offset or not increasing."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass
+class _PendingDelete:
+    deadline_ms: int
+    paths: list[Path]
+
+
+class Log:
+    """One partition replica's log in ``dir`` (``<topic>-<partition>``). Create with :meth:`open`."""
+
+    def __init__(self, dir: Path, topic: str, partition: int, config: LogConfig,
+                 now_ms: Callable[[], int], producer_id_expiration_ms: int) -> None:
+        self.dir = dir
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self._now = now_ms
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._leo = 0
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._hw = 0
+        self.topic_id: bytes | None = None
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._pending_flush_offset: int | None = None
+        self._dir_dirty = False
+        self._pending_deletes: list[_PendingDelete] = []
+        self._closed = False
+        self._log = log.bind(topic=topic, partition=partition)
+        self.leader_epoch_cache: LeaderEpochCache
+        self.producer_state = ProducerStateManager(
+            dir, producer_id_expiration_ms=producer_id_expiration_ms, now_ms=now_ms)
+
+    # =================================================================== open
+    @classmethod
+    def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, *,
+             topic_id: bytes | None = None, recovery_point: int = 0, clean_shutdown: bool = False,
+             now_ms: Callable[[], int] = wall_clock_ms, log_start_offset: int | None = None,
+             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> Log:
+        """Open (or create) the log in ``dir``; recovers after an unclean shutdown.
+
+        ``recovery_point`` and ``log_start_offset`` come from the broker-level
+        recovery-point / log-start-offset checkpoints.
+        """
+        dir = Path(dir)
+        dir.mkdir(parents=True, exist_ok=True)
+        self = cls(dir, topic, partition, config, now_ms, producer_id_expiration_ms)
+        with self._lock:
+            self._load_topic_id(topic_id)
+            self._remove_leftovers()
+            self.leader_epoch_cache = LeaderEpochCache(dir, lambda: self._leo)
+            self._load(recovery_point, clean_shutdown, log_start_offset)
+        return self
+
+    def _load_topic_id(self, topic_id: bytes | None) -> None:
+        stored = read_partition_metadata(self.dir)
+        if topic_id is not None and stored is not None and stored != topic_id:
+            raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID,
+                             f"partition {self.topic}-{self.partition} has topic id "
+                             f"{files.uuid_to_str(stored)}, not {files.uuid_to_str(topic_id)}")
+        if topic_id is not None and stored is None:
+            write_partition_metadata(self.dir, topic_id)
+        self.topic_id = topic_id if topic_id is not None else stored
+
+    def assign_topic_id(self, topic_id: bytes) -> None:
+        """Record the topic id (writes ``partition.metadata``); a different existing id is an error."""
+        with self._lock:
+            self._load_topic_id(topic_id)
+
+    def _remove_leftovers(self) -> None:
+        removed = []
+        for p in self.dir.iterdir():
+            if p.is_file() and p.name.endswith(_LEFTOVER_SUFFIXES):
+                p.unlink(missing_ok=True)
+                removed.append(p.name)
+        if removed:
+            self._log.info("log_leftovers_removed", files=removed)
+
+    def _load(self, recovery_point: int, clean_shutdown: bool, log_start_checkpoint: int | None) -> None:
+        cfg = self.config
+        bases: list[int] = []
+        for p in self.dir.iterdir():
+            off = files.offset_from_name(p.name)
+            if off is None:
+                continue
+            if p.name.endswith(files.LOG_SUFFIX):
+                bases.append(off)
+            elif p.name.endswith((files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)):
+                if not files.log_file(self.dir, off).exists():
+                    self._log.warning("orphan_index_removed", file=p.name)
+                    p.unlink()
+        bases.sort()
+        start_checkpoint = log_start_checkpoint or 0
+        if not bases:
+            base = start_checkpoint
+            self._segments = [LogSegment.create(self.dir, base, cfg, self._now())]
+            self._dir_dirty = True
+            self._leo = self.log_start_offset = self.recovery_point = self._hw = base
+            self.producer_state.truncate_fully_and_start_at(base)
+            self.leader_epoch_cache.truncate_from_end(base)
+            return
+        segments = [LogSegment.load(self.dir, b, cfg, active=(i == len(bases) - 1))
+                    for i, b in enumerate(bases)]
+        self._segments = segments
+        recovered_from: int | None = None
+        if not clean_shutdown:
+            recovered_from = self._recover(recovery_point)
+        # sanity of the indexes that recovery did not rebuild
+        for i, seg in enumerate(list(self._segments)):
+            if recovered_from is not None and seg.base_offset >= recovered_from:
+                break
+            sane = seg.offset_index.is_sane(seg.size) and seg.time_index.is_sane()
+            if sane and i == len(self._segments) - 1 and seg.scan_tail()[1] != seg.size:
+                sane = False  # e.g. an untrimmed preallocated log file
+            if not sane:
+                self._log.warning("segment_recovered_on_load", segment=seg.base_offset,
+                                  reason="missing or corrupt index, or trailing bytes")
+                truncated, _ = seg.recover()
+                if i < len(self._segments) - 1:
+                    seg.offset_index.make_readonly()
+                    seg.time_index.make_readonly()
+                if truncated and i < len(self._segments) - 1:
+                    self._drop_segments_after(i)
+                    break
+        active = self._segments[-1]
+        active.make_active()
+        self._leo = active.read_next_offset()
+        self.log_start_offset = max(start_checkpoint, self._segments[0].base_offset)
+        if self._leo < self.log_start_offset:
+            self._log.warning("log_end_below_log_start", log_end_offset=self._leo,
+                              log_start_offset=self.log_start_offset)
+            start = self.log_start_offset
+            for seg in self._segments:
+                seg.delete_files()
+            self._segments = [LogSegment.create(self.dir, start, cfg, self._now())]
+            self._leo = start
+            self.leader_epoch_cache.clear()
+            self.producer_state.truncate_fully_and_start_at(start)
+        if clean_shutdown:
+            self.recovery_point = self._leo
+        else:
+            self.recovery_point = min(max(recovery_point, self.log_start_offset), self._leo)
+        self._hw = self.log_start_offset
+        self.leader_epoch_cache.truncate_from_end(self._leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._rebuild_producer_state()
+        self._log.info("log_loaded", segments=len(self._segments), log_start_offset=self.log_start_offset,
+                       log_end_offset=self._leo, recovery_point=self.recovery_point,
+                       clean_shutdown=clean_shutdown)
+
+    def _recover(self, recovery_point: int) -> int:
+        """Recover every segment from the one holding ``recovery_point``; returns that base offset."""
+        segs = self._segments
+        start = 0
+        for i, seg in enumerate(segs):
+            if seg.base_offset <= recovery_point:
+                start = i
+        latest_epoch = self.leader_epoch_cache.latest_epoch
+
+        def on_batch(h: BatchHeader) -> None:
+            nonlocal latest_epoch
+            epoch = h.partition_leader_epoch
+            if epoch >= 0 and (latest_epoch is None or epoch > latest_epoch):
+                self.leader_epoch_cache.assign(epoch, h.base_offset)
+                latest_epoch = epoch
+
+        total_truncated = 0
+        total_batches = 0
+        rebuilt = 0
+        i = start
+        while i < len(segs):
+            seg = segs[i]
+            truncated, batches = seg.recover(on_batch)
+            rebuilt += 1
+            total_truncated += truncated
+            total_batches += batches
+            if i < len(segs) - 1:
+                if truncated:
+                    self._drop_segments_after(i)
+                    segs = self._segments
+                    break
+                seg.offset_index.make_readonly()
+                seg.time_index.make_readonly()
+            i += 1
+        self._log.info("log_recovered", from_segment=segs[start].base_offset if segs else 0,
+                       recovery_point=recovery_point, segments_recovered=rebuilt,
+                       batches_recovered=total_batches, bytes_truncated=total_truncated,
+                       indexes_rebuilt=rebuilt * 2)
+        return self._segments[start].base_offset if start < len(self._segments) else 0
+
+    def _drop_segments_after(self, i: int) -> None:
+        dropped = self._segments[i + 1:]
+        for seg in dropped:
+            self._log.warning("segment_deleted_after_corruption", segment=seg.base_offset,
+                              size=seg.size)
+            seg.delete_files()
+        self._segments = self._segments[: i + 1]
+
+    def _rebuild_producer_state(self) -> None:
+        psm = self.producer_state
+        start = psm.load_snapshot(self.log_start_offset, self._leo)
+        if start < self._leo:
+            batches = 0
+            for seg_idx, seg in enumerate(self._segments):
+                nxt = self._segments[seg_idx + 1].base_offset if seg_idx + 1 < len(self._segments) else None
+                if nxt is not None and nxt <= start:
+                    continue
+                position = seg.offset_index.lookup(start)[1] if seg.base_offset <= start else 0
+                for h in seg.iter_headers(position):
+                    if h.base_offset < start:
+                        continue
+                    psm.update(h, h.base_offset, h.last_offset)
+                    batches += 1
+            self._log.info("producer_state_rebuilt", from_offset=start, to_offset=self._leo,
+                           batches=batches, producers=len(psm.producers))
+        psm.update_map_end_offset(self._leo)
+
+    # ============================================================= properties
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._hw = min(max(value, self.log_start_offset), self._leo)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+            for seg in self._segments:
+                seg.set_index_interval_bytes(config.index_interval_bytes)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self._leo}, segments={len(self._segments)})")
+
+    # ================================================================= append
+    def append_as_leader(self, records: bytearray, headers: Sequence[BatchHeader], leader_epoch: int,
+                         now_ms: int | None = None, *,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+        """Assign offsets (rewriting baseOffset/partitionLeaderEpoch in place) and append.
+
+        ``headers`` come from ``validate_batches(records)``. Raises KafkaError for
+        MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, RECORD_LIST_TOO_LARGE, INVALID_RECORD and the
+        producer-state errors; a duplicate idempotent batch is not appended and the original
+        offsets are returned with ``duplicate=True``.
+        """
+        if not headers:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
+        now = self._now() if now_ms is None else now_ms
+        cfg = self.config
+        append_time = cfg.log_append_time
+        max_diff = cfg.message_timestamp_difference_max_ms
+        for h in headers:
+            if h.size > cfg.max_message_bytes:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"record batch of {h.size} bytes exceeds max.message.bytes "
+                                 f"{cfg.max_message_bytes}")
+            if h.is_control and origin is AppendOrigin.CLIENT:
+                raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+            if not append_time and max_diff < LONG_MAX:
+                for ts in (h.base_timestamp, h.max_timestamp):
+                    if ts != -1 and abs(ts - now) > max_diff:
+                        raise KafkaError(
+                            ErrorCode.INVALID_TIMESTAMP,
+                            f"timestamp {ts} is out of range (now {now}, "
+                            f"message.timestamp.difference.max.ms {max_diff})")
+        start_pos = headers[0].position
+        end_pos = headers[-1].position + headers[-1].size
+        size = end_pos - start_pos
+        if size > cfg.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{size} bytes of batches exceed segment.bytes {cfg.segment_bytes}")
+        record_count = sum(h.record_count for h in headers)
+        with self._lock:
+            self._check_open()
+            first = self._leo
+            placed: list[tuple[BatchHeader, int]] = []
+            next_offset = first
+            for h in headers:
+                placed.append((h, next_offset))
+                next_offset += h.last_offset_delta + 1
+            last = next_offset - 1
+            duplicate = self.producer_state.analyze(placed, origin)
+            if duplicate is not None:
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                  duplicate.max_timestamp if append_time else -1,
+                                  self.log_start_offset, record_count, duplicate=True)
+            max_ts, offset_of_max = -1, first
+            final: list[tuple[BatchHeader, int]] = []
+            for h, base in placed:
+                set_base_offset(records, h.position, base, leader_epoch)
+                if append_time:
+                    set_log_append_time(records, h.position, h.size, now)
+                    h = replace(h, max_timestamp=now, attributes=h.attributes | TIMESTAMP_TYPE_FLAG)
+                h = replace(h, base_offset=base, partition_leader_epoch=leader_epoch)
+                if h.max_timestamp > max_ts:
+                    max_ts, offset_of_max = h.max_timestamp, h.last_offset
+                final.append((h, base))
+            self._append_locked(memoryview(records)[start_pos:end_pos], first, last, max_ts,
+                                offset_of_max, now, final, record_count)
+            return AppendInfo(first, last, now if append_time else -1, self.log_start_offset,
+                              record_count, max_timestamp=max_ts,
+                              offset_of_max_timestamp=offset_of_max, size_bytes=size)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview,
+                           headers: Sequence[BatchHeader], now_ms: int | None = None) -> AppendInfo:
+        """Append batches whose offsets the leader assigned (replication).
+
+        The first batch must start at or after the log end offset and batches must not go
+        backwards (UnexpectedAppendOffsetError); producer state and the epoch cache follow.
+        """
+        now = self._now() if now_ms is None else now_ms
+        with self._lock:
+            self._check_open()
+            if not headers:
+                return AppendInfo(self._leo, self._leo - 1, -1, self.log_start_offset, 0)
+            first = headers[0].base_offset
+            if first < self._leo:
+                raise UnexpectedAppendOffsetError(
+                    f"first offset {first} is below the log end offset {self._leo}", first, self._leo)
+            expected = first
+            max_ts, offset_of_max = -1, first
+            for h in headers:
+                if h.base_offset < expected:
+                    raise UnexpectedAppendOffsetError(
+                        f"offsets out of order: batch at {h.base_offset} after offset {expected - 1}",
+                        first, self._leo)
+                expected = h.next_offset
+                if h.max_timestamp > max_ts:
+                    max_ts, offset_of_max = h.max_timestamp, h.last_offset
+            start_pos = headers[0].position
+            end_pos = headers[-1].position + headers[-1].size
+            size = end_pos - start_pos
+            if size > self.config.segment_bytes:
+                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                                 f"{size} bytes of batches exceed segment.bytes")
+            last = headers[-1].last_offset
+            record_count = sum(h.record_count for h in headers)
+            self._append_locked(memoryview(records)[start_pos:end_pos], first, last, max_ts,
+                                offset_of_max, now, [(h, h.base_offset) for h in headers], record_count)
+            return AppendInfo(first, last, -1, self.log_start_offset, record_count,
+                              max_timestamp=max_ts, offset_of_max_timestamp=offset_of_max,
+                              size_bytes=size)
+
+    def _append_locked(self, data: memoryview, first: int, last: int, max_ts: int, offset_of_max: int,
+                       now: int, batches: list[tuple[BatchHeader, int]], record_count: int) -> None:
+        seg = self._maybe_roll(len(data), max_ts, last, now)
+        seg.append(last, max_ts, offset_of_max, data)
+        cache = self.leader_epoch_cache
+        for h, base in batches:
+            epoch = h.partition_leader_epoch
+            if epoch >= 0:
+                latest = cache.latest_entry
+                if latest is None or latest.epoch != epoch or base < latest.start_offset:
+                    cache.assign(epoch, base)
+            self.producer_state.update(h, base, base + h.last_offset_delta)
+        self._leo = last + 1
+        self._unflushed_messages += record_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_locked(self._leo)
+
+    def _maybe_roll(self, messages_size: int, max_ts: int, max_offset: int, now: int) -> LogSegment:
+        seg = self._segments[-1]
+        cfg = self.config
+        if seg.should_roll(max_segment_bytes=cfg.segment_bytes, max_segment_ms=cfg.segment_ms,
+                           messages_size=messages_size, max_timestamp_in_messages=max_ts,
+                           max_offset_in_messages=max_offset, now_ms=now):
+            return self._roll(now)
+        return seg
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op when the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            return self._roll(self._now() if now_ms is None else now_ms)
+
+    def _roll(self, now: int) -> LogSegment:
+        active = self._segments[-1]
+        new_base = self._leo
+        if active.size == 0 and active.base_offset == new_base:
+            return active
+        if active.size == 0:
+            # an empty active segment below the new base (follower gap): replace it
+            self._segments = self._segments[:-1]
+            active.delete_files()
+        else:
+            active.on_become_inactive()
+        for stale in (files.log_file(self.dir, new_base), files.index_file(self.dir, new_base),
+                      files.time_index_file(self.dir, new_base)):
+            stale.unlink(missing_ok=True)
+        seg = LogSegment.create(self.dir, new_base, self.config, now)
+        self._segments = [*self._segments, seg]
+        self._dir_dirty = True
+        self.producer_state.update_map_end_offset(new_base)
+        self.producer_state.take_snapshot()
+        self._pending_flush_offset = new_base
+        self._log.info("segment_rolled", new_segment=new_base, previous_segment=active.base_offset,
+                       previous_size=active.size)
+        return seg
+
+    # =================================================================== read
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> ReadInfo:
+        """Whole batches from the one containing ``offset``, at most ``max_bytes`` (KIP-74:
+        at least one batch when ``min_one_batch``), none with base offset >= ``max_offset``."""
+        with self._lock:
+            return self._read_locked(offset, max_bytes, max_offset, min_one_batch)
+
+    def _read_locked(self, offset: int, max_bytes: int, max_offset: int | None,
+                     min_one_batch: bool) -> ReadInfo:
+        self._check_open()
+        segments = self._segments
+        leo, lso, hw = self._leo, self.log_start_offset, self._hw
+        if offset < lso or offset > leo:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} is out of range [{lso}, {leo}] for "
+                             f"{self.topic}-{self.partition}")
+        empty = ReadInfo(b"", None, lso, leo, hw)
+        if offset == leo:
+            return empty
+        idx = self._segment_index_for(segments, offset)
+        chunks: list[bytes] = []
+        first_offset: int | None = None
+        budget = max(max_bytes, 0)
+        while idx < len(segments):
+            seg = segments[idx]
+            if first_offset is None:
+                start = seg.translate_offset(offset)
+                if start is None:
+                    idx += 1
+                    continue
+                if max_offset is not None and start.base_offset >= max_offset:
+                    break
+                if min_one_batch:
+                    budget = max(budget, start.size)
+                position = start.position
+            else:
+                position = 0
+            if budget <= 0:
+                break
+            limit = min(budget, seg.size - position)
+            if limit <= 0:  # empty segment
+                idx += 1
+                continue
+            data = seg.read_bytes(position, limit)
+            cut = _whole_batches(data, max_offset)
+            if cut == 0:
+                break
+            if first_offset is None:
+                first_offset = _PREFIX.unpack_from(data, 0)[0]
+            chunks.append(data if cut == len(data) else data[:cut])
+            budget -= cut
+            if cut < len(data) or position + cut < seg.size:
+                break
+            idx += 1
+        if not chunks:
+            return empty
+        return ReadInfo(chunks[0] if len(chunks) == 1 else b"".join(chunks), first_offset, lso, leo, hw)
+
+    @staticmethod
+    def _segment_index_for(segments: Sequence[LogSegment], offset: int) -> int:
+        lo, hi = 0, len(segments) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if segments[mid].base_offset <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp`` (ListOffsets)."""
+        with self._lock:
+            self._check_open()
+            return self._offset_for_timestamp_locked(timestamp)
+
+    def _offset_for_timestamp_locked(self, timestamp: int) -> tuple[int, int] | None:
+        start_offset = self.log_start_offset
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            h = seg.find_by_timestamp(timestamp, start_offset)
+            if h is None:
+                continue
+            return self._exact_record(seg, h, lambda ts: ts >= timestamp, start_offset)
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the largest timestamp (ListOffsets -3)."""
+        with self._lock:
+            self._check_open()
+            return self._max_timestamp_offset_locked()
+
+    def _max_timestamp_offset_locked(self) -> tuple[int, int] | None:
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None or best.max_timestamp < 0:
+            return None
+        target = best.max_timestamp
+        position = best.offset_index.lookup(best.offset_of_max_timestamp)[1]
+        for h in best.iter_headers(position):
+            if h.max_timestamp == target:
+                return self._exact_record(best, h, lambda ts: ts == target, self.log_start_offset)
+        return None
+
+    def _exact_record(self, seg: LogSegment, h: BatchHeader, match: Callable[[int], bool],
+                      start_offset: int) -> tuple[int, int]:
+        """(offset, timestamp) of the first record of batch ``h`` that matches (decodes that batch)."""
+        if h.log_append_time:  # every record carries the batch's append time
+            return max(h.base_offset, start_offset), h.max_timestamp
+        if h.base_offset >= start_offset and match(h.base_timestamp):
+            return h.base_offset, h.base_timestamp
+        buf = seg.read_bytes(h.position, h.size)
+        for rec in iter_records(buf, replace(h, position=0)):
+            if rec.offset >= start_offset and match(rec.timestamp):
+                return rec.offset, rec.timestamp
+        return max(h.base_offset, start_offset), h.max_timestamp
+
+    # ============================================================== retention
+    def delete_retained_segments(self, now_ms: int) -> int:
+        """Apply retention (log start offset, retention.bytes, retention.ms); returns segments deleted.
+
+        Only segments entirely below the high watermark go; the active segment is rolled
+        first when it must go too. Files are renamed ``.deleted`` and removed by
+        :meth:`purge_deleted` after ``file.delete.delay.ms``.
+        """
+        with self._lock:
+            self._check_open()
+            deleted = self._delete_old_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+                "log_start_offset_breach", now_ms)
+            if self.config.delete_enabled:
+                deleted += self._delete_retention_size_breached(now_ms)
+                deleted += self._delete_retention_ms_breached(now_ms)
+        self.purge_deleted(now_ms)
+        return deleted
+
+    def _delete_retention_ms_breached(self, now_ms: int) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        return self._delete_old_segments(
+            lambda seg, nxt: now_ms - seg.largest_timestamp() > retention, "retention_ms_breach", now_ms)
+
+    def _delete_retention_size_breached(self, now_ms: int) -> int:
+        retention = self.config.retention_bytes
+        size = self.size_bytes()
+        if retention < 0 or size < retention:
+            return 0
+        diff = size - retention
+
+        def should_delete(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            nonlocal diff
+            if diff - seg.size >= 0:
+                diff -= seg.size
+                return True
+            return False
+
+        return self._delete_old_segments(should_delete, "retention_size_breach", now_ms)
+
+    def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
+                             reason: str, now_ms: int) -> int:
+        deletable: list[LogSegment] = []
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self._leo
+            if nxt is None and seg.size == 0:
+                break
+            if self._hw >= upper and predicate(seg, nxt):
+                deletable.append(seg)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(self._segments):
+            self._roll(now_ms)
+        self._segments = [s for s in self._segments if s not in deletable]
+        for seg in deletable:
+            self._delete_segment_async(seg, now_ms)
+        self._log.info("segments_deleted", reason=reason, segments=[s.base_offset for s in deletable],
+                       bytes=sum(s.size for s in deletable))
+        self._increment_log_start_offset(self._segments[0].base_offset)
+        return len(deletable)
+
+    def _delete_segment_async(self, seg: LogSegment, now_ms: int) -> None:
+        self.producer_state.remove_snapshot(seg.base_offset)
+        if self.config.file_delete_delay_ms <= 0:
+            seg.delete_files()
+            return
+        paths = seg.rename_with_suffix(files.DELETED_SUFFIX)
+        self._pending_deletes.append(_PendingDelete(now_ms + self.config.file_delete_delay_ms, paths))
+
+    def purge_deleted(self, now_ms: int | None = None) -> int:
+        """Remove ``.deleted`` files whose delay has passed; returns files removed."""
+        now = self._now() if now_ms is None else now_ms
+        removed = 0
+        with self._lock:
+            keep: list[_PendingDelete] = []
+            for pending in self._pending_deletes:
+                if pending.deadline_ms <= now:
+                    for p in pending.paths:
+                        p.unlink(missing_ok=True)
+                        removed += 1
+                else:
+                    keep.append(pending)
+            self._pending_deletes = keep
+        return removed
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset forward (DeleteRecords); beyond the high watermark is
+        OFFSET_OUT_OF_RANGE. Segments wholly below it are deleted by the next retention pass."""
+        with self._lock:
+            self._check_open()
+            if offset > self._hw:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"cannot increment the log start offset to {offset} beyond the "
+                                 f"high watermark {self._hw}")
+            return self._increment_log_start_offset(offset)
+
+    def _increment_log_start_offset(self, offset: int) -> bool:
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        self.producer_state.on_log_start_offset_incremented(offset)
+        if self._hw < offset:
+            self._hw = offset
+        if self.recovery_point < offset:
+            self.recovery_point = offset
+        self._log.info("log_start_offset_incremented", log_start_offset=offset)
+        return True
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        with self._lock:
+            return self.producer_state.remove_expired_producers(now_ms)
+
+    # ============================================================= truncation
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at and after ``offset`` (follower truncation); False if nothing to do."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return False
+            if self._segments[0].base_offset > offset:
+                self._truncate_fully_locked(offset)
+                return True
+            now = self._now()
+            keep = [s for s in self._segments if s.base_offset <= offset]
+            dropped = [s for s in self._segments if s.base_offset > offset]
+            for seg in dropped:
+                self._delete_segment_async(seg, now)
+            self._segments = keep
+            active = keep[-1]
+            removed = active.truncate_to(offset, now)
+            active.make_active()
+            before = self._leo
+            self._leo = offset
+            self.leader_epoch_cache.truncate_from_end(offset)
+            self.recovery_point = min(self.recovery_point, offset)
+            self._hw = min(self._hw, offset)
+            if self.log_start_offset > offset:
+                self.log_start_offset = offset
+            if self._pending_flush_offset is not None and self._pending_flush_offset > offset:
+                self._pending_flush_offset = None
+            self._rebuild_producer_state()
+            self._log.info("log_truncated", offset=offset, previous_log_end_offset=before,
+                           segments_deleted=len(dropped), bytes_truncated=removed)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data and restart the log empty at ``offset``."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        now = self._now()
+        for seg in self._segments:
+            self._delete_segment_async(seg, now)
+        self._segments = [LogSegment.create(self.dir, offset, self.config, now)]
+        self._dir_dirty = True
+        self._leo = self.log_start_offset = self.recovery_point = self._hw = offset
+        self._pending_flush_offset = None
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
+        self._log.info("log_truncated_fully", offset=offset)
+
+    # ================================================================== flush
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync the segments holding offsets below ``up_to`` (default: LEO); advances recovery_point."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked(self._leo if up_to is None else min(up_to, self._leo))
+
+    def _flush_locked(self, target: int) -> None:
+        if target > self.recovery_point:
+            segs = self._segments
+            for i, seg in enumerate(segs):
+                end = segs[i + 1].base_offset if i + 1 < len(segs) else self._leo
+                if seg.base_offset < target and end > self.recovery_point:
+                    seg.flush()
+            self.recovery_point = target
+        if self._dir_dirty:
+            files.fsync_dir(self.dir)
+            self._dir_dirty = False
+        if target >= self._leo:
+            self._unflushed_messages = 0
+        self._last_flush_ms = self._now()
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """Flush rolled segments, and everything when flush.messages / flush.ms say so."""
+        now = self._now() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed:
+                return False
+            flushed = False
+            if self._pending_flush_offset is not None:
+                self._flush_locked(min(self._pending_flush_offset, self._leo))
+                self._pending_flush_offset = None
+                flushed = True
+            if (self._unflushed_messages >= self.config.flush_messages
+                    or (self._leo > self.recovery_point
+                        and now - self._last_flush_ms >= self.config.flush_ms)):
+                self._flush_locked(self._leo)
+                flushed = True
+            return flushed
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    # ============================================================== lifecycle
+    def close(self) -> None:
+        """Snapshot producer state, fsync and trim everything. A later open(clean_shutdown=True)
+        skips recovery."""
+        with self._lock:
+            if self._closed:
+                return
+            self.producer_state.update_map_end_offset(self._leo)
+            self.producer_state.take_snapshot()
+            self._flush_locked(self._leo)
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+            self.purge_deleted(self._now())
+
+    def delete(self) -> None:
+        """Remove the partition directory entirely."""
+        with self._lock:
+            for seg in self._segments:
+                seg.close_handles()
+            self._segments = []
+            self._closed = True
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self._pending_deletes.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"log {self.topic}-{self.partition} is closed")
+
+
+def _whole_batches(data: bytes, max_offset: int | None) -> int:
+    """Length of the prefix of ``data`` made of whole batches with base offset < ``max_offset``."""
+    n = len(data)
+    pos = 0
+    while n - pos >= LOG_OVERHEAD:
+        base, length = _PREFIX.unpack_from(data, pos)
+        size = length + LOG_OVERHEAD
+        if pos + size > n or (max_offset is not None and base >= max_offset):
+            break
+        pos += size
+    return pos
