@@ -39,6 +39,7 @@ class AdminServer:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
+        self._sock.listen(128)
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(build_app(ready), log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)

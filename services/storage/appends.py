@@ -1,0 +1,119 @@
+"""Storage.Append: the leader side of Produce.
+
+Each partition is handled on its own (an error on one never affects the others): lookup,
+leader and epoch checks, batch header validation, min.insync.replicas, append. acks=-1 then
+parks the request in the produce purgatory until the high watermark passes every appended
+partition's last offset (Kafka's DelayedProduce), or timeout_ms passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.common.records.batch import validate_batches
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage.partition import Partition
+from services.storage.replica_manager import ReplicaManager
+
+log = get_logger("storage.append")
+
+VALID_ACKS = (-1, 0, 1)
+
+
+@dataclass(slots=True)
+class _Pending:
+    partition: Partition
+    required_offset: int  # last appended offset + 1
+    result: pb.PartitionAppendResult
+
+
+def _fail(result: pb.PartitionAppendResult, code: ErrorCode, message: str) -> None:
+    result.error_code = code
+    result.error_message = message or code.name
+    result.base_offset = -1
+    result.log_append_time_ms = -1
+    result.log_start_offset = -1
+
+
+async def append(rm: ReplicaManager, req: pb.AppendRequest) -> pb.AppendResponse:
+    results: list[pb.PartitionAppendResult] = []
+    pending: list[_Pending] = []
+    for pa in req.partitions:
+        result = pb.PartitionAppendResult(topic=pa.topic, partition=pa.partition)
+        results.append(result)
+        if req.acks not in VALID_ACKS:
+            _fail(
+                result, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {req.acks}"
+            )
+            continue
+        try:
+            p, required = _append_one(rm, pa, req.acks, result)
+        except KafkaError as exc:
+            _fail(result, exc.code, exc.message)
+            continue
+        except Exception:
+            log.exception("append failed", topic=pa.topic, partition=pa.partition)
+            rm.metrics.failed_produce_requests.labels(pa.topic).inc()
+            _fail(result, ErrorCode.UNKNOWN_SERVER_ERROR, "unexpected error while appending")
+            continue
+        if req.acks == -1:
+            pending.append(_Pending(p, required, result))
+    if pending:
+        await _await_replication(rm, pending, req.timeout_ms)
+    return pb.AppendResponse(partitions=results)
+
+
+def _append_one(
+    rm: ReplicaManager, pa: pb.PartitionAppend, acks: int, result: pb.PartitionAppendResult
+) -> tuple[Partition, int]:
+    p = rm.leader_or_error(pa.topic, pa.partition, pa.current_leader_epoch)
+    rm.metrics.total_produce_requests.labels(pa.topic).inc()
+    records = bytearray(pa.records)  # the one copy: offsets are assigned in place
+    headers = validate_batches(records)
+    info = p.append_as_leader(records, headers, acks, rm.clock())
+    rm.metrics.bytes_in.labels(pa.topic).inc(len(records))
+    if not info.duplicate:
+        rm.metrics.messages_in.labels(pa.topic).inc(sum(h.record_count for h in headers))
+        rm.on_append(p)
+    result.error_code = ErrorCode.NONE
+    result.base_offset = info.first_offset
+    result.log_append_time_ms = info.log_append_time
+    result.log_start_offset = info.log_start_offset
+    return p, info.last_offset + 1
+
+
+async def _await_replication(rm: ReplicaManager, pending: list[_Pending], timeout_ms: int) -> None:
+    def current(w: _Pending) -> bool:
+        return rm.get(w.partition.topic, w.partition.partition) is w.partition
+
+    def status(w: _Pending) -> ErrorCode | None:
+        if not current(w):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return w.partition.replication_error(w.required_offset)
+
+    await rm.produce_waiters.wait_until(
+        [w.partition.key for w in pending],
+        lambda: all(status(w) is not None for w in pending),
+        max(timeout_ms, 0) / 1000.0,
+    )
+    for w in pending:
+        code = status(w)
+        if code is None:
+            _fail(
+                w.result,
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"not replicated to the ISR within {timeout_ms} ms",
+            )
+        elif code != ErrorCode.NONE:
+            _fail(w.result, code, _message(code, w.partition))
+
+
+def _message(code: ErrorCode, p: Partition) -> str:
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+        return (
+            f"written to the leader but the ISR of {p.topic}-{p.partition} shrank below "
+            f"min.insync.replicas ({p.min_insync_replicas})"
+        )
+    return f"leadership of {p.topic}-{p.partition} moved before the write was replicated"

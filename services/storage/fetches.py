@@ -1,0 +1,160 @@
+"""Storage.Fetch: reads for consumers (up to the high watermark) and followers (up to the LEO).
+
+Byte limits follow KIP-74: each partition reads at most min(partition_max_bytes, what is left of
+max_bytes), and until some partition returned data, a read returns at least one whole batch even
+if it is larger than the limits. A follower's ``fetch_offset`` is its log end offset: the leader
+records it and may move the high watermark.
+
+Long poll (Kafka's DelayedFetch): when fewer than min_bytes were read, no partition failed and
+max_wait_ms > 0, the request parks in the fetch purgatory until one of its partitions gets new
+visible data (an append for followers, a high watermark move for consumers) or changes
+leadership, then reads again; at max_wait_ms it answers with what there is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage.partition import Partition, TopicPartition
+from services.storage.replica_manager import ReplicaManager
+
+log = get_logger("storage.fetch")
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What one partition looked like at the last read (to detect progress)."""
+
+    key: TopicPartition
+    partition: Partition | None
+    leader_epoch: int
+    end: int
+
+
+@dataclass(slots=True)
+class _Read:
+    results: list[pb.PartitionFetchResult]
+    total_bytes: int
+    errored: bool
+    seen: list[_Seen]
+
+
+def _visible_end(p: Partition, follower: bool) -> int:
+    return p.log.log_end_offset if follower else p.high_watermark
+
+
+async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
+    follower = req.replica_id >= 0
+    read = _read_all(rm, req, follower, first=True)
+    if (
+        req.max_wait_ms > 0
+        and req.partitions
+        and read.total_bytes < req.min_bytes
+        and not read.errored
+    ):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.max_wait_ms / 1000.0
+        keys = [s.key for s in read.seen]
+        while (remaining := deadline - loop.time()) > 0:
+            moved = await rm.fetch_waiters.wait_until(
+                keys, functools.partial(_progressed, rm, read.seen, follower), remaining
+            )
+            read = _read_all(rm, req, follower, first=False)
+            if not moved or read.total_bytes >= req.min_bytes or read.errored:
+                break
+    _count_bytes_out(rm, read.results, follower)
+    return pb.FetchResponse(partitions=read.results)
+
+
+def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool) -> bool:
+    for s in seen:
+        p = rm.get(*s.key)
+        if p is not s.partition:
+            return True
+        if p is None:
+            continue
+        if (
+            p.leader_epoch != s.leader_epoch
+            or not p.is_leader
+            or _visible_end(p, follower) != s.end
+        ):
+            return True
+    return False
+
+
+def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first: bool) -> _Read:
+    out = _Read([], 0, False, [])
+    bytes_left = req.max_bytes
+    min_one_batch = True
+    for pf in req.partitions:
+        result = pb.PartitionFetchResult(
+            topic=pf.topic,
+            partition=pf.partition,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+        )
+        out.results.append(result)
+        p: Partition | None = None
+        try:
+            p = rm.leader_or_error(pf.topic, pf.partition, pf.current_leader_epoch)
+            if first:
+                rm.metrics.total_fetch_requests.labels(pf.topic).inc()
+            if follower:
+                p.check_follower(req.replica_id)
+            limit = max(0, min(pf.partition_max_bytes, bytes_left))
+            info = p.log.read(
+                pf.fetch_offset,
+                limit,
+                max_offset=None if follower else p.high_watermark,
+                min_one_batch=min_one_batch,
+            )
+            if (
+                follower
+                and first
+                and p.update_follower_fetch(
+                    req.replica_id, pf.fetch_offset, pf.log_start_offset, rm.clock()
+                )
+            ):
+                rm.on_high_watermark(p)
+            size = len(info.records)
+            result.records = info.records
+            result.error_code = ErrorCode.NONE
+            result.high_watermark = p.high_watermark
+            result.last_stable_offset = p.high_watermark
+            result.log_start_offset = p.log.log_start_offset
+            if size:
+                min_one_batch = False
+                bytes_left = max(0, bytes_left - size)
+                out.total_bytes += size
+        except KafkaError as exc:
+            result.error_code = exc.code
+            out.errored = True
+        except Exception:
+            log.exception("fetch failed", topic=pf.topic, partition=pf.partition)
+            rm.metrics.failed_fetch_requests.labels(pf.topic).inc()
+            result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+            out.errored = True
+        out.seen.append(
+            _Seen(
+                (pf.topic, pf.partition),
+                p,
+                p.leader_epoch if p else -1,
+                _visible_end(p, follower) if p else -1,
+            )
+        )
+    return out
+
+
+def _count_bytes_out(
+    rm: ReplicaManager, results: list[pb.PartitionFetchResult], follower: bool
+) -> None:
+    counter = rm.metrics.replication_bytes_out if follower else rm.metrics.bytes_out
+    for r in results:
+        if r.records:
+            counter.labels(r.topic).inc(len(r.records))

@@ -1,0 +1,167 @@
+"""Prometheus metrics of a storage node, named as the JMX exporter names Kafka's MBeans.
+
+``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t`` becomes
+``kafka_server_brokertopicmetrics_messagesin_total{topic="t"}``, and so on, so existing Kafka
+dashboards work. Gauges (leader count, log sizes...) are computed at scrape time from the
+replica manager's state instead of being updated on every change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+
+@dataclass(slots=True)
+class PartitionGauges:
+    topic: str
+    partition: int
+    size: int
+    log_start_offset: int
+    log_end_offset: int
+    num_segments: int | None = None
+
+
+@dataclass(slots=True)
+class ReplicaGauges:
+    leader_count: int = 0
+    partition_count: int = 0
+    under_replicated: int = 0
+    under_min_isr: int = 0
+    partitions: list[PartitionGauges] = field(default_factory=list)
+
+
+class _StateCollector(Collector):
+    def __init__(self, snapshot: Callable[[], ReplicaGauges]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_leadercount", "Partitions this node leads", s.leader_count
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_partitioncount",
+            "Partitions on this node",
+            s.partition_count,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Led partitions whose ISR is smaller than the replica set",
+            s.under_replicated,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Led partitions whose ISR is smaller than min.insync.replicas",
+            s.under_min_isr,
+        )
+        size = GaugeMetricFamily(
+            "kafka_log_log_size", "Log size in bytes", labels=["topic", "partition"]
+        )
+        leo = GaugeMetricFamily(
+            "kafka_log_log_logendoffset", "Log end offset", labels=["topic", "partition"]
+        )
+        lso = GaugeMetricFamily(
+            "kafka_log_log_logstartoffset", "Log start offset", labels=["topic", "partition"]
+        )
+        segs = GaugeMetricFamily(
+            "kafka_log_log_numlogsegments", "Segments in the log", labels=["topic", "partition"]
+        )
+        for p in s.partitions:
+            labels = [p.topic, str(p.partition)]
+            size.add_metric(labels, p.size)
+            leo.add_metric(labels, p.log_end_offset)
+            lso.add_metric(labels, p.log_start_offset)
+            if p.num_segments is not None:
+                segs.add_metric(labels, p.num_segments)
+        yield size
+        yield leo
+        yield lso
+        yield segs
+
+
+class StorageMetrics:
+    """Counters and histograms; ``bind_state`` adds the scrape-time gauges."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.messages_in = Counter(
+            "kafka_server_brokertopicmetrics_messagesin", "Messages appended", ["topic"], registry=r
+        )
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin",
+            "Bytes appended by clients",
+            ["topic"],
+            registry=r,
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout",
+            "Bytes fetched by consumers",
+            ["topic"],
+            registry=r,
+        )
+        self.replication_bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_replicationbytesout",
+            "Bytes fetched by followers",
+            ["topic"],
+            registry=r,
+        )
+        self.total_produce_requests = Counter(
+            "kafka_server_brokertopicmetrics_totalproducerequests",
+            "Partition appends requested",
+            ["topic"],
+            registry=r,
+        )
+        self.total_fetch_requests = Counter(
+            "kafka_server_brokertopicmetrics_totalfetchrequests",
+            "Partition fetches requested",
+            ["topic"],
+            registry=r,
+        )
+        self.failed_produce_requests = Counter(
+            "kafka_server_brokertopicmetrics_failedproducerequests",
+            "Partition appends that failed unexpectedly",
+            ["topic"],
+            registry=r,
+        )
+        self.failed_fetch_requests = Counter(
+            "kafka_server_brokertopicmetrics_failedfetchrequests",
+            "Partition fetches that failed unexpectedly",
+            ["topic"],
+            registry=r,
+        )
+        self.request_time_ms = Histogram(
+            "kafka_network_requestmetrics_totaltimems",
+            "Request handling time in ms",
+            ["request"],
+            buckets=LATENCY_BUCKETS_MS,
+            registry=r,
+        )
+        self._state_collector: _StateCollector | None = None
+
+    def bind_state(self, snapshot: Callable[[], ReplicaGauges]) -> None:
+        if self._state_collector is not None:
+            self.registry.unregister(self._state_collector)
+        self._state_collector = _StateCollector(snapshot)
+        self.registry.register(self._state_collector)
+
+    @contextmanager
+    def timed(self, request: str) -> Iterator[None]:
+        """Observe the request's total time (Kafka's request names: Produce, FetchConsumer...)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.request_time_ms.labels(request).observe((time.perf_counter() - start) * 1000.0)

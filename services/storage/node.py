@@ -1,0 +1,313 @@
+"""A storage node process: start-up, background tasks and graceful shutdown.
+
+Start-up order follows Kafka's ``KafkaServer.startup``: ZooKeeper session and layout, cluster
+id, log dir lock and ``meta.properties`` check, load (and recover) the logs, serve gRPC and the
+admin endpoints, then register ``/brokers/ids/<id>``. Shutdown reverses it and ends with
+flushed, closed logs, fresh checkpoints and the ``.kafka_cleanshutdown`` marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from services.common.admin_http import AdminServer
+from services.common.logging import get_logger
+from services.common.runtime import new_grpc_server, set_serving
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk
+from services.storage.log import checkpoint as ckpt
+from services.storage.log.meta_properties import (
+    InvalidMetaPropertiesError,
+    MetaProperties,
+    read_meta_properties,
+    write_meta_properties,
+)
+from services.storage.metrics import StorageMetrics
+from services.storage.registration import BrokerRegistrar, StartupError, get_or_create_cluster_id
+from services.storage.replica_manager import ReplicaManager
+from services.storage.server import add_storage_service
+from services.storage.settings import ListenerAddress, StorageSettingsBase
+
+log = get_logger("storage.node")
+
+LOCK_FILE = ".lock"
+INITIAL_TASK_DELAY_MS = 30_000  # Kafka's LogManager.InitialTaskDelayMs
+ROLL_FLUSH_CHECK_MS = 1000  # how soon a rolled segment is fsynced (recovery point moves)
+NEVER_MS = 2**62  # intervals this large (Kafka's Long.MaxValue default) disable a task
+
+
+class LogDirLock:
+    """Kafka's ``.lock`` file: one process per log dir (released by the kernel if we die)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.path = log_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StartupError(
+                f"failed to acquire lock on {self.path}: another process is using this log dir"
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def check_meta_properties(log_dir: Path, broker_id: int, cluster_id: str) -> None:
+    """Refuse a log dir that belongs to another broker or cluster; write it if missing."""
+    try:
+        meta = read_meta_properties(log_dir)
+    except InvalidMetaPropertiesError as exc:
+        raise StartupError(f"{log_dir}/meta.properties is invalid: {exc}") from None
+    if meta is None:
+        write_meta_properties(log_dir, MetaProperties(broker_id=broker_id, cluster_id=cluster_id))
+        return
+    if meta.broker_id != broker_id:
+        raise StartupError(
+            f"configured broker.id {broker_id} doesn't match stored broker.id {meta.broker_id} in "
+            f"{log_dir}/meta.properties (moved data? match the id; a new node needs empty log.dirs)"
+        )
+    if meta.cluster_id is not None and meta.cluster_id != cluster_id:
+        raise StartupError(
+            f"the cluster id {cluster_id} in ZooKeeper doesn't match the stored cluster.id "
+            f"{meta.cluster_id} in {log_dir}/meta.properties: this node is joining the wrong "
+            f"cluster (check zookeeper.connect)"
+        )
+    if meta.cluster_id is None:
+        write_meta_properties(
+            log_dir, MetaProperties(broker_id=broker_id, cluster_id=cluster_id, extra=meta.extra)
+        )
+
+
+class StorageNode:
+    def __init__(
+        self, settings: StorageSettingsBase, metrics: StorageMetrics | None = None
+    ) -> None:
+        self.settings = settings
+        self.log_dir = settings.log_dir
+        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.metrics = metrics
+        self.rm: ReplicaManager | None = None
+        self.cluster_id: str | None = None
+        self.grpc_server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self.admin: AdminServer | None = None
+        self.registrar: BrokerRegistrar | None = None
+        self.advertised: ListenerAddress | None = None
+        self.bound_port: int | None = None
+        self._lock = LogDirLock(self.log_dir)
+        self._locked = False
+        self._stop_tasks = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._zk_started = False
+        self._stopping = False
+
+    def ready(self) -> bool:
+        return not self._stopping and self.registrar is not None and self.registrar.registered
+
+    # ---- start-up ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        if len(s.all_log_dirs) > 1:
+            log.warning(
+                "several log.dirs configured; only the first is used",
+                log_dir=str(self.log_dir),
+                ignored=s.all_log_dirs[1:],
+            )
+        try:
+            await self.zk.start()
+        except Exception as exc:
+            await self.zk.stop()
+            raise StartupError(
+                f"cannot connect to ZooKeeper at {s.zookeeper_connect}: {exc!r}"
+            ) from None
+        self._zk_started = True
+        await self.zk.ensure_layout()
+        self.cluster_id = await get_or_create_cluster_id(self.zk)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        self._locked = True
+        check_meta_properties(self.log_dir, s.broker_id, self.cluster_id)
+        self.rm = ReplicaManager(
+            s.broker_id,
+            self.log_dir,
+            s.broker_topic_defaults(),
+            metrics=self.metrics,
+            replica_lag_time_max_ms=s.replica_lag_time_max_ms,
+        )
+        await self._load_logs()
+        await self._start_grpc()
+        self.admin = AdminServer(s.admin_host, s.admin_port, self.ready)
+        self.admin.start()
+        assert self.advertised is not None
+        adv = self.advertised
+        self.registrar = BrokerRegistrar(
+            self.zk,
+            s.broker_id,
+            lambda: layout.BrokerRegistration(s.broker_id, adv.host, adv.port, s.broker_rack),
+            s.zookeeper_session_timeout_ms,
+        )
+        await self.registrar.register()
+        self._start_background_tasks()
+        log.info(
+            "storage node started",
+            broker_id=s.broker_id,
+            cluster_id=self.cluster_id,
+            grpc=f"{adv.host}:{adv.port}",
+            admin_port=self.admin.port,
+            rack=s.broker_rack,
+            log_dir=str(self.log_dir),
+            partitions=len(self.rm.hosted),
+        )
+
+    async def _load_logs(self) -> None:
+        assert self.rm is not None
+        marker = self.log_dir / ckpt.CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        topics = sorted({t for t, _ in self.rm.scan_log_dir()})
+        overrides: dict[str, dict[str, str]] = {}
+        for topic in topics:
+            found = await self.zk.get_or_none(layout.topic_config_path(topic))
+            overrides[topic] = layout.parse_topic_config(found[0] if found else None)
+        count = await self.rm.load_logs(overrides, clean_shutdown=clean)
+        ckpt.take_clean_shutdown_marker(self.log_dir)
+        log.info("logs loaded", count=count, clean_shutdown=clean)
+
+    async def _start_grpc(self) -> None:
+        assert self.rm is not None
+        listener = self.settings.listener
+        server, health = new_grpc_server()
+        add_storage_service(server, self.rm)
+        try:
+            port = server.add_insecure_port(listener.bind_target)
+        except RuntimeError as exc:
+            raise StartupError(f"cannot bind gRPC listener {listener.bind_target}: {exc}") from None
+        if port == 0:
+            raise StartupError(f"cannot bind gRPC listener {listener.bind_target}")
+        await server.start()
+        await set_serving(health, True)
+        self.grpc_server, self._health, self.bound_port = server, health, port
+        self.advertised = self.settings.advertised(port)
+
+    # ---- background tasks -------------------------------------------------------------------
+    def _start_background_tasks(self) -> None:
+        assert self.rm is not None
+        s, rm = self.settings, self.rm
+        jobs: list[tuple[str, int, int, Callable[[], Awaitable[None]]]] = [
+            (
+                "retention",
+                s.log_retention_check_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_retention_check_interval_ms),
+                rm.run_retention,
+            ),
+            # Also flushes rolled segments (Kafka schedules that at each roll), hence the cap.
+            (
+                "flush",
+                min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
+                min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
+                rm.run_flush,
+            ),
+            (
+                "recovery-point-checkpoint",
+                s.log_flush_offset_checkpoint_interval_ms,
+                s.log_flush_offset_checkpoint_interval_ms,
+                rm.checkpoint_recovery_points,
+            ),
+            (
+                "log-start-offset-checkpoint",
+                s.log_flush_offset_checkpoint_interval_ms,
+                s.log_flush_offset_checkpoint_interval_ms,
+                rm.checkpoint_log_start_offsets,
+            ),
+            (
+                "high-watermark-checkpoint",
+                s.replica_high_watermark_checkpoint_interval_ms,
+                s.replica_high_watermark_checkpoint_interval_ms,
+                rm.checkpoint_high_watermarks,
+            ),
+        ]
+        for name, period_ms, delay_ms, job in jobs:
+            if period_ms >= NEVER_MS:
+                log.info("background task disabled", task=name)
+                continue
+            self._tasks.append(
+                asyncio.create_task(self._periodic(name, period_ms, delay_ms, job), name=name)
+            )
+
+    async def _periodic(
+        self, name: str, period_ms: int, delay_ms: int, job: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Run ``job`` every ``period_ms``; stops (after the current run) when asked."""
+        wait_s = delay_ms / 1000.0
+        while True:
+            try:
+                await asyncio.wait_for(self._stop_tasks.wait(), wait_s)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await job()
+            except Exception:
+                log.exception("background task failed", task=name)
+            wait_s = period_ms / 1000.0
+
+    # ---- shutdown ---------------------------------------------------------------------------
+    async def stop(self) -> bool:
+        """Graceful stop. Returns True when every log was closed cleanly (marker written)."""
+        self._stopping = True
+        log.info("storage node shutting down")
+        if self._health is not None:
+            await set_serving(self._health, False)
+        if self.registrar is not None:
+            await self.registrar.deregister()
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(self.settings.shutdown_grace_ms / 1000.0)
+        self._stop_tasks.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        clean = False
+        if self.rm is not None:
+            clean = await self.rm.close()
+            if clean:
+                await asyncio.to_thread(ckpt.mark_clean_shutdown, self.log_dir)
+        if self.admin is not None:
+            await self.admin.stop()
+        if self._zk_started:
+            await self.zk.stop()
+        if self._locked:
+            self._lock.release()
+        log.info("storage node stopped", clean=clean)
+        return clean
+
+
+async def run_node(
+    settings: StorageSettingsBase, stop: asyncio.Event, metrics: StorageMetrics | None = None
+) -> int:
+    """Start a node, serve until ``stop`` is set, stop it. Returns the process exit code.
+
+    A failed start cleans up what was started and re-raises.
+    """
+    node = StorageNode(settings, metrics)
+    try:
+        await node.start()
+    except BaseException:
+        await node.stop()
+        raise
+    await stop.wait()
+    await node.stop()
+    return 0

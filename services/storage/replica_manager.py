@@ -1,0 +1,503 @@
+"""The replica manager: hosted partitions, controller orders, checkpoints and log maintenance.
+
+Controller orders (UpdatePartitions = LeaderAndIsr, StopReplicas) are fenced by controller
+epoch (the highest seen is kept in memory; equal is accepted) and per partition by leader epoch,
+as Kafka's ``ReplicaManager.becomeLeaderOrFollower`` / ``stopReplicas`` do. The data path
+(append, fetch, list offsets) lives in ``appends``, ``fetches`` and ``offsets``.
+
+Everything that touches partition state runs on the event loop. Slow disk work (opening and
+recovering logs, fsync, retention, deleting, checkpoint writes) runs in worker threads; the log
+engine serialises a log's mutations with its own lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.topic_config import effective_config
+from services.storage.backend import EngineBackend, LogBackend, ManagedLog
+from services.storage.delayed import DelayedOperations
+from services.storage.log import checkpoint as ckpt
+from services.storage.log.files import parse_partition_dir, partition_dir_name
+from services.storage.metrics import PartitionGauges, ReplicaGauges, StorageMetrics
+from services.storage.partition import (
+    EPOCH_DURING_DELETE,
+    NO_EPOCH,
+    Partition,
+    PartitionOrder,
+    Role,
+    TopicPartition,
+)
+
+log = get_logger("storage.replica_manager")
+
+
+@dataclass(slots=True)
+class Hosted:
+    """A hosted partition and its log (typed for the maintenance calls)."""
+
+    partition: Partition
+    log: ManagedLog
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_dir: Path,
+        broker_defaults: Mapping[str, Any] | None = None,
+        *,
+        backend: LogBackend | None = None,
+        metrics: StorageMetrics | None = None,
+        replica_lag_time_max_ms: int = 30000,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_dir = Path(log_dir)
+        self.broker_defaults = dict(broker_defaults or {})
+        self.backend: LogBackend = backend if backend is not None else EngineBackend()
+        self.metrics = metrics if metrics is not None else StorageMetrics()
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.clock = clock
+        self.hosted: dict[TopicPartition, Hosted] = {}
+        self.controller_epoch = -1  # highest controller epoch seen
+        self.produce_waiters = DelayedOperations("produce")  # woken when the HW moves
+        self.fetch_waiters = DelayedOperations("fetch")  # woken by appends and HW moves
+        self._orders_lock = asyncio.Lock()
+        self.metrics.bind_state(self.gauges)
+
+    # ---- lookups ------------------------------------------------------------------------
+    def get(self, topic: str, partition: int) -> Partition | None:
+        h = self.hosted.get((topic, partition))
+        return h.partition if h is not None else None
+
+    def partition_or_error(self, topic: str, partition: int) -> Partition:
+        p = self.get(topic, partition)
+        if p is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"partition {topic}-{partition} is not hosted on broker {self.broker_id}",
+            )
+        return p
+
+    def leader_or_error(self, topic: str, partition: int, current_leader_epoch: int) -> Partition:
+        p = self.partition_or_error(topic, partition)
+        p.check_leader(current_leader_epoch)
+        return p
+
+    # ---- notifications --------------------------------------------------------------------
+    def on_append(self, p: Partition) -> None:
+        """New data in the log: wake follower fetches; HW may move (RF 1) and wake the rest."""
+        hw_moved = p.maybe_increment_high_watermark()
+        self.fetch_waiters.notify(p.key)
+        if hw_moved:
+            self.produce_waiters.notify(p.key)
+
+    def on_high_watermark(self, p: Partition) -> None:
+        self.produce_waiters.notify(p.key)
+        self.fetch_waiters.notify(p.key)
+
+    def on_state_change(self, key: TopicPartition) -> None:
+        """Leadership changed or the partition went away: parked requests re-check at once."""
+        self.produce_waiters.notify(key)
+        self.fetch_waiters.notify(key)
+
+    # ---- start-up -------------------------------------------------------------------------
+    def scan_log_dir(self) -> list[TopicPartition]:
+        """Partition directories on disk (``<topic>-<n>``; ``-delete``/``-future`` skipped)."""
+        found: list[TopicPartition] = []
+        if not self.log_dir.is_dir():
+            return found
+        for entry in sorted(self.log_dir.iterdir()):
+            if entry.is_dir() and (tp := parse_partition_dir(entry.name)) is not None:
+                found.append(tp)
+        return found
+
+    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        """A broker-level checkpoint; a corrupt one is reset (as Kafka: recovery from 0)."""
+        try:
+            return ckpt.read_offset_checkpoint(self.log_dir / name)
+        except ckpt.CorruptCheckpointError as exc:
+            log.warning("corrupt checkpoint file ignored", file=name, error=str(exc))
+            return {}
+
+    async def load_logs(
+        self, topic_overrides: Mapping[str, Mapping[str, str]], clean_shutdown: bool
+    ) -> int:
+        """Open every partition found on disk (recovering it unless the shutdown was clean).
+
+        ``topic_overrides``: the topic config overrides from ZooKeeper, by topic. The logs
+        get no role until the controller sends UpdatePartitions.
+        """
+        recovery_points = self._read_checkpoint(ckpt.RECOVERY_POINT_CHECKPOINT)
+        high_watermarks = self._read_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT)
+        log_starts = self._read_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT)
+        found = self.scan_log_dir()
+
+        async def load(tp: TopicPartition) -> None:
+            topic, partition = tp
+            try:
+                config = effective_config(topic_overrides.get(topic, {}), self.broker_defaults)
+            except KafkaError as exc:
+                log.warning(
+                    "invalid topic config in ZooKeeper, using defaults",
+                    topic=topic,
+                    error=exc.message,
+                )
+                config = effective_config({}, self.broker_defaults)
+            started = time.monotonic()
+            opened = await asyncio.to_thread(
+                self.backend.open,
+                self.log_dir / partition_dir_name(topic, partition),
+                topic,
+                partition,
+                config,
+                topic_id=None,
+                recovery_point=recovery_points.get(tp, 0),
+                clean_shutdown=clean_shutdown,
+                log_start_offset=log_starts.get(tp),
+            )
+            hw = high_watermarks.get(tp, 0)
+            opened.high_watermark = min(max(hw, opened.log_start_offset), opened.log_end_offset)
+            p = Partition(
+                topic,
+                partition,
+                opened,
+                self.broker_id,
+                config,
+                topic_id=self.backend.topic_id(opened),
+            )
+            self.hosted[tp] = Hosted(p, opened)
+            log.info(
+                "loaded log",
+                topic=topic,
+                partition=partition,
+                log_start_offset=opened.log_start_offset,
+                log_end_offset=opened.log_end_offset,
+                high_watermark=opened.high_watermark,
+                clean_shutdown=clean_shutdown,
+                ms=round((time.monotonic() - started) * 1000, 1),
+            )
+
+        await asyncio.gather(*(load(tp) for tp in found))
+        return len(found)
+
+    # ---- controller orders ----------------------------------------------------------------
+    def _fenced_controller(self, epoch: int, controller_id: int, what: str) -> bool:
+        if epoch < self.controller_epoch:
+            log.warning(
+                f"ignoring {what} from an old controller epoch",
+                controller_id=controller_id,
+                controller_epoch=epoch,
+                latest_controller_epoch=self.controller_epoch,
+            )
+            return True
+        self.controller_epoch = epoch
+        return False
+
+    async def update_partitions(
+        self, req: pb.UpdatePartitionsRequest
+    ) -> pb.UpdatePartitionsResponse:
+        """LeaderAndIsr: become leader or follower for the partitions addressed to this node."""
+        async with self._orders_lock:
+            if self._fenced_controller(req.controller_epoch, req.controller_id, "UpdatePartitions"):
+                return pb.UpdatePartitionsResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+            errors: list[pb.PartitionError] = []
+            for state in req.partitions:
+                try:
+                    code = await self._apply_state(state, req.controller_id, req.controller_epoch)
+                except KafkaError as exc:
+                    log.warning(
+                        "partition state rejected",
+                        topic=state.topic,
+                        partition=state.partition,
+                        error=exc.code.name,
+                        reason=exc.message,
+                    )
+                    code = exc.code
+                except Exception:
+                    log.exception(
+                        "failed to apply partition state",
+                        topic=state.topic,
+                        partition=state.partition,
+                    )
+                    code = ErrorCode.UNKNOWN_SERVER_ERROR
+                errors.append(
+                    pb.PartitionError(topic=state.topic, partition=state.partition, error_code=code)
+                )
+            return pb.UpdatePartitionsResponse(error_code=ErrorCode.NONE, partitions=errors)
+
+    async def _apply_state(
+        self, state: pb.PartitionState, controller_id: int, controller_epoch: int
+    ) -> ErrorCode:
+        key = (state.topic, state.partition)
+        if self.broker_id not in state.replicas:
+            log.warning(
+                "ignoring partition state: partition not assigned to this broker",
+                topic=state.topic,
+                partition=state.partition,
+                replicas=list(state.replicas),
+            )
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        hosted = self.hosted.get(key)
+        if (
+            hosted is not None
+            and state.leader_epoch not in (NO_EPOCH, EPOCH_DURING_DELETE)
+            and state.leader_epoch < hosted.partition.leader_epoch
+        ):
+            log.warning(
+                "ignoring partition state with an older leader epoch",
+                topic=state.topic,
+                partition=state.partition,
+                controller_id=controller_id,
+                controller_epoch=controller_epoch,
+                leader_epoch=state.leader_epoch,
+                current_leader_epoch=hosted.partition.leader_epoch,
+            )
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        config = effective_config(dict(state.config), self.broker_defaults)
+        topic_id = bytes(state.topic_id) or None
+        if hosted is None:
+            hosted = await self._create(state.topic, state.partition, config, topic_id)
+        else:
+            self._refresh(hosted, config, topic_id)
+        p = hosted.partition
+        order = PartitionOrder(
+            state.leader,
+            state.leader_epoch,
+            list(state.isr),
+            list(state.replicas),
+            state.partition_epoch,
+        )
+        if state.leader == self.broker_id:
+            was = p.role
+            if p.make_leader(order, self.clock()):
+                self.on_high_watermark(p)
+            if was is not Role.LEADER:
+                log.info(
+                    "became leader",
+                    topic=p.topic,
+                    partition=p.partition,
+                    leader_epoch=p.leader_epoch,
+                    isr=list(p.isr),
+                    log_end_offset=p.log.log_end_offset,
+                    high_watermark=p.high_watermark,
+                )
+        else:
+            if p.make_follower(order):
+                log.info(
+                    "became follower",
+                    topic=p.topic,
+                    partition=p.partition,
+                    leader=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    log_end_offset=p.log.log_end_offset,
+                )
+        self.on_state_change(key)
+        return ErrorCode.NONE
+
+    async def _create(
+        self, topic: str, partition: int, config: dict[str, Any], topic_id: bytes | None
+    ) -> Hosted:
+        opened = await asyncio.to_thread(
+            self.backend.open,
+            self.log_dir / partition_dir_name(topic, partition),
+            topic,
+            partition,
+            config,
+            topic_id=topic_id,
+            recovery_point=0,
+            clean_shutdown=False,
+            log_start_offset=None,
+        )
+        p = Partition(
+            topic,
+            partition,
+            opened,
+            self.broker_id,
+            config,
+            topic_id=self.backend.topic_id(opened) or topic_id,
+        )
+        hosted = Hosted(p, opened)
+        self.hosted[(topic, partition)] = hosted
+        log.info(
+            "created log", topic=topic, partition=partition, log_end_offset=opened.log_end_offset
+        )
+        return hosted
+
+    def _refresh(self, hosted: Hosted, config: dict[str, Any], topic_id: bytes | None) -> None:
+        p = hosted.partition
+        if topic_id is not None:
+            if p.topic_id is not None and p.topic_id != topic_id:
+                raise KafkaError(
+                    ErrorCode.INCONSISTENT_TOPIC_ID,
+                    f"topic id of {p.topic}-{p.partition} differs from its log directory's",
+                )
+            if p.topic_id is None:
+                self.backend.set_topic_id(hosted.log, topic_id)
+                p.topic_id = topic_id
+        if config != p.config:
+            hosted.log.update_config(self.backend.make_config(config))
+            p.config = config
+            log.info("topic config updated", topic=p.topic, partition=p.partition)
+
+    async def stop_replicas(self, req: pb.StopReplicasRequest) -> pb.StopReplicasResponse:
+        """StopReplica: stop serving the partitions, and delete their logs if asked."""
+        async with self._orders_lock:
+            if self._fenced_controller(req.controller_epoch, req.controller_id, "StopReplicas"):
+                return pb.StopReplicasResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+            errors: list[pb.PartitionError] = []
+            for sr in req.partitions:
+                try:
+                    code = await self._stop_one(sr, req.delete_partitions)
+                except Exception:
+                    log.exception("failed to stop replica", topic=sr.topic, partition=sr.partition)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
+                errors.append(
+                    pb.PartitionError(topic=sr.topic, partition=sr.partition, error_code=code)
+                )
+            return pb.StopReplicasResponse(error_code=ErrorCode.NONE, partitions=errors)
+
+    async def _stop_one(self, sr: pb.StopReplica, delete: bool) -> ErrorCode:
+        key = (sr.topic, sr.partition)
+        hosted = self.hosted.get(key)
+        if hosted is None:
+            return ErrorCode.NONE
+        p = hosted.partition
+        if (
+            sr.leader_epoch not in (NO_EPOCH, EPOCH_DURING_DELETE)
+            and sr.leader_epoch < p.leader_epoch
+        ):
+            log.warning(
+                "ignoring StopReplicas with an older leader epoch",
+                topic=sr.topic,
+                partition=sr.partition,
+                leader_epoch=sr.leader_epoch,
+                current_leader_epoch=p.leader_epoch,
+            )
+            return ErrorCode.FENCED_LEADER_EPOCH
+        p.stop()
+        if delete:
+            del self.hosted[key]
+            self.on_state_change(key)
+            await asyncio.to_thread(hosted.log.delete)
+            log.info("deleted replica", topic=sr.topic, partition=sr.partition)
+        else:
+            self.on_state_change(key)
+            log.info("stopped replica", topic=sr.topic, partition=sr.partition)
+        return ErrorCode.NONE
+
+    # ---- maintenance ------------------------------------------------------------------------
+    async def _each_log(self, job: Callable[[ManagedLog], Any], what: str) -> None:
+        """Run ``job`` over every hosted log in one worker thread (a log deleted meanwhile is
+        closed: the engine refuses the job and it is skipped)."""
+        logs = [(key, h.log) for key, h in self.hosted.items()]
+
+        def run_all() -> None:
+            for (topic, partition), lg in logs:
+                try:
+                    job(lg)
+                except KafkaError as exc:
+                    if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                        log.warning(
+                            f"{what} failed", topic=topic, partition=partition, error=exc.message
+                        )
+                except Exception:
+                    log.exception(f"{what} failed", topic=topic, partition=partition)
+
+        await asyncio.to_thread(run_all)
+
+    async def run_retention(self) -> None:
+        now = self.clock()
+        await self._each_log(lambda lg: lg.delete_retained_segments(now), "retention")
+
+    async def run_flush(self) -> None:
+        now = self.clock()
+        await self._each_log(lambda lg: lg.maybe_flush(now), "flush")
+
+    def _offsets(self, get: Callable[[ManagedLog], int]) -> dict[TopicPartition, int]:
+        return {key: get(h.log) for key, h in self.hosted.items()}
+
+    async def checkpoint_recovery_points(self) -> None:
+        offsets = self._offsets(lambda lg: lg.recovery_point)
+        await asyncio.to_thread(
+            ckpt.write_offset_checkpoint, self.log_dir / ckpt.RECOVERY_POINT_CHECKPOINT, offsets
+        )
+
+    async def checkpoint_high_watermarks(self) -> None:
+        offsets = self._offsets(lambda lg: lg.high_watermark)
+        await asyncio.to_thread(
+            ckpt.write_offset_checkpoint, self.log_dir / ckpt.REPLICATION_OFFSET_CHECKPOINT, offsets
+        )
+
+    async def checkpoint_log_start_offsets(self) -> None:
+        offsets = {k: v for k, v in self._offsets(lambda lg: lg.log_start_offset).items() if v > 0}
+        await asyncio.to_thread(
+            ckpt.write_offset_checkpoint, self.log_dir / ckpt.LOG_START_OFFSET_CHECKPOINT, offsets
+        )
+
+    async def checkpoint_all(self) -> None:
+        await self.checkpoint_recovery_points()
+        await self.checkpoint_high_watermarks()
+        await self.checkpoint_log_start_offsets()
+
+    async def close(self) -> bool:
+        """Stop serving, flush and close every log, write the checkpoints. True if all went well."""
+        for key, hosted in self.hosted.items():
+            hosted.partition.stop()
+            self.on_state_change(key)
+        logs = [(key, h.log) for key, h in self.hosted.items()]
+
+        def close_all() -> bool:
+            ok = True
+            for (topic, partition), lg in logs:
+                try:
+                    lg.close()
+                except Exception:
+                    ok = False
+                    log.exception("failed to close log", topic=topic, partition=partition)
+            return ok
+
+        ok = await asyncio.to_thread(close_all)
+        try:
+            await self.checkpoint_all()
+        except Exception:
+            ok = False
+            log.exception("failed to write checkpoints")
+        return ok
+
+    # ---- metrics ------------------------------------------------------------------------------
+    def gauges(self) -> ReplicaGauges:
+        g = ReplicaGauges(partition_count=len(self.hosted))
+        for (topic, partition), h in list(self.hosted.items()):
+            p = h.partition
+            if p.is_leader:
+                g.leader_count += 1
+                g.under_replicated += p.is_under_replicated
+                g.under_min_isr += p.is_under_min_isr
+            try:
+                size = self.backend.size(h.log)
+                segments = self.backend.segment_count(h.log)
+            except Exception:  # a log being deleted
+                continue
+            g.partitions.append(
+                PartitionGauges(
+                    topic, partition, size, h.log.log_start_offset, h.log.log_end_offset, segments
+                )
+            )
+        return g
+
+    def partitions(self) -> Iterable[Partition]:
+        return [h.partition for h in self.hosted.values()]

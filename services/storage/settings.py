@@ -1,0 +1,230 @@
+"""Storage node settings (Kafka broker property names).
+
+Besides the node's own settings, every broker-level default of a topic config (the
+``broker_name`` column of ``services.common.topic_config.TOPIC_CONFIGS``: ``log.segment.bytes``,
+``log.retention.ms``, ``message.max.bytes``, ``min.insync.replicas``...) is a setting; the
+fields are generated from that table so the two never drift apart.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationInfo, create_model, field_validator
+
+from services.common.errors import KafkaError
+from services.common.settings import ConfigError, ServiceSettings, kafka_prop
+from services.common.topic_config import (
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    ConfigType,
+    TopicConfigDef,
+    format_value,
+    parse_value,
+)
+
+# Broker property name -> topic config definition (e.g. "log.segment.bytes" -> segment.bytes).
+BROKER_TOPIC_DEFAULTS: dict[str, TopicConfigDef] = {
+    d.broker_name: d for d in TOPIC_CONFIGS.values()
+}
+_FIELD_TO_BROKER_PROP = {name.replace(".", "_"): name for name in BROKER_TOPIC_DEFAULTS}
+
+LISTENER_SCHEME = "GRPC"
+_ANY_HOSTS = ("", "0.0.0.0", "::")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerAddress:
+    host: str
+    port: int
+
+    @property
+    def bind_target(self) -> str:
+        host = self.host or "0.0.0.0"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+
+def parse_listener(value: str, prop: str) -> ListenerAddress:
+    """``host:port`` or ``GRPC://host:port`` (one listener; IPv6 hosts in brackets)."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if len(items) != 1:
+        raise ConfigError(
+            f"invalid setting {prop}: exactly one listener is supported, got {value!r}"
+        )
+    item = items[0]
+    scheme, sep, rest = item.partition("://")
+    if sep:
+        if scheme.upper() != LISTENER_SCHEME:
+            raise ConfigError(
+                f"invalid setting {prop}: listener scheme must be GRPC, got {scheme!r}"
+            )
+        item = rest
+    host, sep, port_s = item.rpartition(":")
+    if not sep:
+        raise ConfigError(f"invalid setting {prop}: expected host:port, got {value!r}")
+    host = host.strip("[]")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ConfigError(f"invalid setting {prop}: bad port in {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"invalid setting {prop}: port {port} out of range")
+    return ListenerAddress(host, port)
+
+
+class StorageSettingsBase(ServiceSettings):
+    """The storage node's own settings; the generated subclass adds the topic defaults."""
+
+    broker_id: int = kafka_prop(..., "broker.id", "this storage node's id (required)")
+    listeners: str = kafka_prop(
+        "GRPC://127.0.0.1:0", "listeners", "gRPC bind address, host:port or GRPC://host:port"
+    )
+    advertised_listeners: str | None = kafka_prop(
+        None, "advertised.listeners", "address registered in ZooKeeper (default: the bound one)"
+    )
+    log_dirs: str = kafka_prop(
+        "/tmp/kafka-py-logs",
+        "log.dirs",
+        "log directory (comma list accepted; only the first is used)",
+    )
+    broker_rack: str | None = kafka_prop(None, "broker.rack", "rack (zone) of this node")
+    log_retention_check_interval_ms: int = kafka_prop(
+        300000, "log.retention.check.interval.ms", "how often retention runs"
+    )
+    log_flush_scheduler_interval_ms: int = kafka_prop(
+        LONG_MAX,
+        "log.flush.scheduler.interval.ms",
+        "how often logs are checked for flush.ms (default: never)",
+    )
+    log_flush_offset_checkpoint_interval_ms: int = kafka_prop(
+        60000,
+        "log.flush.offset.checkpoint.interval.ms",
+        "how often recovery points and log start offsets are checkpointed",
+    )
+    replica_high_watermark_checkpoint_interval_ms: int = kafka_prop(
+        5000,
+        "replica.high.watermark.checkpoint.interval.ms",
+        "how often high watermarks are checkpointed",
+    )
+    replica_lag_time_max_ms: int = kafka_prop(
+        30000, "replica.lag.time.max.ms", "a follower not caught up for this long leaves the ISR"
+    )
+    log_retention_hours: int = kafka_prop(168, "log.retention.hours", "retention (hours)")
+    log_retention_minutes: int | None = kafka_prop(
+        None, "log.retention.minutes", "retention (minutes; overrides hours)"
+    )
+    log_roll_hours: int = kafka_prop(168, "log.roll.hours", "segment age before a roll (hours)")
+    shutdown_grace_ms: int = kafka_prop(5000, "shutdown.grace.ms", "gRPC drain time at shutdown")
+
+    @field_validator(
+        "broker_id",
+        "log_retention_check_interval_ms",
+        "log_flush_scheduler_interval_ms",
+        "log_flush_offset_checkpoint_interval_ms",
+        "replica_high_watermark_checkpoint_interval_ms",
+        "replica_lag_time_max_ms",
+        "log_retention_hours",
+        "log_roll_hours",
+        "shutdown_grace_ms",
+    )
+    @classmethod
+    def _non_negative(cls, v: int, info: ValidationInfo) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        if info.field_name != "broker_id" and info.field_name != "shutdown_grace_ms" and v == 0:
+            raise ValueError("must be > 0")
+        return v
+
+    @field_validator("listeners", "advertised_listeners")
+    @classmethod
+    def _listener(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            try:
+                parse_listener(v, str(info.field_name))
+            except ConfigError as exc:
+                raise ValueError(str(exc).split(": ", 1)[-1]) from None
+        return v
+
+    @field_validator("log_dirs")
+    @classmethod
+    def _log_dirs(cls, v: str) -> str:
+        if not [d for d in v.split(",") if d.strip()]:
+            raise ValueError("at least one directory is required")
+        return v
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _topic_default(cls, v: Any, info: ValidationInfo) -> Any:
+        prop = _FIELD_TO_BROKER_PROP.get(str(info.field_name))
+        if prop is None or v is None:
+            return v
+        defn = BROKER_TOPIC_DEFAULTS[prop]
+        raw = v if isinstance(v, str) else format_value(v)
+        try:
+            return parse_value(defn, raw)
+        except KafkaError as exc:
+            raise ValueError(exc.message or str(exc)) from None
+
+    # ---- derived values ---------------------------------------------------------------
+    @property
+    def log_dir(self) -> Path:
+        """The log directory in use (the first of ``log.dirs``)."""
+        return Path(self.all_log_dirs[0])
+
+    @property
+    def all_log_dirs(self) -> list[str]:
+        return [d.strip() for d in self.log_dirs.split(",") if d.strip()]
+
+    @property
+    def listener(self) -> ListenerAddress:
+        return parse_listener(self.listeners, "listeners")
+
+    def advertised(self, bound_port: int) -> ListenerAddress:
+        """What to register: advertised.listeners, else the bound address (port 0 -> bound port)."""
+        if self.advertised_listeners is not None:
+            adv = parse_listener(self.advertised_listeners, "advertised.listeners")
+        else:
+            adv = self.listener
+        host = adv.host if adv.host not in _ANY_HOSTS else socket.getfqdn()
+        return ListenerAddress(host, adv.port or bound_port)
+
+    def broker_topic_defaults(self) -> dict[str, Any]:
+        """Broker-level topic defaults keyed by broker property name, typed.
+
+        ``log.retention.ms`` wins over ``log.retention.minutes`` over ``log.retention.hours``,
+        and ``log.roll.ms`` over ``log.roll.hours``, as in Kafka.
+        """
+        out = {prop: getattr(self, prop.replace(".", "_")) for prop in BROKER_TOPIC_DEFAULTS}
+        if "log_retention_ms" not in self.model_fields_set:
+            if self.log_retention_minutes is not None:
+                out["log.retention.ms"] = self.log_retention_minutes * 60_000
+            else:
+                out["log.retention.ms"] = self.log_retention_hours * 3_600_000
+        if "log_roll_ms" not in self.model_fields_set:
+            out["log.roll.ms"] = self.log_roll_hours * 3_600_000
+        return out
+
+
+def _topic_default_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for prop, defn in BROKER_TOPIC_DEFAULTS.items():
+        field_name = prop.replace(".", "_")
+        if field_name in StorageSettingsBase.model_fields:
+            raise RuntimeError(f"topic default {prop} collides with a storage setting")
+        default = defn.default
+        if isinstance(default, str) and defn.type == ConfigType.LIST:
+            default = [s for s in default.split(",") if s]
+        fields[field_name] = (
+            Any,
+            kafka_prop(default, prop, f"default for topic config {defn.name}: {defn.doc}"),
+        )
+    return fields
+
+
+StorageSettings = create_model(  # type: ignore[call-overload]
+    "StorageSettings", __base__=StorageSettingsBase, **_topic_default_fields()
+)
+StorageSettings.__doc__ = "Storage node settings: own settings plus broker-level topic defaults."
