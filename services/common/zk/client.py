@@ -28,7 +28,12 @@ class AsyncZk:
     def __init__(self, connect: str, session_timeout_ms: int = 18000) -> None:
         self.connect_string = connect
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
+        self.client = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000.0,
+            # Cap the reconnect backoff: kazoo's default grows towards an hour.
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2},
+        )
         self._state_callbacks: list[StateCallback] = []
         self.client.add_listener(self._on_state)
 

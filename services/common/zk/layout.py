@@ -5,7 +5,9 @@ Our own additions live under ``/kafka-py`` (gateways, controller endpoints).
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +57,19 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def config_change_prefix() -> str:
+    """Prefix of the persistent sequential ``/config/changes/config_change_<seq>`` znodes."""
+    return f"{CONFIG_CHANGES}/config_change_"
 
 
 def gateway_path(node_id: int) -> str:
@@ -197,3 +212,25 @@ def config_change_json(entity_path: str) -> bytes:
 def producer_id_block_json(broker_id: int, block_start: int, block_end: int) -> bytes:
     return dumps({"version": 1, "broker": broker_id, "block_start": str(block_start),
                   "block_end": str(block_end)})
+
+
+# ---- topic ids (Kafka's Uuid: 16 bytes, string = base64url without padding) -----------
+
+def topic_id_to_str(topic_id: bytes) -> str:
+    return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode()
+
+
+def topic_id_from_str(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def new_topic_id() -> bytes:
+    """A random topic id as Kafka's ``Uuid.randomUuid`` makes it (never zero, the metadata
+    topic's id, or one whose string form starts with '-')."""
+    while True:
+        raw = bytearray(os.urandom(16))
+        raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+        raw[8] = (raw[8] & 0x3F) | 0x80  # IETF variant
+        candidate = bytes(raw)
+        if int.from_bytes(candidate, "big") > 1 and not topic_id_to_str(candidate).startswith("-"):
+            return candidate

@@ -1,0 +1,1 @@
+"""The controller: election, replica assignment, leader election, topic lifecycle."""

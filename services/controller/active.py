@@ -1,0 +1,547 @@
+"""The active controller: one term, from election to resignation.
+
+Like Kafka's KafkaController, everything that reads or changes the cluster state runs as an event
+on one queue, processed by one task, so handlers never interleave. ZooKeeper watches and API
+requests only enqueue events. Writes go through the epoch guard; a ControllerMovedError ends the
+term (the owner resigns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import storage_pb2
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk
+from services.controller import zkstore
+from services.controller.deletion import TopicDeleter
+from services.controller.elections import NO_LEADER, initial_leader_isr, next_leader_isr
+from services.controller.links import BrokerLinks, OrderResult
+from services.controller.metrics import ControllerMetrics
+from services.controller.model import ControllerContext, PartitionState, TopicState
+from services.controller.settings import ControllerSettings
+from services.controller.zkstore import ControllerMovedError, Create, EpochGuard, Op, SetData
+
+log = get_logger("controller")
+
+ELECTION_ATTEMPTS = 3
+ZK_RETRY_S = 0.1
+
+Part = tuple[TopicState, int]
+AckMap = dict[int, asyncio.Future[OrderResult]]
+
+
+class NotControllerError(Exception):
+    """This controller's term ended before the request was handled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    topic: str
+    partition: int
+    leader: int
+    isr: tuple[int, ...]
+    create: bool  # no state znode yet (NewPartition -> OnlinePartition)
+
+
+@dataclass(slots=True)
+class _Event:
+    name: str
+    run: Callable[[], Awaitable[Any]]
+    future: asyncio.Future[Any] | None
+    key: Any = None
+
+
+class ActiveController:
+    def __init__(
+        self,
+        zk: AsyncZk,
+        settings: ControllerSettings,
+        epoch: int,
+        epoch_zk_version: int,
+        metrics: ControllerMetrics,
+        on_moved: Callable[[str], None],
+        watch_topic: Callable[[str], None] = lambda name: None,
+    ) -> None:
+        self.zk = zk
+        self.settings = settings
+        self.ctx = ControllerContext(epoch, epoch_zk_version)
+        self.guard = EpochGuard(zk, epoch, epoch_zk_version)
+        self.links = BrokerLinks(
+            settings.controller_id, epoch, settings.controller_socket_timeout_ms / 1000
+        )
+        self.metrics = metrics
+        self.deleter = TopicDeleter(self)
+        self._on_moved = on_moved
+        self.watch_topic = watch_topic
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._pending_keys: set[Any] = set()
+        self._worker: asyncio.Task[None] | None = None
+        self._current: _Event | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.running = False
+
+    @property
+    def epoch(self) -> int:
+        return self.ctx.epoch
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the cluster from ZooKeeper and take over (Kafka's onControllerFailover)."""
+        self.running = True
+        await self._retrying_zk(self._on_startup)
+        self._worker = asyncio.create_task(self._run(), name="controller-events")
+        self.metrics.update(self.ctx)
+
+    async def stop(self) -> None:
+        """End the term: stop handling events, drop pending orders, fail waiting requests."""
+        self.running = False
+        current = asyncio.current_task()
+        for task in [self._worker, *self._tasks]:
+            if task is not None and task is not current:
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in [self._worker, *self._tasks] if t is not None and t is not current),
+            return_exceptions=True,
+        )
+        unfinished = [self._current] if self._current is not None else []
+        while not self._queue.empty():
+            unfinished.append(self._queue.get_nowait())
+        for ev in unfinished:
+            if ev.future is not None and not ev.future.done():
+                ev.future.set_exception(NotControllerError())
+        self.deleter.fail_waiters()
+        await self.links.close_all()
+
+    def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- events ---------------------------------------------------------------------------
+    def enqueue(
+        self,
+        name: str,
+        run: Callable[[], Awaitable[Any]],
+        *,
+        key: Any = None,
+        want_result: bool = False,
+    ) -> asyncio.Future[Any] | None:
+        """Queue an event; events with a ``key`` already pending are coalesced."""
+        if not self.running:
+            if want_result:
+                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                fut.set_exception(NotControllerError())
+                return fut
+            return None
+        if key is not None:
+            if key in self._pending_keys:
+                return None
+            self._pending_keys.add(key)
+        future = asyncio.get_running_loop().create_future() if want_result else None
+        self._queue.put_nowait(_Event(name, run, future, key))
+        return future
+
+    async def call(self, name: str, run: Callable[[], Awaitable[Any]]) -> Any:
+        fut = self.enqueue(name, run, want_result=True)
+        assert fut is not None
+        return await fut
+
+    def notify(self, kind: str, arg: str | None = None) -> None:
+        """A ZooKeeper watch fired."""
+        handlers: dict[str, Callable[[], Awaitable[Any]]] = {
+            "brokers": self._on_broker_change,
+            "topics": self._on_topic_change,
+            "delete_topics": self.deleter.on_delete_topics_change,
+            "isr_change": self._on_isr_change_notification,
+        }
+        if kind == "topic" and arg is not None:
+            self.enqueue(
+                f"PartitionModifications({arg})",
+                lambda: self._on_partition_modification(arg),
+                key=("topic", arg),
+            )
+        elif kind in handlers:
+            self.enqueue(kind, handlers[kind], key=kind)
+
+    async def _run(self) -> None:
+        while True:
+            ev = self._current = await self._queue.get()
+            if ev.key is not None:
+                self._pending_keys.discard(ev.key)
+            try:
+                result = await self._retrying_zk(ev.run)
+            except NotControllerError as exc:
+                if ev.future is not None and not ev.future.done():
+                    ev.future.set_exception(exc)
+                return
+            except (ControllerMovedError, SessionExpiredError) as exc:
+                log.info(
+                    "controller moved to another controller while processing event",
+                    controller_event=ev.name,
+                    reason=type(exc).__name__,
+                )
+                if ev.future is not None and not ev.future.done():
+                    ev.future.set_exception(NotControllerError())
+                self.running = False
+                self._on_moved(str(exc) or type(exc).__name__)
+                return
+            except Exception as exc:  # noqa: BLE001 - one bad event must not stop the controller
+                log.exception("error processing event", controller_event=ev.name)
+                if ev.future is not None and not ev.future.done():
+                    ev.future.set_exception(exc)
+            else:
+                if ev.future is not None and not ev.future.done():
+                    ev.future.set_result(result)
+            finally:
+                self._current = None
+                if self.running:
+                    self.metrics.update(self.ctx)
+
+    async def _retrying_zk(self, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``run``; on a lost connection wait for it to come back and run it again."""
+        while True:
+            try:
+                return await run()
+            except (ConnectionLoss, OperationTimeoutError, ConnectionClosedError):
+                if not self.running:
+                    raise NotControllerError() from None
+                while True:
+                    if self.zk.connected or not self.running:
+                        break
+                    await asyncio.sleep(ZK_RETRY_S)
+                if not self.running:
+                    raise NotControllerError() from None
+
+    # ---- startup --------------------------------------------------------------------------
+    async def _on_startup(self) -> None:
+        # idempotent: run again from scratch if the connection drops half-way
+        await self.links.close_all()
+        self.ctx.topics.clear()
+        self.ctx.topics_to_delete.clear()
+        await self.zk.ensure_layout()
+        self.ctx.brokers = await zkstore.read_brokers(self.zk)
+        for broker_id, b in self.ctx.brokers.items():
+            self.links.add(broker_id, b.registration.address)
+        names = sorted(await self.zk.get_children(layout.BROKER_TOPICS))
+        loaded = await asyncio.gather(*(zkstore.read_topic(self.zk, n) for n in names))
+        for got in loaded:
+            if got is not None:
+                await self._add_topic(*got)
+        log.info(
+            "controller context loaded",
+            epoch=self.epoch,
+            brokers=sorted(self.ctx.brokers),
+            topics=len(self.ctx.topics),
+            partitions=self.ctx.partition_count(),
+        )
+        parts = [(t, p) for t in self._eligible_topics() for p in sorted(t.assignment)]
+        applied = await self.elect(parts)
+        created = {(tr.topic, tr.partition) for tr in applied if tr.create}
+        for broker_id in sorted(self.ctx.brokers):
+            self.send_full_state(broker_id, new_parts=created)
+        await self.deleter.on_delete_topics_change()
+
+    async def _add_topic(self, topic: TopicState, fresh_id: bool) -> None:
+        """Put a topic read from ZooKeeper into the context; give it a topic id if it has none."""
+        if fresh_id:
+            got = await zkstore.read_assignment(self.zk, topic.name)
+            if got is None:
+                return
+            await self.guard.commit(
+                [
+                    SetData(
+                        layout.topic_path(topic.name),
+                        layout.topic_assignment_json(got[0], topic.topic_id),
+                        got[2],
+                    )
+                ]
+            )
+            log.info("assigned topic id", topic=topic.name, topic_id=topic.topic_id)
+        self.ctx.topics[topic.name] = topic
+        self.watch_topic(topic.name)
+
+    def _eligible_topics(self) -> list[TopicState]:
+        return [t for n, t in sorted(self.ctx.topics.items()) if n not in self.ctx.topics_to_delete]
+
+    # ---- elections ------------------------------------------------------------------------
+    def _unclean(self, topic: TopicState) -> bool:
+        raw = topic.config.get("unclean.leader.election.enable")
+        if raw is None:
+            return self.settings.unclean_leader_election_enable
+        return raw.strip().lower() == "true"
+
+    def _plan(self, parts: Iterable[Part]) -> list[Transition]:
+        live = self.ctx.live_ids
+        out: list[Transition] = []
+        for topic, p in parts:
+            replicas = topic.assignment[p]
+            st = topic.states.get(p)
+            if st is None:
+                li = initial_leader_isr(replicas, live)
+                if li is not None:
+                    out.append(Transition(topic.name, p, li.leader, li.isr, True))
+            else:
+                li = next_leader_isr(replicas, st.leader, st.isr, live, self._unclean(topic))
+                if li is not None:
+                    out.append(Transition(topic.name, p, li.leader, li.isr, False))
+        return out
+
+    async def elect(self, parts: Sequence[Part]) -> list[Transition]:
+        """Bring partitions to their right leader/ISR for the live brokers and write the result.
+
+        A state znode changed by someone else (a leader shrinking its ISR) fails the guarded
+        multi: re-read those partitions and plan again.
+        """
+        started = time.monotonic()
+        for attempt in range(ELECTION_ATTEMPTS):
+            transitions = self._plan(parts)
+            if not transitions:
+                return []
+            try:
+                await self.write_transitions(transitions)
+            except zkstore.ZkOpError as exc:
+                if attempt == ELECTION_ATTEMPTS - 1 or not isinstance(
+                    exc.cause, BadVersionError | NodeExistsError | NoNodeError
+                ):
+                    raise
+                log.info("partition state changed underneath, re-reading", path=exc.op.path)
+                await self.reload_states(parts)
+                continue
+            leader_changes = [t for t in transitions if t.leader != NO_LEADER]
+            if leader_changes:
+                self.metrics.leader_election_ms.observe((time.monotonic() - started) * 1000)
+            offline = [f"{t.topic}-{t.partition}" for t in transitions if t.leader == NO_LEADER]
+            if offline:
+                log.warning(
+                    "partitions offline: no live in-sync replica",
+                    partitions=offline[:20],
+                    count=len(offline),
+                )
+            return transitions
+        return []
+
+    async def reload_states(self, parts: Sequence[Part]) -> None:
+        states = await asyncio.gather(
+            *(zkstore.read_partition_state(self.zk, t.name, p) for t, p in parts)
+        )
+        for (topic, p), st in zip(parts, states, strict=True):
+            if st is None:
+                topic.states.pop(p, None)
+            else:
+                topic.states[p] = st
+
+    async def write_transitions(
+        self, transitions: Sequence[Transition], extra_ops: Sequence[Op] = ()
+    ) -> None:
+        """Write new leader/ISR states (epoch-guarded) and update the context."""
+        ops: list[Op] = list(extra_ops)
+        epoch = self.ctx.epoch
+        made_parents = {op.path for op in extra_ops if isinstance(op, Create)}
+        for tr in transitions:
+            topic = self.ctx.topics[tr.topic]
+            path = layout.partition_state_path(tr.topic, tr.partition)
+            if tr.create:
+                for parent in (
+                    layout.partitions_path(tr.topic),
+                    layout.partition_path(tr.topic, tr.partition),
+                ):
+                    if parent not in made_parents and await self.zk.exists(parent) is None:
+                        ops.append(Create(parent))
+                    made_parents.add(parent)
+                data = layout.PartitionStateZk(tr.leader, 0, list(tr.isr), epoch).to_json()
+                ops.append(Create(path, data))
+            else:
+                st = topic.states[tr.partition]
+                data = layout.PartitionStateZk(
+                    tr.leader, st.leader_epoch + 1, list(tr.isr), epoch
+                ).to_json()
+                ops.append(SetData(path, data, st.zk_version))
+        results = await self.guard.commit(ops)
+        by_path = dict(zip((op.path for op in ops), results, strict=True))
+        for tr in transitions:
+            topic = self.ctx.topics[tr.topic]
+            if tr.create:
+                topic.states[tr.partition] = PartitionState(tr.leader, 0, list(tr.isr), epoch, 0)
+            else:
+                st = topic.states[tr.partition]
+                stat = by_path[layout.partition_state_path(tr.topic, tr.partition)]
+                topic.states[tr.partition] = PartitionState(
+                    tr.leader, st.leader_epoch + 1, list(tr.isr), epoch, stat.version
+                )
+
+    # ---- orders ---------------------------------------------------------------------------
+    def send_states(
+        self, parts: Iterable[tuple[str, int]], *, is_new: bool = False, skip: Collection[int] = ()
+    ) -> AckMap:
+        """UpdatePartitions with the current state of ``parts`` to each live replica (partitions
+        without a leader/ISR state yet are skipped)."""
+        batches: dict[int, list[storage_pb2.PartitionState]] = {}
+        for name, p in parts:
+            topic = self.ctx.topics[name]
+            if p not in topic.states:
+                continue
+            for r in topic.assignment[p]:
+                if r in self.ctx.brokers and r not in skip:
+                    batches.setdefault(r, []).append(topic.order(p, is_new=is_new))
+        acks: AckMap = {}
+        for broker_id, states in sorted(batches.items()):
+            link = self.links.get(broker_id)
+            if link is not None:
+                acks[broker_id] = link.update_partitions(states)
+        return acks
+
+    def send_full_state(
+        self, broker_id: int, new_parts: Collection[tuple[str, int]] = ()
+    ) -> asyncio.Future[OrderResult] | None:
+        """Everything a (re)registered storage node must know: all its partitions."""
+        link = self.links.get(broker_id)
+        if link is None:
+            return None
+        states = [
+            t.order(p, is_new=(t.name, p) in new_parts)
+            for t, p in self.ctx.partitions_on(broker_id)
+        ]
+        log.info("sending full state", broker=broker_id, partitions=len(states))
+        return link.update_partitions(states)
+
+    # ---- broker changes -------------------------------------------------------------------
+    async def _on_broker_change(self) -> None:
+        current = await zkstore.read_brokers(self.zk)
+        old = self.ctx.brokers
+        dead = set(old) - set(current)
+        new = set(current) - set(old)
+        bounced = {i for i in set(old) & set(current) if old[i].epoch != current[i].epoch}
+        moved = {
+            i
+            for i in set(old) & set(current) - bounced
+            if old[i].registration.address != current[i].registration.address
+        }
+        if not (dead or new or bounced or moved):
+            return
+        log.info(
+            "broker change",
+            new=sorted(new),
+            dead=sorted(dead),
+            bounced=sorted(bounced),
+            moved=sorted(moved),
+        )
+        gone = dead | bounced
+        for broker_id in sorted(gone | moved):
+            await self.links.remove(broker_id)
+            del self.ctx.brokers[broker_id]
+        if gone:
+            await self._on_brokers_failure(gone)
+        started = new | bounced | moved
+        for broker_id in sorted(started):
+            self.ctx.brokers[broker_id] = current[broker_id]
+            self.links.add(broker_id, current[broker_id].registration.address)
+        if started:
+            await self._on_brokers_startup(started)
+
+    async def _on_brokers_failure(self, dead: set[int]) -> None:
+        parts = [
+            (t, p)
+            for t in self._eligible_topics()
+            for p, replicas in sorted(t.assignment.items())
+            if any(r in dead for r in replicas)
+        ]
+        applied = await self.elect(parts)
+        self.send_states((tr.topic, tr.partition) for tr in applied)
+
+    async def _on_brokers_startup(self, started: set[int]) -> None:
+        live = self.ctx.live_ids
+        parts = [
+            (t, p)
+            for t in self._eligible_topics()
+            for p in sorted(t.assignment)
+            if (st := t.states.get(p)) is None or st.leader == NO_LEADER or st.leader not in live
+        ]
+        applied = await self.elect(parts)
+        created = {(tr.topic, tr.partition) for tr in applied if tr.create}
+        for broker_id in sorted(started):
+            self.send_full_state(broker_id, new_parts=created)
+        self.send_states(
+            [(tr.topic, tr.partition) for tr in applied if not tr.create], skip=started
+        )
+        self.send_states(sorted(created), is_new=True, skip=started)
+        self.deleter.resume()
+
+    # ---- topic changes --------------------------------------------------------------------
+    async def _on_topic_change(self) -> None:
+        names = set(await self.zk.get_children(layout.BROKER_TOPICS))
+        for name in sorted(set(self.ctx.topics) - names):
+            log.warning("topic removed from ZooKeeper by someone else", topic=name)
+            self.ctx.topics.pop(name, None)
+            self.ctx.topics_to_delete.discard(name)
+        added: list[TopicState] = []
+        for name in sorted(names - set(self.ctx.topics)):
+            got = await zkstore.read_topic(self.zk, name)
+            if got is not None:
+                await self._add_topic(*got)
+                added.append(got[0])
+                log.info(
+                    "new topic found in ZooKeeper", topic=name, partitions=len(got[0].assignment)
+                )
+        await self._bring_online(added, {t.name: sorted(t.assignment) for t in added})
+
+    async def _on_partition_modification(self, name: str) -> None:
+        topic = self.ctx.topics.get(name)
+        if topic is None or name in self.ctx.topics_to_delete:
+            return
+        got = await zkstore.read_assignment(self.zk, name)
+        if got is None:
+            return
+        added = {p: r for p, r in got[0].items() if p not in topic.assignment}
+        if not added:
+            return
+        log.info("new partitions found in ZooKeeper", topic=name, partitions=sorted(added))
+        topic.assignment.update(added)
+        await self.reload_states([(topic, p) for p in added])
+        await self._bring_online([topic], {name: sorted(added)})
+
+    async def _bring_online(
+        self, topics: Sequence[TopicState], parts: dict[str, list[int]]
+    ) -> None:
+        """Elect leaders for new partitions and order their replicas."""
+        all_parts = [(t, p) for t in topics for p in parts[t.name]]
+        await self.elect(all_parts)
+        self.send_states([(t.name, p) for t, p in all_parts], is_new=True)
+
+    async def _on_isr_change_notification(self) -> None:
+        """Leaders changed ISRs in ZooKeeper: refresh those partitions, consume the notices."""
+        children = sorted(await self.zk.get_children(layout.ISR_CHANGE_NOTIFICATION))
+        if not children:
+            return
+        refresh: set[tuple[str, int]] = set()
+        for child in children:
+            got = await self.zk.get_or_none(f"{layout.ISR_CHANGE_NOTIFICATION}/{child}")
+            body = layout.loads(got[0]) if got else None
+            for entry in (body or {}).get("partitions", []):
+                refresh.add((str(entry["topic"]), int(entry["partition"])))
+        parts = [
+            (self.ctx.topics[t], p)
+            for t, p in sorted(refresh)
+            if t in self.ctx.topics and p in self.ctx.topics[t].assignment
+        ]
+        await self.reload_states(parts)
+        await self.guard.commit(
+            [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
+        )

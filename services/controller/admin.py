@@ -1,0 +1,438 @@
+"""The Controller gRPC API's operations on the active controller.
+
+Each request is validated and written in one controller event (so it sees a consistent context);
+waiting for storage nodes to acknowledge happens outside the event loop, bounded by the request's
+timeout. Error codes and messages follow Kafka (ZkAdminManager / AdminZkClient).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NodeExistsError
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
+from services.common.topic_config import validate_overrides
+from services.common.zk import layout
+from services.controller.active import AckMap, ActiveController, Transition
+from services.controller.assignment import BrokerMeta, assign_replicas
+from services.controller.elections import initial_leader_isr
+from services.controller.model import ControllerContext, TopicState
+from services.controller.validation import (
+    ConfigOp,
+    apply_config_ops,
+    check_collisions,
+    new_partitions_assignment,
+    validate_create_assignment,
+    validate_topic_name,
+)
+from services.controller.zkstore import Create, Op, SetData, ZkOpError
+
+log = get_logger("controller.admin")
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+_RESOURCE_NAMES = {
+    0: "UNKNOWN",
+    1: "ANY",
+    2: "TOPIC",
+    3: "GROUP",
+    4: "BROKER",
+    8: "BROKER_LOGGER",
+    16: "CLIENT_METRICS",
+}
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A topic result whose success still waits for storage acknowledgements."""
+
+    result: pb.TopicResult
+    acks: list[asyncio.Future[Any]] = field(default_factory=list)
+
+
+def _error(name: str, exc: KafkaError) -> pb.TopicResult:
+    return pb.TopicResult(name=name, error_code=int(exc.code), error_message=exc.message)
+
+
+def _code(name: str, code: ErrorCode, message: str = "") -> pb.TopicResult:
+    return pb.TopicResult(name=name, error_code=int(code), error_message=message)
+
+
+def _duplicates(names: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    dupes: set[str] = set()
+    for n in names:
+        (dupes if n in seen else seen).add(n)
+    return dupes
+
+
+async def _await_acks(pending: Sequence[_Pending], timeout_ms: int) -> list[pb.TopicResult]:
+    """Success once every storage node answered; REQUEST_TIMED_OUT otherwise (Kafka answers
+    REQUEST_TIMED_OUT at once for timeout <= 0; the change itself stays)."""
+    waiting = [f for p in pending for f in p.acks]
+    if waiting and timeout_ms > 0:
+        await asyncio.wait(waiting, timeout=timeout_ms / 1000)
+    out = []
+    for p in pending:
+        if p.result.error_code == ErrorCode.NONE and (
+            timeout_ms <= 0 or not all(f.done() for f in p.acks)
+        ):
+            p.result.error_code = ErrorCode.REQUEST_TIMED_OUT
+            p.result.error_message = ""
+        out.append(p.result)
+    return out
+
+
+class AdminOps:
+    def __init__(self, controller: ActiveController) -> None:
+        self.c = controller
+
+    @property
+    def ctx(self) -> ControllerContext:
+        return self.c.ctx
+
+    def _live_brokers(self) -> list[BrokerMeta]:
+        return [BrokerMeta(i, b.registration.rack) for i, b in sorted(self.ctx.brokers.items())]
+
+    def _acks(self, acks: AckMap) -> list[asyncio.Future[Any]]:
+        return list(acks.values())
+
+    # ---- CreateTopics ---------------------------------------------------------------------
+    async def create_topics(self, req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
+        pending: list[_Pending] = await self.c.call(
+            "CreateTopics", lambda: self._create_topics(list(req.topics), req.validate_only)
+        )
+        if req.validate_only:
+            return pb.CreateTopicsResponse(topics=[p.result for p in pending])
+        return pb.CreateTopicsResponse(topics=await _await_acks(pending, req.timeout_ms))
+
+    async def _create_topics(
+        self, specs: list[pb.TopicSpec], validate_only: bool
+    ) -> list[_Pending]:
+        dupes = _duplicates(s.name for s in specs)
+        out: list[_Pending] = []
+        for spec in specs:
+            if spec.name in dupes:
+                out.append(
+                    _Pending(
+                        _code(
+                            spec.name,
+                            ErrorCode.INVALID_REQUEST,
+                            "Found multiple entries for this topic.",
+                        )
+                    )
+                )
+                continue
+            try:
+                out.append(await self._create_topic(spec, validate_only))
+            except KafkaError as exc:
+                log.info(
+                    "topic creation refused",
+                    topic=spec.name,
+                    error=exc.code.name,
+                    reason=exc.message,
+                )
+                out.append(_Pending(_error(spec.name, exc)))
+        return out
+
+    def _resolve_assignment(self, spec: pb.TopicSpec) -> tuple[dict[int, list[int]], bool]:
+        if spec.assignments:
+            if spec.num_partitions not in (-1, 0) or spec.replication_factor not in (-1, 0):
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    "Both numPartitions or replicationFactor and replicasAssignments "
+                    "were set. Both cannot be used at the same time.",
+                )
+            return {a.partition: list(a.broker_ids) for a in spec.assignments}, True
+        settings = self.c.settings
+        n = settings.num_partitions if spec.num_partitions == -1 else spec.num_partitions
+        rf = (
+            settings.default_replication_factor
+            if spec.replication_factor == -1
+            else spec.replication_factor
+        )
+        return assign_replicas(n, rf, self._live_brokers()), False
+
+    async def _create_topic(self, spec: pb.TopicSpec, validate_only: bool) -> _Pending:
+        name = spec.name
+        if name in self.ctx.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        assignment, explicit = self._resolve_assignment(spec)
+        validate_topic_name(name)
+        check_collisions(name, self.ctx.topics)
+        if explicit:
+            validate_create_assignment(assignment, set(self.ctx.brokers))
+        configs = dict(spec.configs)
+        validate_overrides(configs)
+        rf = len(assignment[0])
+        result = pb.TopicResult(name=name, num_partitions=len(assignment), replication_factor=rf)
+        if validate_only:
+            return _Pending(result)
+
+        topic_id = layout.new_topic_id()
+        topic = TopicState(name, layout.topic_id_to_str(topic_id), assignment, configs)
+        config_path = layout.topic_config_path(name)
+        config_exists = await self.c.zk.exists(config_path) is not None
+        ops: list[Op] = [
+            (SetData if config_exists else Create)(config_path, layout.topic_config_json(configs)),
+            Create(
+                layout.topic_path(name), layout.topic_assignment_json(assignment, topic.topic_id)
+            ),
+            Create(layout.partitions_path(name)),
+        ]
+        transitions: list[Transition] = []
+        for p, replicas in sorted(assignment.items()):
+            ops.append(Create(layout.partition_path(name, p)))
+            li = initial_leader_isr(replicas, self.ctx.brokers)
+            if li is not None:
+                transitions.append(Transition(name, p, li.leader, li.isr, True))
+        self.ctx.topics[name] = topic
+        try:
+            await self.c.write_transitions(transitions, extra_ops=ops)
+        except ZkOpError as exc:
+            del self.ctx.topics[name]
+            if exc.op.path == layout.topic_path(name):
+                raise KafkaError(
+                    ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+                ) from None
+            raise
+        except BaseException:
+            del self.ctx.topics[name]
+            raise
+        self.c.watch_topic(name)
+        log.info(
+            "created topic",
+            topic=name,
+            topic_id=topic.topic_id,
+            partitions=len(assignment),
+            replication_factor=rf,
+            assignment=assignment,
+            config=configs,
+        )
+        acks = self.c.send_states([(name, p) for p in sorted(assignment)], is_new=True)
+        result.topic_id = topic_id
+        return _Pending(result, self._acks(acks))
+
+    # ---- CreatePartitions -----------------------------------------------------------------
+    async def create_partitions(
+        self, req: pb.CreatePartitionsRequest
+    ) -> pb.CreatePartitionsResponse:
+        pending: list[_Pending] = await self.c.call(
+            "CreatePartitions", lambda: self._create_partitions(list(req.topics), req.validate_only)
+        )
+        if req.validate_only:
+            return pb.CreatePartitionsResponse(topics=[p.result for p in pending])
+        return pb.CreatePartitionsResponse(topics=await _await_acks(pending, req.timeout_ms))
+
+    async def _create_partitions(
+        self, specs: list[pb.PartitionCountSpec], validate_only: bool
+    ) -> list[_Pending]:
+        dupes = _duplicates(s.name for s in specs)
+        out: list[_Pending] = []
+        for spec in specs:
+            if spec.name in dupes:
+                out.append(
+                    _Pending(
+                        _code(spec.name, ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+                    )
+                )
+                continue
+            try:
+                out.append(await self._add_partitions(spec, validate_only))
+            except KafkaError as exc:
+                log.info(
+                    "partition creation refused",
+                    topic=spec.name,
+                    error=exc.code.name,
+                    reason=exc.message,
+                )
+                out.append(_Pending(_error(spec.name, exc)))
+        return out
+
+    async def _add_partitions(self, spec: pb.PartitionCountSpec, validate_only: bool) -> _Pending:
+        name = spec.name
+        topic = self.ctx.topics.get(name)
+        if topic is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
+        if name in self.ctx.topics_to_delete:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is queued for deletion.")
+        old, new = len(topic.assignment), spec.count
+        if new < old:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {old} partitions, which is higher than the requested {new}.",
+            )
+        if new == old:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
+        brokers = self._live_brokers()
+        first = topic.assignment[0]
+        if spec.assignments:
+            added = new_partitions_assignment(
+                [list(a.broker_ids) for a in spec.assignments],
+                old,
+                new,
+                len(first),
+                {b.id for b in brokers},
+            )
+        else:
+            # AdminZkClient.createNewPartitionsAssignment: continue from partition 0's leader.
+            start = next((i for i, b in enumerate(brokers) if b.id >= first[0]), 0)
+            added = assign_replicas(
+                new - old, len(first), brokers, start_index=start, start_partition_id=old
+            )
+        result = pb.TopicResult(
+            name=name,
+            num_partitions=new,
+            replication_factor=len(first),
+            topic_id=topic.topic_id_bytes,
+        )
+        if validate_only:
+            return _Pending(result)
+        combined = {**topic.assignment, **added}
+        ops: list[Op] = [
+            SetData(layout.topic_path(name), layout.topic_assignment_json(combined, topic.topic_id))
+        ]
+        if await self.c.zk.exists(layout.partitions_path(name)) is None:
+            ops.append(Create(layout.partitions_path(name)))
+        transitions: list[Transition] = []
+        for p, replicas in sorted(added.items()):
+            ops.append(Create(layout.partition_path(name, p)))
+            li = initial_leader_isr(replicas, self.ctx.brokers)
+            if li is not None:
+                transitions.append(Transition(name, p, li.leader, li.isr, True))
+        previous = topic.assignment
+        topic.assignment = combined
+        try:
+            await self.c.write_transitions(transitions, extra_ops=ops)
+        except BaseException:
+            topic.assignment = previous
+            raise
+        log.info("created partitions", topic=name, partitions=old, count=new, assignment=added)
+        acks = self.c.send_states([(name, p) for p in sorted(added)], is_new=True)
+        return _Pending(result, self._acks(acks))
+
+    # ---- DeleteTopics ---------------------------------------------------------------------
+    async def delete_topics(self, req: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
+        started = time.monotonic()
+        pending: list[_Pending] = await self.c.call(
+            "DeleteTopics", lambda: self._delete_topics(list(dict.fromkeys(req.names)))
+        )
+        remaining = req.timeout_ms - int((time.monotonic() - started) * 1000)
+        timeout = remaining if req.timeout_ms > 0 else 0
+        return pb.DeleteTopicsResponse(topics=await _await_deletions(pending, timeout))
+
+    async def _delete_topics(self, names: list[str]) -> list[_Pending]:
+        out: list[_Pending] = []
+        marked = False
+        for name in names:
+            if not self.c.settings.delete_topic_enable:
+                out.append(_Pending(_code(name, ErrorCode.TOPIC_DELETION_DISABLED)))
+                continue
+            topic = self.ctx.topics.get(name)
+            if topic is None:
+                out.append(_Pending(_code(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+                continue
+            try:
+                await self.c.zk.create(layout.delete_topic_path(name))
+            except NodeExistsError:
+                pass  # already marked for deletion: wait for the same deletion
+            marked = True
+            log.info("topic deletion requested", topic=name)
+            out.append(
+                _Pending(
+                    pb.TopicResult(name=name, topic_id=topic.topic_id_bytes),
+                    [self.c.deleter.waiter(name)],
+                )
+            )
+        if marked:
+            await self.c.deleter.on_delete_topics_change()
+        return out
+
+    # ---- AlterConfigs ---------------------------------------------------------------------
+    async def alter_configs(self, req: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
+        results: list[pb.ConfigResourceResult] = await self.c.call(
+            "AlterConfigs", lambda: self._alter_configs(list(req.resources), req.validate_only)
+        )
+        return pb.AlterConfigsResponse(resources=results)
+
+    async def _alter_configs(
+        self, resources: list[pb.ConfigResourceChange], validate_only: bool
+    ) -> list[pb.ConfigResourceResult]:
+        out = []
+        for res in resources:
+            result = pb.ConfigResourceResult(resource_type=res.resource_type, name=res.name)
+            try:
+                await self._alter_config(res, validate_only)
+            except KafkaError as exc:
+                log.info(
+                    "config change refused",
+                    resource_type=res.resource_type,
+                    name=res.name,
+                    error=exc.code.name,
+                    reason=exc.message,
+                )
+                result.error_code = int(exc.code)
+                result.error_message = exc.message
+            out.append(result)
+        return out
+
+    async def _alter_config(self, res: pb.ConfigResourceChange, validate_only: bool) -> None:
+        if res.resource_type == RESOURCE_BROKER:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "broker configs are static in this version")
+        if res.resource_type != RESOURCE_TOPIC:
+            kind = _RESOURCE_NAMES.get(res.resource_type, str(res.resource_type))
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                "AlterConfigs is only supported for topics and brokers, but resource "
+                f"type is {kind}",
+            )
+        name = res.name
+        topic = self.ctx.topics.get(name)
+        if topic is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
+        new = apply_config_ops(
+            topic.config, [ConfigOp(o.key, o.value, o.op) for o in res.ops], res.incremental
+        )
+        if validate_only:
+            return
+        path = layout.topic_config_path(name)
+        exists = await self.c.zk.exists(path) is not None
+        await self.c.guard.commit(
+            [
+                (SetData if exists else Create)(path, layout.topic_config_json(new)),
+                Create(
+                    layout.config_change_prefix(),
+                    layout.config_change_json(f"topics/{name}"),
+                    sequence=True,
+                ),
+            ]
+        )
+        topic.config = new
+        log.info("updated topic config", topic=name, config=new)
+        # Same leader epoch: storage treats it as a config refresh.
+        self.c.send_states([(name, p) for p in sorted(topic.assignment) if p in topic.states])
+
+
+async def _await_deletions(pending: Sequence[_Pending], timeout_ms: int) -> list[pb.TopicResult]:
+    waiting = [f for p in pending for f in p.acks]
+    if waiting and timeout_ms > 0:
+        await asyncio.wait(waiting, timeout=timeout_ms / 1000)
+    out = []
+    for p in pending:
+        if p.result.error_code == ErrorCode.NONE and not all(
+            f.done() and f.result() for f in p.acks
+        ):
+            p.result.error_code = ErrorCode.REQUEST_TIMED_OUT
+        out.append(p.result)
+    return out

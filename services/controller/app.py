@@ -1,0 +1,281 @@
+"""The controller process: registration, election, the active term, gRPC and admin HTTP.
+
+States: standby (registered, watching ``/controller``) -> active (won the election; an
+:class:`ActiveController` runs) -> standby again on resignation (shutdown, ZooKeeper session loss,
+another controller took over, or a fenced write). Every transition holds one lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health
+from kazoo.exceptions import KazooException, NodeExistsError, SessionExpiredError
+
+from services.common.admin_http import AdminServer
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
+from services.common.runtime import new_grpc_server, set_serving
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk, ZnodeStat
+from services.common.zk.layout import Endpoint
+from services.controller.active import ActiveController, NotControllerError
+from services.controller.admin import AdminOps
+from services.controller.elector import Elector
+from services.controller.metrics import ControllerMetrics
+from services.controller.service import ControllerService
+from services.controller.settings import ControllerSettings
+from services.controller.zkstore import ControllerMovedError
+
+log = get_logger("controller")
+
+REGISTER_RETRY_S = 0.5
+FAILOVER_ERROR_BACKOFF_S = 1.0
+
+
+class ControllerApp:
+    def __init__(
+        self, settings: ControllerSettings, metrics: ControllerMetrics | None = None
+    ) -> None:
+        self.settings = settings
+        self.id = settings.controller_id
+        self.metrics = metrics or ControllerMetrics()
+        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.elector = Elector(self.zk, self.id)
+        self.active: ActiveController | None = None
+        self.admin: AdminOps | None = None
+        self.registered = False
+        self.endpoint: Endpoint | None = None
+        self.grpc_port = 0
+        self._lock = asyncio.Lock()
+        self._stopping = False
+        self._session_lost = False
+        self._watching_controller = False
+        self._watched_topics: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self.admin_server: AdminServer | None = None
+        # ZooKeeper callbacks arrive from kazoo's threads: run them (and the tasks they start)
+        # in the service's logging context (service, node_id).
+        self._context = contextvars.copy_context()
+
+    def ready(self) -> bool:
+        return self.registered and self.zk.connected
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._context = contextvars.copy_context()
+        await self.zk.start()
+        self.zk.on_state(lambda state: self._context.run(self._on_zk_state, state))
+        await self.zk.ensure_layout()
+        self._server, self._health = new_grpc_server()
+        controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(self), self._server)
+        self.grpc_port = self._server.add_insecure_port(self.settings.listener.bind_target)
+        await self._server.start()
+        adv = self.settings.advertised(self.grpc_port)
+        self.endpoint = Endpoint(self.id, adv.host, adv.port)
+        self.admin_server = AdminServer(
+            self.settings.admin_host, self.settings.admin_port, self.ready
+        )
+        self.admin_server.start()
+        self.metrics.update(None)
+        for path, kind in (
+            (layout.BROKER_IDS, "brokers"),
+            (layout.BROKER_TOPICS, "topics"),
+            (layout.DELETE_TOPICS, "delete_topics"),
+            (layout.ISR_CHANGE_NOTIFICATION, "isr_change"),
+        ):
+            self.zk.watch_children(path, self._children_watcher(kind))
+        await set_serving(self._health, True)
+        log.info(
+            "controller started",
+            grpc=f"{self.settings.listener.bind_target}",
+            grpc_port=self.grpc_port,
+            advertised=self.endpoint.address,
+            admin_port=self.admin_server.port,
+            zookeeper=self.settings.zookeeper_connect,
+        )
+        self._spawn(self._register_and_elect(), "register")
+
+    async def stop(self) -> None:
+        """Graceful shutdown: resign (delete /controller if ours), stop serving."""
+        self._stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        async with self._lock:
+            await self._resign_locked("shutdown")
+        if self._health is not None:
+            await set_serving(self._health, False)
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+        if self.admin_server is not None:
+            await self.admin_server.stop()
+        await self.zk.stop()
+        log.info("controller stopped")
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name, context=self._context)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("controller task failed", task=task.get_name(), exc_info=task.exception())
+
+    # ---- registration ---------------------------------------------------------------------
+    async def _register_and_elect(self) -> None:
+        await self._register()
+        if not self._watching_controller:
+            self._watching_controller = True
+            self.zk.watch_data(layout.CONTROLLER, self._on_controller_node)
+        else:
+            await self._controller_changed()
+
+    async def _register(self) -> None:
+        """Ephemeral ``/kafka-py/controllers/<id>``; waits while a previous session still holds it."""
+        assert self.endpoint is not None
+        path = layout.controller_endpoint_path(self.id)
+        warned = False
+        while not self._stopping:
+            try:
+                await self.zk.create(path, self.endpoint.to_json(), ephemeral=True)
+                break
+            except NodeExistsError:
+                got = await self.zk.get_or_none(path)
+                if got is not None and got[1].ephemeralOwner == self.zk.session_id:
+                    break
+                if not warned:
+                    log.warning(
+                        "controller id is registered by another session, waiting", path=path
+                    )
+                    warned = True
+            except KazooException as exc:
+                log.warning("registration failed, retrying", error=type(exc).__name__)
+            await asyncio.sleep(REGISTER_RETRY_S)
+        self.registered = True
+        log.info("registered controller endpoint", path=path, endpoint=self.endpoint.address)
+
+    # ---- election -------------------------------------------------------------------------
+    def _on_controller_node(self, data: bytes | None, stat: ZnodeStat | None) -> None:
+        self._spawn(self._controller_changed(), "controller-change")
+
+    async def _controller_changed(self) -> None:
+        if not self.registered or self._stopping:
+            return
+        async with self._lock:
+            holder = await self.elector.holder()
+            if holder is None:
+                await self._elect_locked()
+            elif self.active is not None and (
+                holder[0] != self.id or holder[1] != self.zk.session_id
+            ):
+                await self._resign_locked(f"controller {holder[0]} holds /controller")
+
+    async def _elect_locked(self) -> None:
+        if self.active is not None or self._stopping or not self.registered:
+            return
+        won = await self.elector.try_elect()
+        if won is None:
+            holder = await self.elector.holder()
+            log.info("another controller is active", controller=holder[0] if holder else None)
+            return
+        epoch, epoch_zk_version = won
+        log.info("elected as active controller", epoch=epoch, epoch_zk_version=epoch_zk_version)
+        active = ActiveController(
+            self.zk,
+            self.settings,
+            epoch,
+            epoch_zk_version,
+            self.metrics,
+            on_moved=lambda reason: self._on_moved(active, reason),
+            watch_topic=self._watch_topic,
+        )
+        self.active, self.admin = active, AdminOps(active)
+        try:
+            await active.start()
+        except (ControllerMovedError, NotControllerError, SessionExpiredError) as exc:
+            await self._resign_locked(f"lost control during failover: {type(exc).__name__}")
+        except Exception:  # noqa: BLE001 - Kafka: any failover error moves the controller
+            log.exception("error while becoming controller, triggering controller movement")
+            await asyncio.sleep(FAILOVER_ERROR_BACKOFF_S)
+            await self._resign_locked("failover error")
+
+    async def _resign_locked(self, reason: str, *, delete_node: bool = True) -> None:
+        active, self.active, self.admin = self.active, None, None
+        if active is None:
+            return
+        await active.stop()
+        if delete_node and self.zk.connected:
+            with contextlib.suppress(KazooException):
+                await self.elector.delete_if_ours()
+        self.metrics.update(None)
+        log.info("resigned as controller", epoch=active.epoch, reason=reason)
+
+    def _on_moved(self, active: ActiveController, reason: str) -> None:
+        async def resign() -> None:
+            async with self._lock:
+                if self.active is active:
+                    await self._resign_locked(f"controller moved: {reason}")
+
+        self._spawn(resign(), "resign")
+
+    # ---- ZooKeeper session ----------------------------------------------------------------
+    def _on_zk_state(self, state: str) -> None:
+        if self._stopping:
+            return
+        if state == "LOST":
+            self.registered = False
+            self._session_lost = True
+            self._spawn(self._lose_session(), "session-lost")
+        elif state == "SUSPENDED":
+            log.warning("zookeeper connection suspended")
+            self._spawn(self._watch_suspension(), "suspended")
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            log.info("zookeeper session re-established")
+            self._spawn(self._register_and_elect(), "re-register")
+
+    async def _lose_session(self) -> None:
+        async with self._lock:
+            await self._resign_locked("zookeeper session lost", delete_node=False)
+
+    async def _watch_suspension(self) -> None:
+        """Disconnected longer than the session timeout: the session is gone server-side, so
+        stop acting now rather than when the reconnect reports the expiry."""
+        await asyncio.sleep(self.settings.zookeeper_session_timeout_ms / 1000)
+        if not self.zk.connected:
+            async with self._lock:
+                await self._resign_locked(
+                    "zookeeper session timed out while disconnected", delete_node=False
+                )
+
+    # ---- watches -> events ----------------------------------------------------------------
+    def _children_watcher(self, kind: str) -> Callable[[list[str]], None]:
+        def changed(_children: list[str]) -> None:
+            self._dispatch(kind)
+
+        return changed
+
+    def _dispatch(self, kind: str, arg: str | None = None) -> None:
+        active = self.active
+        if active is not None and active.running:
+            active.notify(kind, arg)
+
+    def _watch_topic(self, name: str) -> None:
+        if name in self._watched_topics:
+            return
+        self._watched_topics.add(name)
+
+        def changed(data: bytes | None, stat: ZnodeStat | None) -> None:
+            if data is not None:
+                self._dispatch("topic", name)
+
+        self.zk.watch_data(layout.topic_path(name), changed)

@@ -1,0 +1,198 @@
+"""Controller -> storage node orders (Kafka's ControllerChannelManager).
+
+One gRPC channel and one sender task per storage node; orders go out in the order they were
+issued, each retried with backoff until the node answers. A link lives as long as the node's
+registration (and this controller's term): closing it drops what is still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from services.common.errors import ErrorCode
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import storage_pb2, storage_pb2_grpc
+from services.common.runtime import new_channel
+
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 2.0
+
+log = get_logger("controller.links")
+
+
+class Outcome(enum.Enum):
+    ACKED = "acked"  # the node answered (per-partition errors may still be set)
+    REJECTED = "rejected"  # the node refused the whole order (e.g. STALE_CONTROLLER_EPOCH)
+    DROPPED = "dropped"  # never answered: the node deregistered or this controller resigned
+
+
+@dataclass(slots=True)
+class OrderResult:
+    outcome: Outcome
+    error_code: int = 0
+    partition_errors: list[tuple[str, int, int]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.ACKED and not self.partition_errors
+
+
+@dataclass(slots=True)
+class _Order:
+    kind: str
+    request: Any
+    future: asyncio.Future[OrderResult]
+
+
+class BrokerLink:
+    def __init__(
+        self,
+        broker_id: int,
+        address: str,
+        controller_id: int,
+        controller_epoch: int,
+        rpc_timeout_s: float,
+    ) -> None:
+        self.broker_id = broker_id
+        self.address = address
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self._timeout = rpc_timeout_s
+        self._queue: asyncio.Queue[_Order] = asyncio.Queue()
+        self._channel = new_channel(address)
+        self._stub = storage_pb2_grpc.StorageStub(self._channel)
+        self._current: _Order | None = None
+        self._task = asyncio.create_task(self._run(), name=f"link-{broker_id}")
+        self._closed = False
+
+    # ---- orders -------------------------------------------------------------------------
+    def update_partitions(
+        self, states: Sequence[storage_pb2.PartitionState]
+    ) -> asyncio.Future[OrderResult]:
+        req = storage_pb2.UpdatePartitionsRequest(
+            controller_id=self.controller_id,
+            controller_epoch=self.controller_epoch,
+            partitions=list(states),
+        )
+        return self._submit("UpdatePartitions", req)
+
+    def stop_replicas(
+        self, partitions: Sequence[tuple[str, int, int]], delete: bool
+    ) -> asyncio.Future[OrderResult]:
+        req = storage_pb2.StopReplicasRequest(
+            controller_id=self.controller_id,
+            controller_epoch=self.controller_epoch,
+            delete_partitions=delete,
+            partitions=[
+                storage_pb2.StopReplica(topic=t, partition=p, leader_epoch=e)
+                for t, p, e in partitions
+            ],
+        )
+        return self._submit("StopReplicas", req)
+
+    def _submit(self, kind: str, request: Any) -> asyncio.Future[OrderResult]:
+        fut: asyncio.Future[OrderResult] = asyncio.get_running_loop().create_future()
+        if self._closed:
+            fut.set_result(OrderResult(Outcome.DROPPED))
+        else:
+            self._queue.put_nowait(_Order(kind, request, fut))
+        return fut
+
+    # ---- sender -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            order = self._current = await self._queue.get()
+            result = await self._deliver(order)
+            self._current = None
+            if not order.future.done():
+                order.future.set_result(result)
+
+    async def _deliver(self, order: _Order) -> OrderResult:
+        backoff = BACKOFF_MIN_S
+        attempt = 0
+        method = getattr(self._stub, order.kind)
+        while True:
+            attempt += 1
+            try:
+                resp = await method(order.request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                if attempt == 1 or attempt % 20 == 0:
+                    log.warning(
+                        "order not delivered, retrying",
+                        broker=self.broker_id,
+                        order=order.kind,
+                        code=exc.code().name,
+                        attempt=attempt,
+                    )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            if resp.error_code != ErrorCode.NONE:
+                log.warning(
+                    "order rejected",
+                    broker=self.broker_id,
+                    order=order.kind,
+                    error=_name(resp.error_code),
+                    controller_epoch=self.controller_epoch,
+                )
+                return OrderResult(Outcome.REJECTED, resp.error_code)
+            errors = [
+                (e.topic, e.partition, e.error_code)
+                for e in resp.partitions
+                if e.error_code != ErrorCode.NONE
+            ]
+            return OrderResult(Outcome.ACKED, 0, errors)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        pending = [self._current] if self._current is not None else []
+        while not self._queue.empty():
+            pending.append(self._queue.get_nowait())
+        for order in pending:
+            if not order.future.done():
+                order.future.set_result(OrderResult(Outcome.DROPPED))
+        await self._channel.close()
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class BrokerLinks:
+    """The links of one controller term, keyed by broker id."""
+
+    def __init__(self, controller_id: int, controller_epoch: int, rpc_timeout_s: float) -> None:
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self.rpc_timeout_s = rpc_timeout_s
+        self._links: dict[int, BrokerLink] = {}
+
+    def get(self, broker_id: int) -> BrokerLink | None:
+        return self._links.get(broker_id)
+
+    def add(self, broker_id: int, address: str) -> BrokerLink:
+        link = BrokerLink(
+            broker_id, address, self.controller_id, self.controller_epoch, self.rpc_timeout_s
+        )
+        self._links[broker_id] = link
+        return link
+
+    async def remove(self, broker_id: int) -> None:
+        link = self._links.pop(broker_id, None)
+        if link is not None:
+            await link.close()
+
+    async def close_all(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        await asyncio.gather(*(link.close() for link in links), return_exceptions=True)

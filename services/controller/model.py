@@ -1,0 +1,104 @@
+"""The active controller's in-memory view of the cluster (Kafka's ControllerContext)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.common.rpc.kafkapy.v1 import storage_pb2
+from services.common.zk import layout
+from services.common.zk.layout import BrokerRegistration
+from services.controller.elections import NO_LEADER
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """Contents of ``/brokers/topics/<t>/partitions/<p>/state`` plus its znode version."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    zk_version: int
+
+    def to_zk(self) -> layout.PartitionStateZk:
+        return layout.PartitionStateZk(
+            self.leader, self.leader_epoch, list(self.isr), self.controller_epoch
+        )
+
+
+@dataclass(slots=True)
+class TopicState:
+    name: str
+    topic_id: str  # Kafka's string form (base64url, no padding)
+    assignment: dict[int, list[int]]
+    config: dict[str, str] = field(default_factory=dict)
+    # Missing key = NewPartition: no leader elected yet, no state znode.
+    states: dict[int, PartitionState] = field(default_factory=dict)
+
+    @property
+    def topic_id_bytes(self) -> bytes:
+        return layout.topic_id_from_str(self.topic_id)
+
+    def order(self, partition: int, *, is_new: bool = False) -> storage_pb2.PartitionState:
+        """The UpdatePartitions entry of a partition that has a leader/ISR state."""
+        st = self.states[partition]
+        return storage_pb2.PartitionState(
+            topic=self.name,
+            partition=partition,
+            leader=st.leader,
+            leader_epoch=st.leader_epoch,
+            isr=list(st.isr),
+            replicas=list(self.assignment[partition]),
+            partition_epoch=st.zk_version,
+            is_new=is_new,
+            topic_id=self.topic_id_bytes,
+            config=dict(self.config),
+        )
+
+
+@dataclass(slots=True)
+class LiveBroker:
+    registration: BrokerRegistration
+    epoch: int  # czxid of the ephemeral registration (Kafka's broker epoch)
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    epoch: int
+    epoch_zk_version: int
+    brokers: dict[int, LiveBroker] = field(default_factory=dict)
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    topics_to_delete: set[str] = field(default_factory=set)
+
+    @property
+    def live_ids(self) -> set[int]:
+        return set(self.brokers)
+
+    def partitions_on(self, broker_id: int) -> list[tuple[TopicState, int]]:
+        """Every partition with a replica on ``broker_id`` and a leader/ISR state (new partitions
+        without one and topics queued for deletion excluded)."""
+        out: list[tuple[TopicState, int]] = []
+        for name, topic in self.topics.items():
+            if name in self.topics_to_delete:
+                continue
+            out.extend(
+                (topic, p)
+                for p, replicas in sorted(topic.assignment.items())
+                if broker_id in replicas and p in topic.states
+            )
+        return out
+
+    def offline_partition_count(self) -> int:
+        live = self.live_ids
+        count = 0
+        for name, topic in self.topics.items():
+            if name in self.topics_to_delete:
+                continue
+            for p in topic.assignment:
+                st = topic.states.get(p)
+                if st is None or st.leader == NO_LEADER or st.leader not in live:
+                    count += 1
+        return count
+
+    def partition_count(self) -> int:
+        return sum(len(t.assignment) for t in self.topics.values())

@@ -1,0 +1,211 @@
+"""The controller app run inside the test process (real ZooKeeper, real gRPC, fake storage):
+behaviours that need ZooKeeper surgery — ISR changes written by leaders, session expiry,
+unclean election, disabled deletion."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from prometheus_client import CollectorRegistry
+
+from services.common.errors import ErrorCode
+from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk
+from services.controller.app import ControllerApp
+from services.controller.metrics import ControllerMetrics
+from services.controller.settings import ControllerSettings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, whatever the import mode
+from test_controller_harness import FakeStorage, controller_stub, wait_for  # noqa: E402  # isort: skip
+
+pytestmark = pytest.mark.integration
+
+AppFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def zk(zk_connect: str) -> AsyncIterator[AsyncZk]:
+    client = AsyncZk(zk_connect, 4000)
+    await client.start()
+    await client.ensure_layout()
+    yield client
+    await client.stop()
+
+
+@pytest.fixture
+async def make_app(zk_connect: str) -> AsyncIterator[AppFactory]:
+    apps: list[ControllerApp] = []
+
+    async def factory(**overrides: Any) -> ControllerApp:
+        settings = ControllerSettings.load(
+            [],
+            env={},
+            controller_id=overrides.pop("controller_id", 1),
+            zookeeper_connect=zk_connect,
+            zookeeper_session_timeout_ms=2000,
+            **overrides,
+        )
+        app = ControllerApp(settings, ControllerMetrics(CollectorRegistry()))
+        await app.start()
+        apps.append(app)
+        await wait_for(
+            lambda: app.active is not None and app.active.running,
+            10,
+            what="the controller to become active",
+        )
+        return app
+
+    yield factory
+    for app in apps:
+        await app.stop()
+
+
+@pytest.fixture
+async def nodes(zk_connect: str) -> AsyncIterator[list[FakeStorage]]:
+    started: list[FakeStorage] = []
+    yield started
+    for n in started:
+        await n.stop()
+
+
+async def start_node(zk_connect: str, nodes: list[FakeStorage], broker_id: int) -> FakeStorage:
+    node = await FakeStorage(broker_id, zk_connect).start()
+    nodes.append(node)
+    await wait_for(lambda: node.max_controller_epoch > 0, what=f"broker {broker_id} to be seen")
+    return node
+
+
+async def create(zk: AsyncZk, spec: pb.TopicSpec) -> pb.TopicResult:
+    stub, channel = await controller_stub(zk)
+    try:
+        resp = await stub.CreateTopics(pb.CreateTopicsRequest(topics=[spec], timeout_ms=5000))
+    finally:
+        await channel.close()
+    return resp.topics[0]
+
+
+def assigned(name: str, *replicas: list[int]) -> pb.TopicSpec:
+    return pb.TopicSpec(
+        name=name,
+        num_partitions=-1,
+        replication_factor=-1,
+        assignments=[
+            pb.ReplicaAssignment(partition=p, broker_ids=r) for p, r in enumerate(replicas)
+        ],
+    )
+
+
+async def state(zk: AsyncZk, topic: str, p: int) -> dict[str, Any]:
+    return layout.loads((await zk.get(layout.partition_state_path(topic, p)))[0])  # type: ignore[no-any-return]
+
+
+async def test_isr_changed_by_the_leader_is_picked_up(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    app = await make_app()
+    for i in (1, 2, 3):
+        await start_node(zk_connect, nodes, i)
+    assert (await create(zk, assigned("isr", [1, 2, 3]))).error_code == 0
+    path = layout.partition_state_path("isr", 0)
+    # the leader shrinks the ISR itself (conditional on the version it knows), and notifies
+    await zk.set(path, layout.PartitionStateZk(1, 0, [1, 3], app.active.epoch).to_json(), 0)  # type: ignore[union-attr]
+    await zk.create(
+        f"{layout.ISR_CHANGE_NOTIFICATION}/isr_change_",
+        layout.dumps({"version": 1, "partitions": [{"topic": "isr", "partition": 0}]}),
+        sequence=True,
+    )
+    await wait_for(
+        lambda: _no_children(zk, layout.ISR_CHANGE_NOTIFICATION),
+        what="the notification to be consumed",
+    )
+    assert app.active.ctx.topics["isr"].states[0].isr == [1, 3]  # type: ignore[union-attr]
+
+    # a leader write without notification: the controller's next write hits BadVersion,
+    # re-reads and still applies the election on top of the newer state
+    await zk.set(path, layout.PartitionStateZk(1, 0, [1], app.active.epoch).to_json(), 1)  # type: ignore[union-attr]
+    await nodes[0].deregister()
+    await wait_for(lambda: _leader(zk, "isr", 0, -1), what="isr-0 offline (no live ISR member)")
+    assert await state(zk, "isr", 0) == {
+        "controller_epoch": app.active.epoch,
+        "leader": -1,  # type: ignore[union-attr]
+        "version": 1,
+        "leader_epoch": 1,
+        "isr": [1],
+    }
+
+
+async def test_unclean_election_per_topic(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    await make_app()
+    b1 = await start_node(zk_connect, nodes, 1)
+    await start_node(zk_connect, nodes, 2)
+    for name, unclean in (("clean", "false"), ("dirty", "true")):
+        spec = assigned(name, [1, 2])
+        spec.configs["unclean.leader.election.enable"] = unclean
+        assert (await create(zk, spec)).error_code == 0
+        path = layout.partition_state_path(name, 0)
+        await zk.set(path, layout.PartitionStateZk(1, 0, [1], 1).to_json(), 0)  # 2 fell behind
+    await b1.deregister()
+    await wait_for(lambda: _leader(zk, "dirty", 0, 2), what="unclean election of broker 2")
+    await wait_for(lambda: _leader(zk, "clean", 0, -1), what="clean topic offline")
+    assert (await state(zk, "dirty", 0))["isr"] == [2]
+    assert (await state(zk, "clean", 0))["isr"] == [1]
+
+
+async def test_deletion_disabled(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    await make_app(delete_topic_enable=False)
+    await start_node(zk_connect, nodes, 1)
+    assert (await create(zk, assigned("kept", [1]))).error_code == 0
+    stub, channel = await controller_stub(zk)
+    try:
+        resp = await stub.DeleteTopics(pb.DeleteTopicsRequest(names=["kept"], timeout_ms=1000))
+    finally:
+        await channel.close()
+    assert resp.topics[0].error_code == ErrorCode.TOPIC_DELETION_DISABLED
+    # a marker written by hand is removed, as Kafka does when deletion is disabled
+    await zk.create(layout.delete_topic_path("kept"))
+    await wait_for(lambda: _no_children(zk, layout.DELETE_TOPICS), what="the marker removed")
+    assert await zk.exists(layout.topic_path("kept")) is not None
+
+
+async def test_session_expiry_resigns_then_reelects(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    app = await make_app()
+    node = await start_node(zk_connect, nodes, 1)
+    first = app.active
+    assert first is not None and first.epoch == 1
+    # expire the controller's session the classic way: a second client with the same session
+    session_id, password = app.zk.client.client_id
+    hosts, _, chroot = zk_connect.partition("/")
+    clone = KazooClient(hosts=hosts + "/" + chroot, client_id=(session_id, password), timeout=2)
+    clone.start(5)
+    clone.stop()
+    clone.close()
+    await wait_for(lambda: app.active is not first, 10, what="resignation on session loss")
+    await wait_for(
+        lambda: app.active is not None and app.active.running and app.registered,
+        10,
+        what="re-registration and re-election",
+    )
+    assert app.active.epoch == 2  # type: ignore[union-attr]
+    assert await zk.exists(layout.controller_endpoint_path(1)) is not None
+    await wait_for(lambda: node.max_controller_epoch == 2, what="the node to get the new epoch")
+
+
+async def _no_children(zk: AsyncZk, path: str) -> bool:
+    return not await zk.get_children(path)
+
+
+async def _leader(zk: AsyncZk, topic: str, p: int, leader: int) -> bool:
+    got = await zk.get_or_none(layout.partition_state_path(topic, p))
+    return got is not None and layout.loads(got[0])["leader"] == leader

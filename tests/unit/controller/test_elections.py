@@ -1,0 +1,46 @@
+"""Leader election and ISR changes (Kafka's partition/replica state machines)."""
+
+from __future__ import annotations
+
+from services.controller.elections import (
+    NO_LEADER,
+    LeaderIsr,
+    initial_leader_isr,
+    next_leader_isr,
+    offline_leader,
+)
+
+
+def test_new_partition_gets_first_live_replica() -> None:
+    assert initial_leader_isr([3, 1, 2], {1, 2, 3}) == LeaderIsr(3, (3, 1, 2))
+    assert initial_leader_isr([3, 1, 2], {1, 2}) == LeaderIsr(1, (1, 2))
+    assert initial_leader_isr([3], set()) is None
+
+
+def test_rf1_leader_death_goes_offline_keeping_isr() -> None:
+    assert next_leader_isr([1], 1, [1], set(), unclean=False) == LeaderIsr(NO_LEADER, (1,))
+    # already offline: nothing to write
+    assert next_leader_isr([1], NO_LEADER, [1], set(), unclean=False) is None
+    # the broker returns: clean election (it is in the ISR)
+    assert next_leader_isr([1], NO_LEADER, [1], {1}, unclean=False) == LeaderIsr(1, (1,))
+
+
+def test_leader_death_elects_first_live_isr_replica_in_assignment_order() -> None:
+    assert next_leader_isr([1, 2, 3], 1, [1, 3, 2], {2, 3}, False) == LeaderIsr(2, (3, 2))
+    assert next_leader_isr([1, 2, 3], 1, [1, 3], {2, 3}, False) == LeaderIsr(3, (3,))
+
+
+def test_follower_death_shrinks_isr() -> None:
+    assert next_leader_isr([1, 2, 3], 1, [1, 2, 3], {1, 2}, False) == LeaderIsr(1, (1, 2))
+    assert next_leader_isr([1, 2, 3], 1, [1, 2], {1, 2}, False) is None
+
+
+def test_no_live_isr_replica_clean_vs_unclean() -> None:
+    # 2 is alive but out of sync: clean election leaves the partition offline
+    assert next_leader_isr([1, 2], 1, [1], {2}, unclean=False) == LeaderIsr(NO_LEADER, (1,))
+    assert next_leader_isr([1, 2], 1, [1], {2}, unclean=True) == LeaderIsr(2, (2,))
+    assert offline_leader([1, 2], [1], set(), unclean=True) is None
+
+
+def test_all_isr_dead_keeps_one_member() -> None:
+    assert next_leader_isr([1, 2, 3], 1, [1, 2], {3}, False) == LeaderIsr(NO_LEADER, (2,))
