@@ -1,0 +1,69 @@
+"""The API versions the gateway advertises in ApiVersions responses.
+
+Edit `_ADVERTISED` to change what clients may use; each range is capped at the versions the kio
+schemas cover. Ceilings chosen for the current gateway: Fetch stops at v12 (v13+ addresses topics
+by id); Produce at v9 (first flexible version; v10+ adds leader-discovery tags); ListOffsets at v7
+(MAX_TIMESTAMP; v8+ is tiered storage); Metadata at v12 (v13 adds a top-level error code).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .api_keys import ApiKey
+from .schema import known_versions
+
+_ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+
+def _cap(table: dict[ApiKey, tuple[int, int]]) -> dict[ApiKey, tuple[int, int]]:
+    capped: dict[ApiKey, tuple[int, int]] = {}
+    for key, (low, high) in table.items():
+        known = known_versions(key)
+        if not known:
+            continue
+        low, high = max(low, known[0]), min(high, known[-1])
+        if low <= high:
+            capped[key] = (low, high)
+    return capped
+
+
+SUPPORTED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = _cap(_ADVERTISED)
+
+
+def is_supported(
+    api_key: int,
+    api_version: int,
+    supported: dict[ApiKey, tuple[int, int]] | None = None,
+) -> bool:
+    table = SUPPORTED_VERSIONS if supported is None else supported
+    try:
+        low, high = table[ApiKey(api_key)]
+    except (KeyError, ValueError):
+        return False
+    return low <= api_version <= high
+
+
+def api_versions_entries(
+    supported: dict[ApiKey, tuple[int, int]] | None = None,
+) -> list[dict[str, int]]:
+    """The `api_keys` array of an ApiVersions response, sorted by api key."""
+    table = SUPPORTED_VERSIONS if supported is None else supported
+    return [
+        {"api_key": int(key), "min_version": low, "max_version": high}
+        for key, (low, high) in sorted(table.items())
+    ]
