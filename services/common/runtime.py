@@ -20,6 +20,9 @@ GRPC_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # Servers accept the clients' keepalive pings (else idle channels get GOAWAY too_many_pings).
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
     ("grpc.so_reuseport", 0),
 ]
 

@@ -1,0 +1,77 @@
+"""What request handlers get: the gateway's long-lived services and the request's own context."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.common.errors import ErrorCode
+from services.common.logging import get_logger
+from services.common.zk.client import AsyncZk
+from services.common.zk.layout import Endpoint
+from services.common.zk.producer_ids import ProducerIdManager
+from services.gateway.controller_client import ControllerClient
+from services.gateway.metadata_cache import MetadataCache
+from services.gateway.offsets_cache import OffsetsCache
+from services.gateway.settings import GatewaySettings
+from services.gateway.storage_clients import StorageClients
+
+log = get_logger("gateway")
+
+
+@dataclass(slots=True)
+class GatewayServices:
+    settings: GatewaySettings
+    endpoint: Endpoint  # this gateway as clients see it (advertised host/port, rack)
+    cache: MetadataCache
+    storage: StorageClients
+    controller: ControllerClient
+    offsets: OffsetsCache
+    producer_ids: ProducerIdManager | None = None
+    zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
+    # topic auto-creations in flight -> their controller call (Metadata error code per topic)
+    creating: dict[str, asyncio.Task[dict[str, ErrorCode]]] = field(default_factory=dict)
+    _background: set[asyncio.Future[Any]] = field(default_factory=set)
+
+    @property
+    def node_id(self) -> int:
+        return self.endpoint.node_id
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self.settings.request_timeout_ms / 1000.0
+
+    def spawn(self, work: Awaitable[Any], what: str) -> asyncio.Future[Any]:
+        """Run ``work`` in the background (kept referenced; failures are logged)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+
+        def done(t: asyncio.Future[Any]) -> None:
+            self._background.discard(t)
+            if not t.cancelled() and (exc := t.exception()) is not None:
+                log.warning("background_task_failed", what=what, error=repr(exc))
+
+        task.add_done_callback(done)
+        return task
+
+    async def wait_background(self, grace_s: float) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=grace_s)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    services: GatewayServices
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: str
+    versions: Mapping[int, tuple[int, int]]  # what this gateway advertises in ApiVersions
+    close: Callable[[str], None] | None = None  # closes the client connection (with a reason)
+
+    def close_connection(self, reason: str) -> None:
+        if self.close is not None:
+            self.close(reason)

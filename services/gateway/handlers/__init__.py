@@ -1,0 +1,51 @@
+"""Request handlers, one module per Kafka API; ``HANDLERS`` maps api key -> handler.
+
+A new API is one new module exposing ``HANDLER`` (see ``base.ApiHandler``) added to the list
+below; ApiVersions advertises exactly the handled keys, at the codec's SUPPORTED_VERSIONS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.common.protocol import SUPPORTED_VERSIONS
+from services.gateway.handlers import (
+    alter_configs,
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    incremental_alter_configs,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
+from services.gateway.handlers.base import ApiHandler
+
+HANDLERS: dict[int, ApiHandler] = {
+    h.api_key: h
+    for h in (
+        api_versions.HANDLER,
+        metadata.HANDLER,
+        produce.HANDLER,
+        fetch.HANDLER,
+        list_offsets.HANDLER,
+        create_topics.HANDLER,
+        delete_topics.HANDLER,
+        create_partitions.HANDLER,
+        alter_configs.HANDLER,
+        incremental_alter_configs.HANDLER,
+        describe_configs.HANDLER,
+        describe_cluster.HANDLER,
+        init_producer_id.HANDLER,
+    )
+}
+
+
+def advertised_versions(handlers: Mapping[int, ApiHandler] = HANDLERS) -> dict[int, tuple[int, int]]:
+    """Version ranges of the handled APIs (keys the codec does not support are left out)."""
+    return {int(k): v for k, v in SUPPORTED_VERSIONS.items() if int(k) in handlers}

@@ -1,0 +1,191 @@
+"""Fetch (v4-12), sessionless: one Storage.Fetch per leader node, answered on combined min_bytes.
+
+Sessions: a full request (session epoch 0 or -1) is answered sessionless (session_id 0, which
+clients accept as "no session"); an incremental one (any other epoch) gets
+FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for a session it does not have.
+
+Waiting: each node is asked for its share of min_bytes. As soon as the completed nodes hold
+min_bytes in total, or one of them reports an error, the still-waiting calls are cancelled and
+their partitions answered with no records and the last known offsets; otherwise every call
+returns by max_wait. Record bytes are passed through untouched; partitions beyond the request's
+max_bytes (after the first one with data) are answered without records and fetched again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.gateway import metrics
+from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.handlers.base import ApiHandler, Body
+from services.gateway.storage_clients import rpc_error_code
+
+FINAL_EPOCH = -1
+INITIAL_EPOCH = 0
+READ_COMMITTED = 1
+_RPC_MARGIN_S = 5.0
+
+_topic_bytes: dict[str, Any] = {}
+
+
+def _count_out(topic: str, nbytes: int) -> None:
+    c = _topic_bytes.get(topic)
+    if c is None:
+        c = _topic_bytes[topic] = metrics.TOPIC_BYTES_OUT.labels(topic)
+    c.inc(nbytes)
+
+
+def _partition(index: int, code: ErrorCode, hw: int = -1, lso: int = -1,
+               log_start: int = -1) -> Body:
+    return {"partition_index": index, "error_code": int(code), "high_watermark": hw,
+            "last_stable_offset": lso, "log_start_offset": log_start,
+            "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+
+
+async def handle(ctx: RequestContext, req: Body) -> Body:
+    s = ctx.services
+    v = ctx.api_version
+    if v >= 7 and req.get("session_epoch", FINAL_EPOCH) not in (FINAL_EPOCH, INITIAL_EPOCH):
+        return _top_level_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    cache = s.cache
+    isolation = int(req.get("isolation_level", 0))
+    responses: list[Body] = []
+    order: list[tuple[str, Body]] = []  # (topic, partition response) in request order
+    by_node: dict[int, list[tuple[Any, Body]]] = {}
+    immediate = False
+    for ft in req["topics"]:
+        name = ft["topic"]
+        topic = cache.topic(name)
+        parts: list[Body] = []
+        responses.append({"topic": name, "partitions": parts})
+        for fp in ft["partitions"]:
+            index = fp["partition"]
+            info = topic.partitions.get(index) if topic is not None else None
+            if info is None:
+                res = _partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif info.leader < 0 or s.storage.stub(info.leader) is None:
+                res = _partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                immediate = True
+            else:
+                res = _partition(index, ErrorCode.NONE, *s.offsets.get(name, index))
+                by_node.setdefault(info.leader, []).append((pb.PartitionFetch(
+                    topic=name, partition=index, fetch_offset=fp["fetch_offset"],
+                    partition_max_bytes=fp["partition_max_bytes"],
+                    current_leader_epoch=fp.get("current_leader_epoch", -1),
+                    log_start_offset=-1), res))
+            parts.append(res)
+            order.append((name, res))
+    if by_node:
+        await _fetch_nodes(s, req, by_node, isolation, immediate)
+        _apply_max_bytes(order, int(req.get("max_bytes", 0x7FFFFFFF)))
+        for name, res in order:
+            if res["records"]:
+                _count_out(name, len(res["records"]))
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tuple[Any, Body]]],
+                       isolation: int, immediate: bool) -> None:
+    max_wait_ms = 0 if immediate else max(int(req.get("max_wait", 0)), 0)
+    min_bytes = max(int(req.get("min_bytes", 0)), 0)
+    share = math.ceil(min_bytes / len(by_node)) if min_bytes > 0 else 0
+    timeout = min(max_wait_ms / 1000.0 + _RPC_MARGIN_S, max_wait_ms / 1000.0 + s.request_timeout_s)
+    tasks: dict[asyncio.Task[Any], tuple[int, list[tuple[Any, Body]]]] = {}
+    for node, items in by_node.items():
+        stub = s.storage.stub(node)
+        if stub is None:  # deregistered since the request was read
+            for _, res in items:
+                res.update(_partition(res["partition_index"], ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            continue
+        request = pb.FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=share,
+                                  max_bytes=int(req.get("max_bytes", 0x7FFFFFFF)),
+                                  isolation_level=isolation, partitions=[p for p, _ in items])
+        task = asyncio.ensure_future(stub.Fetch(request, timeout=timeout))
+        tasks[task] = (node, items)
+    pending: set[asyncio.Task[Any]] = set(tasks)
+    total = 0
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            stop = False
+            for task in done:
+                node, items = tasks[task]
+                got, failed = _apply_result(s, node, task, items, isolation)
+                total += got
+                stop = stop or failed
+            if pending and (stop or (min_bytes > 0 and total >= min_bytes)):
+                break
+    finally:
+        for task in pending:
+            task.cancel()
+
+
+def _apply_result(s: GatewayServices, node: int, task: asyncio.Task[Any],
+                  items: list[tuple[Any, Body]], isolation: int) -> tuple[int, bool]:
+    """Fill the responses of one node; returns (record bytes, whether an error was reported)."""
+    exc = task.exception()
+    if exc is not None:
+        code = rpc_error_code("Fetch", exc)
+        for _, res in items:
+            res.update(_partition(res["partition_index"], code))
+        return 0, True
+    by_key = {(r.topic, r.partition): r for r in task.result().partitions}
+    got = 0
+    failed = False
+    offsets = s.offsets
+    for p, res in items:
+        r = by_key.get((p.topic, p.partition))
+        if r is None:
+            res.update(_partition(res["partition_index"], ErrorCode.UNKNOWN_SERVER_ERROR))
+            failed = True
+            continue
+        res["error_code"] = r.error_code
+        res["high_watermark"] = r.high_watermark
+        res["last_stable_offset"] = r.last_stable_offset
+        res["log_start_offset"] = r.log_start_offset
+        if r.error_code:
+            failed = True
+            continue
+        offsets.update(p.topic, p.partition, high_watermark=r.high_watermark,
+                       last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset)
+        if isolation == READ_COMMITTED:
+            res["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in r.aborted_transactions]
+        if r.records:
+            res["records"] = r.records
+            got += len(r.records)
+    return got, failed
+
+
+def _apply_max_bytes(order: list[tuple[str, Body]], max_bytes: int) -> None:
+    """Drop records past the response's max_bytes (the first non-empty partition always stays)."""
+    total = 0
+    for _, res in order:
+        n = len(res["records"])
+        if not n:
+            continue
+        if total and total + n > max_bytes:
+            res["records"] = b""
+            res["aborted_transactions"] = [] if res["aborted_transactions"] is not None else None
+            continue
+        total += n
+
+
+def _top_level_error(code: ErrorCode) -> Body:
+    return {"throttle_time": 0, "error_code": int(code), "session_id": 0, "responses": []}
+
+
+def error_response(req: Body, version: int, code: ErrorCode) -> Body:
+    return {"throttle_time": 0, "error_code": int(code), "session_id": 0, "responses": [
+        {"topic": ft["topic"], "partitions": [_partition(fp["partition"], code)
+                                              for fp in ft["partitions"]]}
+        for ft in req.get("topics") or []]}
+
+
+HANDLER = ApiHandler(ApiKey.FETCH, "FetchConsumer", handle, error_response)

@@ -1,0 +1,106 @@
+"""ListOffsets (v1-7): one Storage.ListOffsets per leader node."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.handlers.base import ApiHandler, Body
+from services.gateway.storage_clients import rpc_error_code
+
+LATEST = -1
+EARLIEST = -2
+READ_COMMITTED = 1
+
+
+def _partition(index: int, code: ErrorCode) -> Body:
+    return {"partition_index": index, "error_code": int(code), "timestamp": -1, "offset": -1,
+            "leader_epoch": -1}
+
+
+async def handle(ctx: RequestContext, req: Body) -> Body:
+    s = ctx.services
+    cache = s.cache
+    isolation = int(req.get("isolation_level", 0))
+    topics_out: list[Body] = []
+    by_node: dict[int, list[tuple[Any, Body]]] = {}
+    seen: set[tuple[str, int]] = set()
+    for t in req["topics"]:
+        name = t["name"]
+        topic = cache.topic(name)
+        parts: list[Body] = []
+        topics_out.append({"name": name, "partitions": parts})
+        for p in t["partitions"]:
+            index = p["partition_index"]
+            if (name, index) in seen:
+                parts.append(_partition(index, ErrorCode.INVALID_REQUEST))
+                continue
+            seen.add((name, index))
+            info = topic.partitions.get(index) if topic is not None else None
+            if info is None:
+                parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if info.leader < 0:
+                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                continue
+            res = _partition(index, ErrorCode.NONE)
+            parts.append(res)
+            by_node.setdefault(info.leader, []).append((pb.PartitionOffsetQuery(
+                topic=name, partition=index, timestamp=p["timestamp"],
+                current_leader_epoch=p.get("current_leader_epoch", -1)), res))
+    if by_node:
+        await asyncio.gather(*(_query(s, node, items, isolation) for node, items in by_node.items()))
+    return {"throttle_time": 0, "topics": topics_out}
+
+
+async def _query(s: GatewayServices, node: int, items: list[tuple[Any, Body]],
+                 isolation: int) -> None:
+    def fail(code: ErrorCode) -> None:
+        for _, res in items:
+            res.update(_partition(res["partition_index"], code))
+
+    stub = s.storage.stub(node)
+    if stub is None:
+        fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return
+    request = pb.ListOffsetsRequest(isolation_level=isolation, partitions=[q for q, _ in items])
+    try:
+        resp = await stub.ListOffsets(request, timeout=s.request_timeout_s)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
+        fail(rpc_error_code("ListOffsets", exc))
+        return
+    by_key = {(r.topic, r.partition): r for r in resp.partitions}
+    for q, res in items:
+        r = by_key.get((q.topic, q.partition))
+        if r is None:
+            res.update(_partition(res["partition_index"], ErrorCode.UNKNOWN_SERVER_ERROR))
+            continue
+        res["error_code"] = r.error_code
+        if r.error_code:
+            continue
+        res["timestamp"] = r.timestamp
+        res["offset"] = r.offset
+        res["leader_epoch"] = r.leader_epoch
+        if q.timestamp == LATEST:
+            if isolation == READ_COMMITTED:
+                s.offsets.update(q.topic, q.partition, last_stable_offset=r.offset)
+            else:
+                s.offsets.update(q.topic, q.partition, high_watermark=r.offset)
+        elif q.timestamp == EARLIEST:
+            s.offsets.update(q.topic, q.partition, log_start_offset=r.offset)
+
+
+def error_response(req: Body, version: int, code: ErrorCode) -> Body:
+    return {"throttle_time": 0, "topics": [
+        {"name": t["name"], "partitions": [_partition(p["partition_index"], code)
+                                           for p in t["partitions"]]}
+        for t in req.get("topics") or []]}
+
+
+HANDLER = ApiHandler(ApiKey.LIST_OFFSETS, "ListOffsets", handle, error_response)

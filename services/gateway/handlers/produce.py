@@ -1,0 +1,228 @@
+"""Produce (v3-9): one Storage.Append per leader node, results mapped back per partition.
+
+Checks made here, before any RPC (Kafka's order): acks in {0, 1, -1} else INVALID_REQUIRED_ACKS
+everywhere; unknown topic/partition -> UNKNOWN_TOPIC_OR_PARTITION; Kafka's internal topics ->
+INVALID_TOPIC_EXCEPTION; the cheap part of ProduceRequest.validateRecords from the batch header
+only (exactly one batch, magic 2, no zstd before v7) -> INVALID_RECORD /
+UNSUPPORTED_COMPRESSION_TYPE; batch larger than max.message.bytes -> MESSAGE_TOO_LARGE. CRCs and
+producer state are storage's job (not validated twice). A transactional_id is passed on to
+storage, which owns producer state. acks=0: the appends are fired and nothing is answered; if
+a partition fails, the connection is closed instead (Kafka's way of telling such a client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable
+from typing import Any
+
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey
+from services.common.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.topic_config import TOPIC_CONFIGS
+from services.gateway import metrics
+from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.handlers.base import ApiHandler, Body, as_error_code
+from services.gateway.metadata_cache import INTERNAL_TOPICS
+from services.gateway.storage_clients import rpc_error_code
+
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_ATTRIBUTES_OFFSET = 21
+_RECORD_COUNT_OFFSET = 57
+_ZSTD = 4
+_RPC_MARGIN_S = 5.0
+_MAX_MESSAGE_BYTES = TOPIC_CONFIGS["max.message.bytes"]
+
+_topic_bytes: dict[str, Any] = {}
+_topic_messages: dict[str, Any] = {}
+
+
+def _count_in(topic: str, nbytes: int, records: int) -> None:
+    c = _topic_bytes.get(topic)
+    if c is None:
+        c = _topic_bytes[topic] = metrics.TOPIC_BYTES_IN.labels(topic)
+        _topic_messages[topic] = metrics.TOPIC_MESSAGES_IN.labels(topic)
+    c.inc(nbytes)
+    _topic_messages[topic].inc(records)
+
+
+def check_records(records: Any, version: int, max_bytes: int) -> tuple[ErrorCode, str, int]:
+    """Header-only checks of one partition's record set; returns (error, message, records)."""
+    if records is None or len(records) == 0:
+        return (ErrorCode.INVALID_RECORD,
+                f"Produce requests with version {version} must have at least one record batch", 0)
+    n = len(records)
+    if n < HEADER_SIZE:
+        return ErrorCode.CORRUPT_MESSAGE, "Record batch is shorter than its header", 0
+    size = _INT32.unpack_from(records, 8)[0] + LOG_OVERHEAD
+    if records[MAGIC_OFFSET] != 2:
+        return (ErrorCode.INVALID_RECORD, f"Produce requests with version {version} are only "
+                "allowed to contain record batches with magic version 2", 0)
+    if size < HEADER_SIZE or size > n:
+        return ErrorCode.CORRUPT_MESSAGE, "Record batch length does not match the data", 0
+    if size < n:
+        return (ErrorCode.INVALID_RECORD, f"Produce requests with version {version} are only "
+                "allowed to contain exactly one record batch per partition", 0)
+    if version < 7 and _INT16.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & 0x07 == _ZSTD:
+        return (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version}"
+                " are not allowed to use ZStandard compression", 0)
+    if size > max_bytes:
+        return (ErrorCode.MESSAGE_TOO_LARGE, f"The record batch of {size} bytes exceeds the "
+                f"maximum of {max_bytes} bytes", 0)
+    return ErrorCode.NONE, "", _INT32.unpack_from(records, _RECORD_COUNT_OFFSET)[0]
+
+
+def _max_message_bytes(s: GatewayServices, overrides: Any) -> int:
+    raw = overrides.get(_MAX_MESSAGE_BYTES.name)
+    if raw is not None:
+        try:
+            return int(raw)
+        except ValueError:
+            pass
+    return s.settings.message_max_bytes
+
+
+def _partition(index: int, code: ErrorCode, message: str | None = None) -> Body:
+    return {"index": index, "error_code": int(code), "base_offset": -1, "log_append_time": -1,
+            "log_start_offset": -1, "record_errors": [],
+            "error_message": message if code != ErrorCode.NONE and message else None}
+
+
+async def handle(ctx: RequestContext, req: Body) -> Body | None:
+    s = ctx.services
+    v = ctx.api_version
+    acks = req["acks"]
+    if acks not in (0, 1, -1):
+        return error_response(req, v, ErrorCode.INVALID_REQUIRED_ACKS)
+    cache = s.cache
+    responses: list[Body] = []
+    by_node: dict[int, list[tuple[Any, Body]]] = {}
+    for td in req["topic_data"]:
+        name = td["name"]
+        topic = cache.topic(name)
+        parts: list[Body] = []
+        responses.append({"name": name, "partition_responses": parts})
+        for pd in td["partition_data"]:
+            index = pd["index"]
+            info = topic.partitions.get(index) if topic is not None else None
+            if topic is None or info is None:
+                parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if name in INTERNAL_TOPICS:
+                parts.append(_partition(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                        f"Cannot append to internal topic {name}"))
+                continue
+            records = pd.get("records")
+            code, message, count = check_records(records, v, _max_message_bytes(s, topic.config))
+            if code != ErrorCode.NONE:
+                parts.append(_partition(index, code, message))
+                continue
+            if info.leader < 0:
+                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                        "The partition has no leader"))
+                continue
+            data = bytes(records)
+            _count_in(name, len(data), count)
+            res = _partition(index, ErrorCode.NONE)
+            parts.append(res)
+            by_node.setdefault(info.leader, []).append(
+                (pb.PartitionAppend(topic=name, partition=index, records=data,
+                                    current_leader_epoch=-1), res))
+    if not by_node:
+        if acks == 0:
+            _close_on_error(ctx, responses)
+            return None
+        return {"responses": responses, "throttle_time": 0}
+    timeout_ms = int(req.get("timeout", 30000))
+    # The calls are started here, synchronously and in request order, so that appends from
+    # one connection reach each storage node in the order the client sent them.
+    calls = [_start_append(s, node, items, acks, timeout_ms, req.get("transactional_id"))
+             for node, items in by_node.items()]
+    if acks == 0:
+        appends = s.spawn(asyncio.gather(*calls), "produce_acks0")
+        if not _close_on_error(ctx, responses):
+            appends.add_done_callback(lambda _: _close_on_error(ctx, responses))
+        return None
+    await asyncio.gather(*calls)
+    return {"responses": responses, "throttle_time": 0}
+
+
+def _close_on_error(ctx: RequestContext, responses: list[Body]) -> bool:
+    """acks=0 has no response to carry errors: as Kafka, close the connection instead, so the
+    client notices (and refreshes its metadata). Returns whether it did."""
+    failed = next((p for t in responses for p in t["partition_responses"] if p["error_code"]),
+                  None)
+    if failed is None:
+        return False
+    ctx.close_connection(f"acks=0 produce failed: {as_error_code(failed['error_code']).name}")
+    return True
+
+
+def _fail(items: list[tuple[Any, Body]], code: ErrorCode, message: str) -> None:
+    for _, res in items:
+        res.update(_partition(res["index"], code, message))
+
+
+def _start_append(s: GatewayServices, node: int, items: list[tuple[Any, Body]], acks: int,
+                  timeout_ms: int, transactional_id: str | None) -> Awaitable[None]:
+    """Start one Append to ``node``; the returned awaitable fills the responses in ``items``."""
+    stub = s.storage.stub(node)
+    if stub is None:
+        _fail(items, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Storage node {node} is not available")
+        return _done()
+    request = pb.AppendRequest(acks=acks, timeout_ms=timeout_ms,
+                               transactional_id=transactional_id or "",
+                               partitions=[p for p, _ in items])
+    try:
+        call = stub.Append(request, timeout=max(timeout_ms, 0) / 1000.0 + _RPC_MARGIN_S)
+    except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
+        code = rpc_error_code("Append", exc)
+        _fail(items, code, f"Storage node {node}: {code.name}")
+        return _done()
+    return _finish_append(s, node, call, items)
+
+
+async def _done() -> None:
+    return None
+
+
+async def _finish_append(s: GatewayServices, node: int, call: Any,
+                         items: list[tuple[Any, Body]]) -> None:
+    try:
+        resp = await call
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
+        code = rpc_error_code("Append", exc)
+        _fail(items, code, f"Storage node {node}: {code.name}")
+        return
+    by_key = {(r.topic, r.partition): r for r in resp.partitions}
+    offsets = s.offsets
+    for p, res in items:
+        r = by_key.get((p.topic, p.partition))
+        if r is None:
+            res.update(_partition(res["index"], ErrorCode.UNKNOWN_SERVER_ERROR,
+                                  "Storage returned no result for the partition"))
+            continue
+        res["error_code"] = r.error_code
+        if r.error_code == 0:
+            res["base_offset"] = r.base_offset
+            res["log_append_time"] = r.log_append_time_ms
+            res["log_start_offset"] = r.log_start_offset
+            offsets.update(p.topic, p.partition, log_start_offset=r.log_start_offset)
+        else:
+            res["log_start_offset"] = r.log_start_offset if r.log_start_offset >= 0 else -1
+            res["error_message"] = r.error_message or None
+
+
+def error_response(req: Body, version: int, code: ErrorCode) -> Body:
+    return {"throttle_time": 0, "responses": [
+        {"name": td["name"],
+         "partition_responses": [_partition(pd["index"], code) for pd in td["partition_data"]]}
+        for td in req.get("topic_data") or []]}
+
+
+HANDLER = ApiHandler(ApiKey.PRODUCE, "Produce", handle, error_response)

@@ -1,0 +1,390 @@
+"""The Kafka protocol listener: framing, dispatch, pipelining, response order.
+
+Each connection reads ``int32 size`` + frame. A size below 0 or above
+``socket.request.max.bytes`` closes the connection, as do an unreadable header, an unknown
+API key and a body that fails to decode (Kafka does the same). Requests on one connection are
+handled concurrently, each in its own task, and responses are written strictly in request
+order through a queue of slots; an acks=0 Produce takes no slot, so it never holds back later
+responses. Reading pauses when a connection has ``max_inflight`` requests running or its
+write buffer is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from services.common.errors import ErrorCode
+from services.common.logging import get_logger
+from services.common.protocol import ApiKey, decode_request, encode_response, parse_request_header
+from services.gateway import metrics
+from services.gateway.context import RequestContext
+from services.gateway.handlers.api_versions import fallback_body
+from services.gateway.handlers.base import ApiHandler
+
+log = get_logger("gateway.server")
+
+_SIZE = struct.Struct(">i")
+_WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+class _Slot:
+    """A response position in a connection's output order."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | None = None) -> None:
+        self.data = data
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: KafkaServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._transport: Any = None  # asyncio.Transport or uvloop's TCPTransport
+        self._buf = bytearray()
+        self._out: deque[_Slot] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading_paused = False
+        self._write_paused = False
+        self._draining = False
+        self.closing = False
+        self.peer = "?"
+        self.last_active = self._loop.time()
+        self.requests = 0
+
+    # ---- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self._transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        self._server._register(self)
+
+    def data_received(self, data: bytes) -> None:
+        metrics.BYTES_RECEIVED.inc(len(data))
+        self.last_active = self._loop.time()
+        self._buf += data
+        self._process()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        self._out.clear()
+        self._server._unregister(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        self._process()
+
+    # ---- state --------------------------------------------------------------------------
+    @property
+    def tasks(self) -> set[asyncio.Task[None]]:
+        return set(self._tasks)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks) or bool(self._out)
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            if self._transport is not None:
+                self._transport.close()
+
+    def close_for(self, reason: str) -> None:
+        """Close on a handler's request (e.g. a failed acks=0 Produce, as Kafka does)."""
+        if not self.closing:
+            log.info("closing_connection", reason=reason, peer=self.peer)
+            self.close()
+
+    def stop_reading(self) -> None:
+        """Graceful shutdown: take no new requests, finish the running ones."""
+        self._draining = True
+        self._update_reading()
+
+    def _must_pause(self) -> bool:
+        return (self._draining or self._write_paused
+                or len(self._tasks) >= self._server.max_inflight)
+
+    def _update_reading(self) -> None:
+        if self._transport is None or self.closing:
+            return
+        pause = self._must_pause()
+        if pause and not self._reading_paused:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        elif not pause and self._reading_paused:
+            self._transport.resume_reading()
+            self._reading_paused = False
+
+    def _protocol_close(self, reason: str, **kw: Any) -> None:
+        metrics.PROTOCOL_CLOSES.labels(reason).inc()
+        log.error("closing_connection", reason=reason, peer=self.peer, **kw)
+        for task in list(self._tasks):
+            task.cancel()
+        self._out.clear()
+        self.close()
+
+    # ---- input --------------------------------------------------------------------------
+    def _process(self) -> None:
+        buf = self._buf
+        n = len(buf)
+        pos = 0
+        limit = self._server.max_request_bytes
+        while not self.closing and not self._must_pause() and n - pos >= 4:
+            size = _SIZE.unpack_from(buf, pos)[0]
+            if size < 0 or size > limit:
+                self._protocol_close("frame_size", size=size, limit=limit)
+                return
+            end = pos + 4 + size
+            if end > n:
+                break
+            with memoryview(buf) as view:
+                frame = bytes(view[pos + 4:end])
+            pos = end
+            self._on_frame(frame)
+        if pos and not self.closing:
+            del buf[:pos]
+        self._update_reading()
+
+    def _on_frame(self, frame: bytes) -> None:
+        start = time.perf_counter()
+        try:
+            header, offset = parse_request_header(frame)
+        except Exception as exc:  # noqa: BLE001 - any header failure closes, as in Kafka
+            self._protocol_close("bad_header", error=repr(exc))
+            return
+        api_key, version = header.api_key, header.api_version
+        handler = self._server.handlers.get(api_key)
+        if handler is None:
+            self._protocol_close("unknown_api_key", api_key=api_key, api_version=version)
+            return
+        lo, hi = self._server.versions[api_key]
+        if not lo <= version <= hi:
+            self._unsupported_version(handler, header, frame, offset)
+            return
+        try:
+            body = decode_request(api_key, version, frame, offset)
+        except Exception as exc:  # noqa: BLE001 - malformed request: close, as in Kafka
+            self._protocol_close("malformed_request", api_key=api_key, api_version=version,
+                                 correlation_id=header.correlation_id, error=repr(exc))
+            return
+        self.requests += 1
+        slot: _Slot | None = None
+        if not (api_key == ApiKey.PRODUCE and body.get("acks") == 0):
+            slot = _Slot()
+            self._out.append(slot)
+        ctx = RequestContext(self._server.services, api_key, version, header.correlation_id,
+                             header.client_id, self.peer, self._server.versions,
+                             self.close_for)
+        task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
+        self._tasks.add(task)
+        metrics.INFLIGHT.inc()
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        metrics.INFLIGHT.dec()
+        if self._reading_paused and not self.closing:
+            self._update_reading()
+            if not self._reading_paused:
+                self._process()
+
+    def _unsupported_version(self, handler: ApiHandler, header: Any, frame: bytes,
+                             offset: int) -> None:
+        corr = header.correlation_id
+        try:
+            if header.api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer v0 with UNSUPPORTED_VERSION and our version table.
+                data = encode_response(ApiKey.API_VERSIONS, 0, corr, fallback_body(self._server.versions))
+            else:
+                body = decode_request(header.api_key, header.api_version, frame, offset)
+                resp = handler.error_response(body, header.api_version, ErrorCode.UNSUPPORTED_VERSION)
+                data = encode_response(header.api_key, header.api_version, corr, resp)
+        except Exception as exc:  # noqa: BLE001 - no schema for that version: close, as in Kafka
+            self._protocol_close("unsupported_version", api_key=header.api_key,
+                                 api_version=header.api_version, error=repr(exc))
+            return
+        self._out.append(_Slot(data))
+        self._flush()
+
+    # ---- handling and output --------------------------------------------------------------
+    async def _run(self, handler: ApiHandler, ctx: RequestContext, body: dict[str, Any],
+                   slot: _Slot | None, start: float) -> None:
+        version = ctx.api_version
+        try:
+            resp = await handler.handle(ctx, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - every handler failure becomes an error response
+            log.exception("handler_failed", api=handler.name, api_version=version,
+                          correlation_id=ctx.correlation_id, client_id=ctx.client_id,
+                          peer=self.peer)
+            metrics.REQUEST_ERRORS.labels(handler.name, "UNKNOWN_SERVER_ERROR").inc()
+            resp = self._safe_error_body(handler, body, version)
+        self._server.observe(handler.name, version, start)
+        if slot is None:
+            return
+        data = self._encode(handler, ctx, body, resp)
+        if data is None:
+            self._protocol_close("no_response", api=handler.name, correlation_id=ctx.correlation_id)
+            return
+        slot.data = data
+        self._flush()
+
+    def _safe_error_body(self, handler: ApiHandler, body: dict[str, Any],
+                         version: int) -> dict[str, Any] | None:
+        try:
+            return handler.error_response(body, version, ErrorCode.UNKNOWN_SERVER_ERROR)
+        except Exception:  # noqa: BLE001
+            log.exception("error_response_failed", api=handler.name)
+            return None
+
+    def _encode(self, handler: ApiHandler, ctx: RequestContext, body: dict[str, Any],
+                resp: dict[str, Any] | None) -> bytes | None:
+        if resp is not None:
+            try:
+                return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, resp)
+            except Exception:  # noqa: BLE001 - a handler built a bad body: answer an error instead
+                log.exception("encode_failed", api=handler.name, api_version=ctx.api_version,
+                              correlation_id=ctx.correlation_id)
+        err = self._safe_error_body(handler, body, ctx.api_version)
+        if err is None:
+            return None
+        try:
+            return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, err)
+        except Exception:  # noqa: BLE001
+            log.exception("encode_failed", api=handler.name, api_version=ctx.api_version)
+            return None
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out or out[0].data is None:
+            return
+        chunks: list[bytes] = []
+        while out and out[0].data is not None:
+            chunks.append(out.popleft().data)  # type: ignore[arg-type]
+        if self.closing or self._transport is None:
+            return
+        self.last_active = self._loop.time()
+        if len(chunks) == 1:
+            self._transport.write(chunks[0])
+        else:
+            self._transport.writelines(chunks)
+        metrics.BYTES_SENT.inc(sum(len(c) for c in chunks))
+
+
+class KafkaServer:
+    """Accepts client connections and dispatches their requests to ``handlers``."""
+
+    def __init__(self, services: Any, handlers: Mapping[int, ApiHandler],
+                 versions: Mapping[int, tuple[int, int]], *, max_request_bytes: int,
+                 max_inflight: int = 128, idle_timeout_s: float = 600.0) -> None:
+        self.services = services
+        self.handlers = dict(handlers)
+        self.versions = dict(versions)
+        self.max_request_bytes = max_request_bytes
+        self.max_inflight = max_inflight
+        self.idle_timeout_s = idle_timeout_s
+        self.connections: set[Connection] = set()
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._hist: dict[str, Any] = {}
+        self._counters: dict[tuple[str, int], Any] = {}
+
+    @property
+    def bound(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def start(self, host: str, port: int) -> int:
+        factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
+        self._server = await asyncio.get_running_loop().create_server(
+            factory, host or None, port, reuse_address=True, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
+        return self.port
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop reading new requests, wait (bounded) for the running ones, then close.
+
+        A response is written as soon as its request's task ends, so when every task is done
+        every response has been handed to its transport (which flushes it on close).
+        """
+        self.stop_accepting()
+        tasks: set[asyncio.Task[None]] = set()
+        for conn in list(self.connections):
+            conn.stop_reading()
+            tasks |= conn.tasks
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        await self.close()
+
+    async def close(self) -> None:
+        self.stop_accepting()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            except TimeoutError:
+                pass
+
+    def observe(self, name: str, version: int, start: float) -> None:
+        counter = self._counters.get((name, version))
+        if counter is None:
+            counter = self._counters[(name, version)] = metrics.REQUESTS.labels(name, str(version))
+        hist = self._hist.get(name)
+        if hist is None:
+            hist = self._hist[name] = metrics.TOTAL_TIME_MS.labels(name)
+        counter.inc()
+        hist.observe((time.perf_counter() - start) * 1000.0)
+
+    def _register(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        metrics.CONNECTIONS.inc()
+        metrics.CONNECTIONS_CREATED.inc()
+
+    def _unregister(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            metrics.CONNECTIONS.dec()
+            metrics.CONNECTIONS_CLOSED.inc()
+
+    async def _sweep_idle(self) -> None:
+        interval = max(min(self.idle_timeout_s / 4, 10.0), 0.05)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in list(self.connections):
+                if not conn.busy and now - conn.last_active > self.idle_timeout_s:
+                    log.info("closing_idle_connection", peer=conn.peer)
+                    conn.close()

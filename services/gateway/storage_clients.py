@@ -1,0 +1,66 @@
+"""Long-lived gRPC channels to the storage nodes, looked up by broker id."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from services.common.errors import ErrorCode
+from services.common.rpc.kafkapy.v1 import storage_pb2_grpc
+from services.common.runtime import new_channel
+from services.gateway.metadata_cache import MetadataCache
+from services.gateway.metrics import STORAGE_RPC_ERRORS
+
+
+class StorageClients:
+    """One channel per registered storage node; re-created when its address changes."""
+
+    def __init__(self, cache: MetadataCache) -> None:
+        self._cache = cache
+        self._entries: dict[int, tuple[str, grpc.aio.Channel, Any]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def stub(self, broker_id: int) -> Any | None:
+        """The Storage stub of ``broker_id``, or None when it is not registered."""
+        reg = self._cache.brokers.get(broker_id)
+        entry = self._entries.get(broker_id)
+        if reg is None:
+            if entry is not None:
+                self._drop(broker_id)
+            return None
+        if entry is not None and entry[0] == reg.address:
+            return entry[2]
+        if entry is not None:
+            self._drop(broker_id)
+        channel = new_channel(reg.address)
+        stub = storage_pb2_grpc.StorageStub(channel)
+        self._entries[broker_id] = (reg.address, channel, stub)
+        return stub
+
+    def _drop(self, broker_id: int) -> None:
+        _, channel, _ = self._entries.pop(broker_id)
+        task = asyncio.get_running_loop().create_task(channel.close(grace=5.0))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        channels = [c for _, c, _ in self._entries.values()]
+        self._entries.clear()
+        await asyncio.gather(*(c.close() for c in channels), *self._closing,
+                             return_exceptions=True)
+
+
+def rpc_error_code(method: str, exc: BaseException) -> ErrorCode:
+    """Kafka error for a failed storage call: retriable where a metadata refresh may help."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        status = exc.code()
+        STORAGE_RPC_ERRORS.labels(method, status.name).inc()
+        if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return ErrorCode.REQUEST_TIMED_OUT
+        if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    STORAGE_RPC_ERRORS.labels(method, type(exc).__name__).inc()
+    return ErrorCode.UNKNOWN_SERVER_ERROR

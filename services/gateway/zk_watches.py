@@ -1,0 +1,174 @@
+"""Stoppable ZooKeeper watches for asyncio code.
+
+kazoo's ``DataWatch``/``ChildrenWatch`` read the znode synchronously when they are created, so
+they are created on a small thread pool, never on the event loop. Callbacks run on the loop.
+A watch can be stopped (a deleted topic's znodes), which kazoo's recipes only support by the
+callback returning False on the next event; we also drop the recipe's session listener so
+stopped watches do not pile up in the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from services.common.logging import get_logger
+from services.common.zk.client import AsyncZk
+
+DataCallback = Callable[[bytes | None, ZnodeStat | None], None]
+ChildrenCallback = Callable[[list[str]], None]
+
+_RETRY_DELAY_S = 1.0
+
+log = get_logger("gateway.zk")
+
+
+class _Watch:
+    __slots__ = ("stopped", "recipe", "fired")
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.fired = False
+        self.recipe: Any = None
+
+
+class WatchSet:
+    """Data and children watches keyed by path; each path is watched at most once per kind."""
+
+    def __init__(self, zk: AsyncZk, threads: int = 4) -> None:
+        self._zk = zk
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zk-watch")
+        self._active: dict[tuple[str, str], _Watch] = {}
+        self._unfired = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+
+    @property
+    def unfired(self) -> int:
+        """Watches registered but not yet delivered once (initial-load tracking)."""
+        return self._unfired
+
+    async def wait_all_fired(self) -> None:
+        await self._idle.wait()
+
+    def watching(self, kind: str, path: str) -> bool:
+        return (kind, path) in self._active
+
+    def data(self, path: str, callback: DataCallback) -> None:
+        self._add("data", path, callback)
+
+    def children(self, path: str, callback: ChildrenCallback) -> None:
+        self._add("children", path, callback)
+
+    def stop(self, kind: str, path: str) -> None:
+        w = self._active.pop((kind, path), None)
+        if w is not None:
+            self._stop(w)
+
+    def stop_prefix(self, prefix: str) -> None:
+        for key in [k for k in self._active if k[1].startswith(prefix)]:
+            self._stop(self._active.pop(key))
+
+    def stop_all(self) -> None:
+        for w in self._active.values():
+            self._stop(w)
+        self._active.clear()
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ---- internals ------------------------------------------------------------------
+    def _stop(self, w: _Watch) -> None:
+        w.stopped = True
+        if not w.fired:
+            w.fired = True
+            self._fired_once()
+        recipe = w.recipe
+        if recipe is not None:
+            # kazoo recipes only stop when their callback returns False; also drop the
+            # session listener now so the stopped recipe is released.
+            recipe._stopped = True
+            try:
+                self._zk.client.remove_listener(recipe._session_watcher)
+            except (AttributeError, ValueError):
+                pass
+
+    def _fired_once(self) -> None:
+        self._unfired -= 1
+        if self._unfired == 0:
+            self._idle.set()
+
+    def _add(self, kind: str, path: str, callback: Callable[..., None]) -> None:
+        key = (kind, path)
+        if key in self._active or self._closed:
+            return
+        w = _Watch()
+        self._active[key] = w
+        self._unfired += 1
+        self._idle.clear()
+        self._start(kind, path, w, callback)
+
+    def _start(self, kind: str, path: str, w: _Watch, callback: Callable[..., None]) -> None:
+        loop = self._zk.loop
+
+        def deliver(*args: Any) -> None:
+            if w.stopped:
+                return
+            try:
+                callback(*args)
+            except Exception:  # noqa: BLE001 - a bad znode must not stop the watch
+                log.exception("zk_watch_callback_failed", path=path)
+            # Counted after the callback, which may register the watches it depends on
+            # (topic -> partition states), so the initial load waits for those too.
+            if not w.fired:
+                w.fired = True
+                self._fired_once()
+
+        if kind == "data":
+            def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+                if w.stopped:
+                    return False
+                loop.call_soon_threadsafe(deliver, data, stat)
+                return None
+
+            def create() -> Any:
+                return DataWatch(self._zk.client, path, on_data)
+        else:
+            def on_children(children: list[str]) -> bool | None:
+                if w.stopped:
+                    return False
+                loop.call_soon_threadsafe(deliver, list(children))
+                return None
+
+            def create() -> Any:
+                return ChildrenWatch(self._zk.client, path, on_children, allow_session_lost=True)
+
+        def created(fut: Future[Any]) -> None:
+            exc = fut.exception() if not fut.cancelled() else None
+            if fut.cancelled():
+                return
+            if exc is None:
+                w.recipe = fut.result()
+                if w.stopped:
+                    loop.call_soon_threadsafe(self._stop, w)
+                elif kind == "children" and w.recipe._stopped:
+                    # kazoo gives up silently when the parent znode does not exist yet.
+                    loop.call_soon_threadsafe(deliver, [])
+                    loop.call_soon_threadsafe(loop.call_later, _RETRY_DELAY_S, retry)
+                return
+            log.warning("zk_watch_create_failed", path=path, error=repr(exc))
+            loop.call_soon_threadsafe(loop.call_later, _RETRY_DELAY_S, retry)
+
+        def retry() -> None:
+            if not w.stopped and not self._closed:
+                self._start(kind, path, w, callback)
+
+        try:
+            self._executor.submit(create).add_done_callback(created)
+        except RuntimeError:  # executor shut down
+            pass

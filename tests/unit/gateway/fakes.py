@@ -1,0 +1,148 @@
+"""Fakes for gateway unit tests: metadata, storage stubs, controller, request contexts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from services.common.protocol import SUPPORTED_VERSIONS
+from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
+from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
+from services.common.zk import layout
+from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.metadata_cache import MetadataCache
+from services.gateway.offsets_cache import OffsetsCache
+from services.gateway.settings import GatewaySettings
+
+TOPIC_ID = "Z3a2Ehp5QCKsVQTTFPE3xA"  # Kafka's Uuid.toString() form
+
+
+def settings(**overrides: Any) -> GatewaySettings:
+    return GatewaySettings.load([], env={}, **{"node_id": 1, **overrides})
+
+
+def add_topic(cache: MetadataCache, name: str, partitions: dict[int, Sequence[int]],
+              leaders: dict[int, int] | None = None, config: dict[str, str] | None = None,
+              topic_id: str | None = TOPIC_ID, epoch: int = 3) -> None:
+    """Publish a topic the way the ZooKeeper watches would (assignment, states, config)."""
+    cache.apply_topic_names(set(cache._raw) | {name})
+    cache.apply_assignment(name, layout.topic_assignment_json(
+        {p: list(r) for p, r in partitions.items()}, topic_id))
+    for p, replicas in partitions.items():
+        leader = (leaders or {}).get(p, replicas[0] if replicas else -1)
+        cache.apply_partition_state(name, p, layout.PartitionStateZk(
+            leader, epoch, list(replicas), 1).to_json(), version=1)
+    cache.apply_topic_config(name, layout.topic_config_json(config or {}) if config else None)
+
+
+def add_brokers(cache: MetadataCache, *ids: int) -> None:
+    for i in ids:
+        cache.apply_broker(i, layout.BrokerRegistration(i, "127.0.0.1", 7000 + i, f"z{i}").to_json())
+
+
+def add_gateway(cache: MetadataCache, node_id: int, rack: str | None, port: int = 0) -> None:
+    cache.apply_gateway(node_id, layout.Endpoint(node_id, "127.0.0.1", port or 9000 + node_id,
+                                                 rack).to_json())
+
+
+class FakeStorageNode:
+    """A storage stub: each method records its requests and answers through a handler."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.calls: list[tuple[str, Any]] = []
+        self.append_handler: Callable[[Any], Awaitable[Any]] | None = None
+        self.fetch_handler: Callable[[Any], Awaitable[Any]] | None = None
+        self.list_offsets_handler: Callable[[Any], Awaitable[Any]] | None = None
+
+    async def Append(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        self.calls.append(("Append", request))
+        if self.append_handler is not None:
+            return await self.append_handler(request)
+        return spb.AppendResponse(partitions=[
+            spb.PartitionAppendResult(topic=p.topic, partition=p.partition, base_offset=100 + i,
+                                      log_append_time_ms=-1, log_start_offset=0)
+            for i, p in enumerate(request.partitions)])
+
+    async def Fetch(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        self.calls.append(("Fetch", request))
+        assert self.fetch_handler is not None
+        return await self.fetch_handler(request)
+
+    async def ListOffsets(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        self.calls.append(("ListOffsets", request))
+        assert self.list_offsets_handler is not None
+        return await self.list_offsets_handler(request)
+
+
+class FakeStorage:
+    def __init__(self, cache: MetadataCache) -> None:
+        self.cache = cache
+        self.nodes: dict[int, FakeStorageNode] = {}
+
+    def node(self, node_id: int) -> FakeStorageNode:
+        return self.nodes.setdefault(node_id, FakeStorageNode(node_id))
+
+    def stub(self, node_id: int) -> FakeStorageNode | None:
+        if node_id not in self.cache.brokers:
+            return None
+        return self.node(node_id)
+
+    async def close(self) -> None:
+        return None
+
+
+ControllerFn = Callable[[str, Any], Awaitable[Any]]
+
+
+class FakeController:
+    """``call_items`` like ControllerClient, answered by ``fn(method, request)``."""
+
+    def __init__(self, fn: ControllerFn | None = None) -> None:
+        self.fn = fn
+        self.requests: list[tuple[str, Any]] = []
+
+    async def call_items(self, method: str, items: Sequence[Any], build: Callable[..., Any],
+                         item_key: Callable[[Any], Any], results: Callable[[Any], Iterable[Any]],
+                         result_key: Callable[[Any], Any], deadline: float) -> dict[Any, Any]:
+        request = build(items)
+        self.requests.append((method, request))
+        assert self.fn is not None
+        try:
+            resp = await asyncio.wait_for(self.fn(method, request),
+                                          deadline - asyncio.get_running_loop().time())
+        except TimeoutError:
+            return {}
+        return {result_key(r): r for r in results(resp)}
+
+    async def close(self) -> None:
+        return None
+
+
+def services(cache: MetadataCache | None = None, *, rack: str | None = "z1",
+             controller: FakeController | None = None, **settings_overrides: Any
+             ) -> GatewayServices:
+    cache = cache or MetadataCache()
+    cache.loaded = True
+    st = settings(broker_rack=rack, **settings_overrides)
+    return GatewayServices(
+        settings=st,
+        endpoint=layout.Endpoint(st.node_id, "127.0.0.1", 9092, rack),
+        cache=cache,
+        storage=FakeStorage(cache),  # type: ignore[arg-type]
+        controller=controller or FakeController(),  # type: ignore[arg-type]
+        offsets=OffsetsCache(),
+    )
+
+
+def context(svc: GatewayServices, api_key: int, version: int, client_id: str | None = "test"
+            ) -> RequestContext:
+    return RequestContext(svc, api_key, version, 7, client_id, "127.0.0.1:1",
+                          {int(k): v for k, v in SUPPORTED_VERSIONS.items()})
+
+
+def topic_result(name: str, code: int = 0, partitions: int = 1, rf: int = 1,
+                 message: str = "") -> Any:
+    return cpb.TopicResult(name=name, error_code=code, error_message=message,
+                           num_partitions=partitions, replication_factor=rf)

@@ -1,0 +1,173 @@
+"""Fetch handler: sessions, per-node calls, combined min_bytes, cancellation, max_bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey
+from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
+from services.gateway.handlers import fetch
+from services.gateway.metadata_cache import MetadataCache
+
+from .fakes import FakeStorage, add_brokers, add_topic, context, services
+
+
+def _cache() -> MetadataCache:
+    cache = MetadataCache()
+    add_brokers(cache, 11, 12)
+    add_topic(cache, "a", {0: [11], 1: [12], 2: [11]})
+    add_topic(cache, "off", {0: [13]})  # storage leader not registered
+    return cache
+
+
+def _req(*parts: tuple[str, int], min_bytes: int = 1, max_wait: int = 500,
+         max_bytes: int = 1 << 20, epoch: int = -1, session: int = 0, isolation: int = 0
+         ) -> dict[str, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for name, index in parts:
+        topics.setdefault(name, []).append({"partition": index, "current_leader_epoch": 3,
+                                            "fetch_offset": 5, "partition_max_bytes": 1000})
+    return {"replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes,
+            "isolation_level": isolation, "session_id": session, "session_epoch": epoch,
+            "topics": [{"topic": n, "partitions": p} for n, p in topics.items()],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def _parts(resp: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(t["topic"], p["partition_index"]): p for t in resp["responses"] for p in t["partitions"]}
+
+
+def _answer(request: Any, records: bytes = b"", hw: int = 50, code: int = 0,
+            aborted: list[tuple[int, int]] | None = None) -> Any:
+    return spb.FetchResponse(partitions=[spb.PartitionFetchResult(
+        topic=p.topic, partition=p.partition, error_code=code, high_watermark=hw,
+        last_stable_offset=hw, log_start_offset=1, records=records,
+        aborted_transactions=[spb.AbortedTransaction(producer_id=a, first_offset=b)
+                              for a, b in aborted or []])
+        for p in request.partitions])
+
+
+async def test_incremental_session_is_unknown() -> None:
+    svc = services(_cache())
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12), _req(("a", 0), session=77, epoch=3))
+    assert resp["error_code"] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert resp["responses"] == [] and resp["session_id"] == 0
+
+
+async def test_one_call_per_node_and_fields_passed() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def data(request: Any) -> Any:
+        return _answer(request, records=b"R" * 10)
+
+    storage.node(11).fetch_handler = data
+    storage.node(12).fetch_handler = data
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
+                              _req(("a", 0), ("a", 1), ("a", 2), ("nope", 0), ("off", 0),
+                                   min_bytes=100))
+    parts = _parts(resp)
+    assert parts[("nope", 0)]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert parts[("off", 0)]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert parts[("a", 0)]["records"] == b"R" * 10 and parts[("a", 0)]["high_watermark"] == 50
+    assert parts[("a", 0)]["aborted_transactions"] is None
+    assert resp["session_id"] == 0 and resp["error_code"] == 0
+    (name, r11), = storage.nodes[11].calls
+    assert [(p.topic, p.partition) for p in r11.partitions] == [("a", 0), ("a", 2)]
+    p0 = r11.partitions[0]
+    assert (p0.fetch_offset, p0.partition_max_bytes, p0.current_leader_epoch) == (5, 1000, 3)
+    # a partition error elsewhere in the request answers at once (max_wait 0 to storage)
+    assert r11.max_wait_ms == 0 and r11.min_bytes == 50  # min_bytes split over two nodes
+
+
+async def test_answers_when_combined_min_bytes_reached() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+    svc.offsets.update("a", 1, high_watermark=42, log_start_offset=7)
+    cancelled = asyncio.Event()
+
+    async def quick(request: Any) -> Any:
+        return _answer(request, records=b"x" * 300)
+
+    async def long_poll(request: Any) -> Any:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return _answer(request)
+
+    storage.node(11).fetch_handler = quick
+    storage.node(12).fetch_handler = long_poll
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
+                              _req(("a", 0), ("a", 1), min_bytes=200, max_wait=5000))
+    assert loop.time() - start < 1.0
+    await asyncio.wait_for(cancelled.wait(), 1.0)
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"x" * 300
+    # the cancelled node's partition: no records, last known offsets
+    assert parts[("a", 1)]["error_code"] == 0 and parts[("a", 1)]["records"] == b""
+    assert parts[("a", 1)]["high_watermark"] == 42 and parts[("a", 1)]["log_start_offset"] == 7
+
+
+async def test_waits_for_all_nodes_below_min_bytes() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    def after(delay: float, size: int) -> Any:
+        async def answer(request: Any) -> Any:
+            await asyncio.sleep(delay)
+            return _answer(request, records=b"y" * size, hw=60)
+        return answer
+
+    storage.node(11).fetch_handler = after(0.0, 10)
+    storage.node(12).fetch_handler = after(0.1, 0)
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
+                              _req(("a", 0), ("a", 1), min_bytes=1000, max_wait=100))
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"y" * 10
+    assert parts[("a", 1)]["high_watermark"] == 60  # the slow node was waited for
+    assert svc.offsets.get("a", 1)[0] == 60
+
+
+async def test_node_error_answers_immediately() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def failing(request: Any) -> Any:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                   grpc.aio.Metadata(), "down")
+
+    async def long_poll(request: Any) -> Any:
+        await asyncio.sleep(5)
+
+    storage.node(11).fetch_handler = failing
+    storage.node(12).fetch_handler = long_poll
+    resp = await asyncio.wait_for(fetch.handle(context(svc, ApiKey.FETCH, 12),
+                                               _req(("a", 0), ("a", 1), max_wait=5000)), 1.0)
+    parts = _parts(resp)
+    assert parts[("a", 0)]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert parts[("a", 1)]["error_code"] == 0
+
+
+async def test_max_bytes_keeps_first_and_drops_overflow() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def data(request: Any) -> Any:
+        return _answer(request, records=b"z" * 100, aborted=[(9, 3)])
+
+    storage.node(11).fetch_handler = data
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
+                              _req(("a", 0), ("a", 2), max_bytes=150, isolation=1))
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"z" * 100
+    assert parts[("a", 0)]["aborted_transactions"] == [{"producer_id": 9, "first_offset": 3}]
+    assert parts[("a", 2)]["records"] == b""
+    assert storage.nodes[11].calls[0][1].isolation_level == 1

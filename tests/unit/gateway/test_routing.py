@@ -1,0 +1,81 @@
+"""Partition leaders are spread over the gateways of the client's zone."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from services.common.protocol import ApiKey
+from services.common.zk.layout import Endpoint
+from services.gateway.handlers import metadata
+from services.gateway.metadata_cache import MetadataCache
+from services.gateway.routing import candidates, client_zone, leader_for, topic_hash
+
+from .fakes import add_brokers, add_gateway, add_topic, context, services
+
+GATEWAYS = {
+    1: Endpoint(1, "h1", 9092, "az1"),
+    2: Endpoint(2, "h2", 9092, "az1"),
+    3: Endpoint(3, "h3", 9092, "az2"),
+    4: Endpoint(4, "h4", 9092, "az2"),
+    5: Endpoint(5, "h5", 9092, "az2"),
+    6: Endpoint(6, "h6", 9092, None),
+}
+
+
+def test_client_zone_hint_in_client_id() -> None:
+    assert client_zone("orders;zone=az2", "az1") == "az2"
+    assert client_zone("orders,rack=eu-west-1a", None) == "eu-west-1a"
+    assert client_zone("client.rack=az3 orders", "az1") == "az3"
+    assert client_zone("zone=az2", None) == "az2"
+    # a substring of a longer word is not a hint; no hint -> the connected gateway's zone
+    assert client_zone("myzone=az2", "az1") == "az1"
+    assert client_zone("orders", "az1") == "az1"
+    assert client_zone(None, None) is None
+
+
+def test_candidates_per_zone_and_fallback() -> None:
+    assert candidates(GATEWAYS, "az1") == [1, 2]
+    assert candidates(GATEWAYS, "az2") == [3, 4, 5]
+    assert candidates(GATEWAYS, "az9") == [1, 2, 3, 4, 5, 6]  # nobody there: everyone
+    assert candidates(GATEWAYS, None) == [1, 2, 3, 4, 5, 6]
+
+
+def test_leaders_spread_evenly_and_stably() -> None:
+    ids = candidates(GATEWAYS, "az2")
+    h = topic_hash("orders")
+    leaders = [leader_for(h, p, ids) for p in range(30)]
+    assert Counter(leaders) == {3: 10, 4: 10, 5: 10}
+    # consecutive partitions go to consecutive gateways, and the answer never changes
+    assert leaders[:3] != [leaders[0]] * 3
+    assert leaders == [leader_for(topic_hash("orders"), p, ids) for p in range(30)]
+
+
+def _cache_with_gateways() -> MetadataCache:
+    cache = MetadataCache()
+    for node_id, ep in GATEWAYS.items():
+        add_gateway(cache, node_id, ep.rack)
+    add_brokers(cache, 101, 102, 103)
+    add_topic(cache, "orders", {p: [101 + p % 3, 101 + (p + 1) % 3] for p in range(12)})
+    return cache
+
+
+async def test_metadata_leaders_in_client_zone_from_client_id() -> None:
+    svc = services(_cache_with_gateways(), rack="az1")
+    req = {"topics": [{"name": "orders"}], "allow_auto_topic_creation": False}
+    resp = await metadata.handle(context(svc, ApiKey.METADATA, 12, client_id="app;zone=az2"), req)
+    leaders = [p["leader_id"] for p in resp["topics"][0]["partitions"]]
+    assert set(leaders) == {3, 4, 5}
+    assert Counter(leaders) == {3: 4, 4: 4, 5: 4}
+    # every gateway is listed as a broker; storage nodes never are
+    assert sorted(b["node_id"] for b in resp["brokers"]) == [1, 2, 3, 4, 5, 6]
+
+
+async def test_metadata_leaders_default_to_connected_gateway_zone() -> None:
+    svc = services(_cache_with_gateways(), rack="az1")
+    req = {"topics": [{"name": "orders"}], "allow_auto_topic_creation": False}
+    resp = await metadata.handle(context(svc, ApiKey.METADATA, 12, client_id="app"), req)
+    assert {p["leader_id"] for p in resp["topics"][0]["partitions"]} == {1, 2}
+    # a gateway in a zone of its own: all gateways take part
+    svc = services(_cache_with_gateways(), rack="az7")
+    resp = await metadata.handle(context(svc, ApiKey.METADATA, 12, client_id="app"), req)
+    assert {p["leader_id"] for p in resp["topics"][0]["partitions"]} == {1, 2, 3, 4, 5, 6}
