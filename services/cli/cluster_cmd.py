@@ -1,0 +1,186 @@
+"""``kafka-py cluster up``: a local cluster in the foreground until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from services.cli.common import CliError, UsageError
+from services.cli.local_cluster import (
+    LocalCluster,
+    LocalClusterError,
+    LocalClusterInterrupted,
+    ProcessInfo,
+)
+from services.cli.supervisor import Supervisor
+
+DEFAULT_DATA_DIR = "./.kafka-py-data"
+TICK_S = 0.5
+
+
+def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:
+    cluster = sub.add_parser(
+        "cluster", help="run a local cluster", description="Run a local kafka-py cluster."
+    )
+    ops = cluster.add_subparsers(dest="cluster_op", metavar="{up}")
+    ops.required = True
+    p = ops.add_parser(
+        "up",
+        help="start ZooKeeper and every service; Ctrl-C stops them",
+        description="Start a local cluster in the foreground; Ctrl-C or SIGTERM "
+        "stops every process.",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        help=f"where data and logs live (default {DEFAULT_DATA_DIR})",
+    )
+    p.add_argument(
+        "--port", type=int, default=9092, help="Kafka port of the first gateway (0 = any)"
+    )
+    p.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper client port (0 = any)")
+    p.add_argument("--host", default="127.0.0.1", help="address every process binds")
+    p.add_argument("--storage-nodes", type=int, default=3)
+    p.add_argument("--controllers", type=int, default=2)
+    p.add_argument("--gateways", type=int, default=1)
+    p.add_argument(
+        "--zones",
+        default="zone-a,zone-b,zone-c",
+        help="comma-separated zones given to storage nodes and gateways in turn",
+    )
+    p.add_argument("--num-partitions", type=int, help="controllers' num.partitions (default 1)")
+    p.add_argument(
+        "--default-replication-factor",
+        type=int,
+        help="controllers' default.replication.factor (default 1)",
+    )
+    p.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=5,
+        help="restarts allowed per process within 10 minutes (0 = never restart)",
+    )
+
+
+def process_table(procs: list[ProcessInfo], host: str) -> list[str]:
+    """One aligned line per process for the ready banner."""
+    rows: list[tuple[str, ...]] = []
+    for p in procs:
+        kind = {
+            "zookeeper": "zookeeper",
+            "gateway": "kafka",
+            "storage": "grpc",
+            "controller": "grpc",
+        }.get(p.role, p.role)
+        admin = f"admin http://{host}:{p.admin_port}" if p.admin_port else ""
+        rows.append(
+            (
+                p.name,
+                f"pid {p.pid}",
+                f"{kind} {host}:{p.port}",
+                admin,
+                p.zone or "",
+                f"log {p.log_path}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))] if rows else []
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+
+
+def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    for name in ("storage_nodes", "controllers", "gateways"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("port", "zk_port"):
+        if not 0 <= getattr(args, name) <= 65535:
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be a port number (0 = any free port)"
+            )
+    zones = tuple(z.strip() for z in args.zones.split(",") if z.strip())
+    if not zones:
+        raise UsageError("--zones needs at least one zone")
+    data_dir = Path(args.data_dir).expanduser().resolve()
+    controller_flags: list[str] = []
+    for flag, value in (
+        ("num.partitions", args.num_partitions),
+        ("default.replication.factor", args.default_replication_factor),
+    ):
+        if value is not None:
+            if value < 1:
+                raise UsageError(f"--{flag.replace('.', '-')} must be at least 1")
+            controller_flags += [f"--{flag}", str(value)]
+
+    def say(msg: str) -> None:
+        print(f"kafka-py: {time.strftime('%H:%M:%S')} {msg}", file=err, flush=True)
+
+    cluster = LocalCluster(
+        data_dir,
+        gateways=args.gateways,
+        storage_nodes=args.storage_nodes,
+        controllers=args.controllers,
+        zones=zones,
+        gateway_port=args.port,
+        zk_port=args.zk_port,
+        host=args.host,
+        extra={"controller": controller_flags},
+    )
+    stopping = False
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        if stopping:
+            cluster.hurry()  # a second Ctrl-C: SIGKILL what is left
+            return
+        stopping = True
+        cluster.interrupt()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    say(
+        f"starting ZooKeeper, {args.controllers} controller(s), {args.storage_nodes} storage "
+        f"node(s), {args.gateways} gateway(s); data dir {data_dir}"
+    )
+    try:
+        try:
+            cluster.start(timeout=args.start_timeout)
+        except LocalClusterInterrupted:
+            say("start-up interrupted; everything is stopped")
+            return 0
+        except LocalClusterError as exc:
+            raise CliError(exc.one_line()) from None
+        print(f"kafka-py cluster ready: bootstrap {cluster.bootstrap}", file=out)
+        print(f"data dir: {data_dir}", file=out)
+        print(f"zookeeper: {cluster.zk_connect}", file=out)
+        print("processes:", file=out)
+        for line in process_table(cluster.processes(), args.host):
+            print(line, file=out)
+        print("Press Ctrl-C to stop.", file=out, flush=True)
+        supervisor = Supervisor(
+            cluster, say, max_restarts=args.max_restarts, ready_timeout=args.start_timeout
+        )
+        while not stopping:
+            time.sleep(TICK_S)
+            if not stopping:
+                try:
+                    supervisor.tick()
+                except LocalClusterInterrupted:
+                    break
+        say("stopping")
+    finally:
+        cluster.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    say("stopped")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_up(args)

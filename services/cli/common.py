@@ -1,0 +1,133 @@
+"""Helpers shared by the ``kafka-py`` subcommands: errors, key=value options, client config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from services.cli.probes import split_bootstrap, unreachable_reason
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+CLIENT_LOGGER = "kafka_py.cli.client"
+_ESCAPES = {"\\t": "\t", "\\n": "\n", "\\r": "\r", "\\\\": "\\"}
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UsageError(CliError):
+    """Bad command line (exit status 2, like argparse)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2)
+
+
+def unescape(text: str) -> str:
+    """Turn ``\\t``, ``\\n``, ``\\r`` and ``\\\\`` typed on a command line into the characters."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        pair = text[i : i + 2]
+        if pair in _ESCAPES:
+            out.append(_ESCAPES[pair])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """argparse type for ``k=v``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value
+
+
+def kv_dict(pairs: Iterable[tuple[str, str]] | None) -> dict[str, str]:
+    return dict(pairs or ())
+
+
+def bootstrap_type(text: str) -> str:
+    """argparse type for ``--bootstrap-server``: validates host:port[,host:port]."""
+    try:
+        split_bootstrap(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java-style ``.properties`` file (``k=v`` or ``k: v`` lines, ``#``/``!`` comments)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep_at = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep_at < 0:
+            props[line] = ""
+        else:
+            props[line[:sep_at].strip()] = line[sep_at + 1 :].strip()
+    return props
+
+
+def client_logger(verbose: bool) -> logging.Logger:
+    """The logger librdkafka logs go to: silent unless ``--verbose``."""
+    log = logging.getLogger(CLIENT_LOGGER)
+    log.propagate = False
+    if not log.handlers:
+        if verbose:
+            handler: logging.Handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+            log.setLevel(logging.DEBUG)
+        else:
+            handler = logging.NullHandler()
+        log.addHandler(handler)
+    return log
+
+
+def client_config(
+    bootstrap: str, verbose: bool = False, extra: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Base librdkafka configuration for every client the CLI creates."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "client.id": "kafka-py-cli",
+        "logger": client_logger(verbose),
+    }
+    conf.update(extra or {})
+    return conf
+
+
+def ensure_reachable(bootstrap: str, timeout: float = 5.0) -> None:
+    """Fail fast, with one line, when no bootstrap server accepts a TCP connection."""
+    reason = unreachable_reason(bootstrap, timeout)
+    if reason is not None:
+        raise CliError(f"cannot connect to the bootstrap server: {reason}")
+
+
+def kafka_error_text(exc: BaseException) -> str:
+    """One line for a confluent_kafka KafkaException / KafkaError."""
+    err = exc.args[0] if exc.args else exc
+    name = getattr(err, "name", None)
+    text = getattr(err, "str", None)
+    if callable(name) and callable(text):
+        detail = str(text()).strip().rstrip(".")
+        code = str(name())
+        return f"{code}: {detail}" if code and code not in detail else detail
+    return str(err)

@@ -1,0 +1,246 @@
+"""Record <-> text the way Kafka's console tools do it.
+
+``MessageFormatter`` follows kafka-console-consumer's DefaultMessageFormatter: optional columns in
+the order timestamp, partition, offset, headers, key, value, separated by ``key.separator``.
+``LineReader`` follows kafka-console-producer's LineMessageReader (``parse.key``,
+``parse.headers``, separators, ``null.marker``, ``ignore.error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from services.cli.common import UsageError, unescape
+
+Header = tuple[str, bytes | None]
+
+TIMESTAMP_TYPES = {1: "CreateTime", 2: "LogAppendTime"}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """What the formatter needs from a consumed record (``timestamp_type`` None = no timestamp)."""
+
+    partition: int
+    offset: int
+    timestamp_type: str | None
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header] = ()
+
+
+def _bool(props: Mapping[str, str], name: str, default: bool) -> bool:
+    if name not in props:
+        return default
+    return props[name].strip().lower() == "true"
+
+
+def _check_known(props: Mapping[str, str], known: set[str], what: str) -> None:
+    unknown = sorted(set(props) - known)
+    if unknown:
+        raise UsageError(
+            f"unknown {what} property {unknown[0]!r}; known: {', '.join(sorted(known))}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFormatter:
+    print_timestamp: bool = False
+    print_partition: bool = False
+    print_offset: bool = False
+    print_delivery: bool = False
+    print_headers: bool = False
+    print_key: bool = False
+    print_value: bool = True
+    key_separator: bytes = b"\t"
+    line_separator: bytes = b"\n"
+    headers_separator: bytes = b","
+    null_literal: bytes = b"null"
+
+    PROPERTIES = frozenset(
+        {
+            "print.timestamp",
+            "print.partition",
+            "print.offset",
+            "print.delivery",
+            "print.headers",
+            "print.key",
+            "print.value",
+            "key.separator",
+            "line.separator",
+            "headers.separator",
+            "null.literal",
+        }
+    )
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> MessageFormatter:
+        _check_known(props, set(cls.PROPERTIES), "formatter")
+
+        def sep(name: str, default: bytes) -> bytes:
+            return unescape(props[name]).encode() if name in props else default
+
+        return cls(
+            print_timestamp=_bool(props, "print.timestamp", False),
+            print_partition=_bool(props, "print.partition", False),
+            print_offset=_bool(props, "print.offset", False),
+            print_delivery=_bool(props, "print.delivery", False),
+            print_headers=_bool(props, "print.headers", False),
+            print_key=_bool(props, "print.key", False),
+            print_value=_bool(props, "print.value", True),
+            key_separator=sep("key.separator", b"\t"),
+            line_separator=sep("line.separator", b"\n"),
+            headers_separator=sep("headers.separator", b","),
+            null_literal=sep("null.literal", b"null"),
+        )
+
+    def format(self, rec: ConsumedRecord) -> bytes:
+        """One record as Kafka's DefaultMessageFormatter writes it."""
+        columns: list[bytes] = []
+        if self.print_timestamp:
+            columns.append(
+                f"{rec.timestamp_type}:{rec.timestamp}".encode()
+                if rec.timestamp_type
+                else b"NO_TIMESTAMP"
+            )
+        if self.print_partition:
+            columns.append(f"Partition:{rec.partition}".encode())
+        if self.print_offset:
+            columns.append(f"Offset:{rec.offset}".encode())
+        if self.print_delivery:
+            columns.append(b"Delivery:NONE")  # delivery counts exist only for share groups
+        if self.print_headers:
+            if not rec.headers:
+                columns.append(b"NO_HEADERS")
+            else:
+                columns.append(
+                    self.headers_separator.join(
+                        k.encode() + b":" + (self.null_literal if v is None else v)
+                        for k, v in rec.headers
+                    )
+                )
+        if self.print_key:
+            columns.append(self.null_literal if rec.key is None else rec.key)
+        if self.print_value:
+            columns.append(self.null_literal if rec.value is None else rec.value)
+        if not columns:
+            return b""
+        # Columns are separated by key.separator; the last one is followed by line.separator.
+        return self.key_separator.join(columns) + self.line_separator
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedRecord:
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+
+
+class LineFormatError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LineReader:
+    parse_key: bool = False
+    key_separator: bytes = b"\t"
+    parse_headers: bool = False
+    headers_delimiter: bytes = b"\t"
+    headers_separator: bytes = b","
+    headers_key_separator: bytes = b":"
+    null_marker: bytes | None = None
+    ignore_error: bool = False
+
+    PROPERTIES = frozenset(
+        {
+            "parse.key",
+            "key.separator",
+            "parse.headers",
+            "headers.delimiter",
+            "headers.separator",
+            "headers.key.separator",
+            "null.marker",
+            "ignore.error",
+        }
+    )
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> LineReader:
+        _check_known(props, set(cls.PROPERTIES), "reader")
+
+        def raw(name: str, default: bytes) -> bytes:
+            return unescape(props[name]).encode() if name in props else default
+
+        reader = cls(
+            parse_key=_bool(props, "parse.key", False),
+            key_separator=raw("key.separator", b"\t"),
+            parse_headers=_bool(props, "parse.headers", False),
+            headers_delimiter=raw("headers.delimiter", b"\t"),
+            headers_separator=raw("headers.separator", b","),
+            headers_key_separator=raw("headers.key.separator", b":"),
+            null_marker=unescape(props["null.marker"]).encode()
+            if props.get("null.marker")
+            else None,
+            ignore_error=_bool(props, "ignore.error", False),
+        )
+        for name in (
+            "key.separator",
+            "headers.delimiter",
+            "headers.separator",
+            "headers.key.separator",
+        ):
+            if name in props and not unescape(props[name]):
+                raise UsageError(f"reader property {name} must not be empty")
+        return reader
+
+    def parse(self, line: bytes, lineno: int) -> ProducedRecord:
+        """One input line (without its line ending) -> key, value and headers."""
+        rest = line
+        headers: list[Header] = []
+        if self.parse_headers:
+            head, sep, tail = rest.partition(self.headers_delimiter)
+            if not sep:
+                if not self.ignore_error:
+                    raise LineFormatError(
+                        f"no headers delimiter found on line number {lineno}: {_show(line)}"
+                    )
+            else:
+                headers = self._headers(head, lineno)
+                rest = tail
+        key: bytes | None = None
+        if self.parse_key:
+            k, sep, v = rest.partition(self.key_separator)
+            if not sep:
+                if not self.ignore_error:
+                    raise LineFormatError(
+                        f"no key separator found on line number {lineno}: {_show(line)}"
+                    )
+            else:
+                key, rest = self._nullable(k), v
+        return ProducedRecord(key, self._nullable(rest), headers)
+
+    def _headers(self, text: bytes, lineno: int) -> list[Header]:
+        out: list[Header] = []
+        for item in text.split(self.headers_separator):
+            k, sep, v = item.partition(self.headers_key_separator)
+            if not sep:
+                raise LineFormatError(
+                    f"header {_show(item)} on line number {lineno} has no "
+                    f"{self.headers_key_separator.decode()!r} between key and value"
+                )
+            if self.null_marker is not None and k == self.null_marker:
+                raise LineFormatError(
+                    f"header key cannot match null.marker on line number {lineno}"
+                )
+            out.append((k.decode("utf-8", "replace"), self._nullable(v)))
+        return out
+
+    def _nullable(self, data: bytes) -> bytes | None:
+        return None if self.null_marker is not None and data == self.null_marker else data
+
+
+def _show(line: bytes) -> str:
+    text = line.decode("utf-8", "replace")
+    return repr(text if len(text) <= 60 else text[:57] + "...")

@@ -1,0 +1,1 @@
+"""Stand-in services for LocalCluster tests: same flags, /readyz, ApiVersions, SIGTERM exit 0."""

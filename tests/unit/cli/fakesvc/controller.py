@@ -1,0 +1,5 @@
+"""Fake controller."""
+
+from tests.unit.cli.fakesvc._base import main
+
+main("controller")

@@ -1,0 +1,5 @@
+"""Fake gateway."""
+
+from tests.unit.cli.fakesvc._base import main
+
+main("gateway")

@@ -1,0 +1,5 @@
+"""Fake storage."""
+
+from tests.unit.cli.fakesvc._base import main
+
+main("storage")
