@@ -9,6 +9,9 @@ Long poll (Kafka's DelayedFetch): when fewer than min_bytes were read, no partit
 max_wait_ms > 0, the request parks in the fetch purgatory until one of its partitions gets new
 visible data (an append for followers, a high watermark move for consumers) or changes
 leadership, then reads again; at max_wait_ms it answers with what there is.
+
+Followers (replica_id >= 0) also get the leader's log end offset, and on OFFSET_OUT_OF_RANGE
+the leader's log start / end offsets, so they can resolve it without another round trip.
 """
 
 from __future__ import annotations
@@ -114,20 +117,16 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
                 max_offset=None if follower else p.high_watermark,
                 min_one_batch=min_one_batch,
             )
-            if (
-                follower
-                and first
-                and p.update_follower_fetch(
-                    req.replica_id, pf.fetch_offset, pf.log_start_offset, rm.clock()
-                )
-            ):
-                rm.on_high_watermark(p)
+            if follower and first:
+                rm.on_follower_fetch(p, req.replica_id, pf.fetch_offset, pf.log_start_offset)
             size = len(info.records)
             result.records = info.records
             result.error_code = ErrorCode.NONE
             result.high_watermark = p.high_watermark
             result.last_stable_offset = p.high_watermark
             result.log_start_offset = p.log.log_start_offset
+            if follower:
+                result.log_end_offset = p.log.log_end_offset
             if size:
                 min_one_batch = False
                 bytes_left = max(0, bytes_left - size)
@@ -135,6 +134,11 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
         except KafkaError as exc:
             result.error_code = exc.code
             out.errored = True
+            if follower and p is not None and exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                # what the follower needs to resolve it (Kafka's fetchOffsetAndTruncate)
+                result.log_start_offset = p.log.log_start_offset
+                result.log_end_offset = p.log.log_end_offset
+                result.high_watermark = p.high_watermark
         except Exception:
             log.exception("fetch failed", topic=pf.topic, partition=pf.partition)
             rm.metrics.failed_fetch_requests.labels(pf.topic).inc()

@@ -36,6 +36,7 @@ class ReplicaGauges:
     partition_count: int = 0
     under_replicated: int = 0
     under_min_isr: int = 0
+    replica_max_lag: int = 0
     partitions: list[PartitionGauges] = field(default_factory=list)
 
 
@@ -66,6 +67,13 @@ class _StateCollector(Collector):
             "Led partitions whose ISR is smaller than min.insync.replicas",
             s.under_min_isr,
         )
+        lag = GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_maxlag",
+            "Largest lag in messages of a followed partition behind its leader's high watermark",
+            labels=["clientId"],
+        )
+        lag.add_metric(["Replica"], s.replica_max_lag)
+        yield lag
         size = GaugeMetricFamily(
             "kafka_log_log_size", "Log size in bytes", labels=["topic", "partition"]
         )
@@ -116,6 +124,27 @@ class StorageMetrics:
             "kafka_server_brokertopicmetrics_replicationbytesout",
             "Bytes fetched by followers",
             ["topic"],
+            registry=r,
+        )
+        self.replication_bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_replicationbytesin",
+            "Bytes appended from leaders by this node's replica fetchers",
+            ["topic"],
+            registry=r,
+        )
+        self.isr_shrinks = Counter(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks written by this node as leader",
+            registry=r,
+        )
+        self.isr_expands = Counter(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expansions written by this node as leader",
+            registry=r,
+        )
+        self.failed_isr_updates = Counter(
+            "kafka_server_replicamanager_failedisrupdates",
+            "ISR changes that could not be written (state changed underneath, ZooKeeper errors)",
             registry=r,
         )
         self.total_produce_requests = Counter(

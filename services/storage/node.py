@@ -1,8 +1,9 @@
 """A storage node process: start-up, background tasks and graceful shutdown.
 
 Start-up order follows Kafka's ``KafkaServer.startup``: ZooKeeper session and layout, cluster
-id, log dir lock and ``meta.properties`` check, load (and recover) the logs, serve gRPC and the
-admin endpoints, then register ``/brokers/ids/<id>``. Shutdown reverses it and ends with
+id, log dir lock and ``meta.properties`` check, load (and recover) the logs, set up replication
+(replica fetchers, ISR management), serve gRPC and the admin endpoints, then register
+``/brokers/ids/<id>``. Shutdown reverses it (fetchers stop before the logs close) and ends with
 flushed, closed logs, fresh checkpoints and the ``.kafka_cleanshutdown`` marker.
 """
 
@@ -32,6 +33,7 @@ from services.storage.log.meta_properties import (
 from services.storage.metrics import StorageMetrics
 from services.storage.registration import BrokerRegistrar, StartupError, get_or_create_cluster_id
 from services.storage.replica_manager import ReplicaManager
+from services.storage.replication.service import Replication
 from services.storage.server import add_storage_service
 from services.storage.settings import ListenerAddress, StorageSettingsBase
 
@@ -103,6 +105,7 @@ class StorageNode:
         self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
         self.metrics = metrics
         self.rm: ReplicaManager | None = None
+        self.replication: Replication | None = None
         self.cluster_id: str | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self._health: Any = None
@@ -151,6 +154,7 @@ class StorageNode:
             replica_lag_time_max_ms=s.replica_lag_time_max_ms,
         )
         await self._load_logs()
+        self.replication = Replication(self.zk, self.rm, s)
         await self._start_grpc()
         self.admin = AdminServer(s.admin_host, s.admin_port, self.ready)
         self.admin.start()
@@ -241,6 +245,11 @@ class StorageNode:
                 rm.checkpoint_high_watermarks,
             ),
         ]
+        if self.replication is not None:
+            isr_check_ms = max(1, s.replica_lag_time_max_ms // 2)
+            jobs.append(
+                ("isr-expiration", isr_check_ms, isr_check_ms, self.replication.shrink_isrs)
+            )
         for name, period_ms, delay_ms, job in jobs:
             if period_ms >= NEVER_MS:
                 log.info("background task disabled", task=name)
@@ -280,6 +289,11 @@ class StorageNode:
         self._stop_tasks.set()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.replication is not None:
+            try:
+                await self.replication.close()
+            except Exception:
+                log.exception("failed to stop replication")
         clean = False
         if self.rm is not None:
             clean = await self.rm.close()

@@ -5,6 +5,11 @@ epoch (the highest seen is kept in memory; equal is accepted) and per partition 
 as Kafka's ``ReplicaManager.becomeLeaderOrFollower`` / ``stopReplicas`` do. The data path
 (append, fetch, list offsets) lives in ``appends``, ``fetches`` and ``offsets``.
 
+Replication plugs in through two hooks (``attach_replication``): the follower side
+(``FollowerControl``: the replica fetchers, started and stopped by the orders) and the leader's
+ISR changes (``IsrControl``: expansion checked on every follower fetch). Without them the node
+serves as before (RF 1, or tests of the leader side alone).
+
 Everything that touches partition state runs on the event loop. Slow disk work (opening and
 recovering logs, fsync, retention, deleting, checkpoint writes) runs in worker threads; the log
 engine serialises a log's mutations with its own lock.
@@ -17,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
@@ -38,6 +43,26 @@ from services.storage.partition import (
 )
 
 log = get_logger("storage.replica_manager")
+
+
+class FollowerControl(Protocol):
+    """The replica fetchers, as the replica manager drives them."""
+
+    def follow(self, p: Partition) -> None:
+        """(Re)start replicating ``p`` from its leader: truncation first, then fetching."""
+        ...
+
+    def unfollow(self, keys: Iterable[TopicPartition]) -> None: ...
+
+    def is_following(self, key: TopicPartition) -> bool: ...
+
+    def max_lag(self) -> int: ...
+
+
+class IsrControl(Protocol):
+    """The leader's ISR changes, as the fetch path triggers them."""
+
+    def maybe_expand(self, p: Partition, replica_id: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -75,8 +100,35 @@ class ReplicaManager:
         self.controller_epoch = -1  # highest controller epoch seen
         self.produce_waiters = DelayedOperations("produce")  # woken when the HW moves
         self.fetch_waiters = DelayedOperations("fetch")  # woken by appends and HW moves
+        self.fetchers: FollowerControl | None = None
+        self.isr_control: IsrControl | None = None
         self._orders_lock = asyncio.Lock()
         self.metrics.bind_state(self.gauges)
+
+    def attach_replication(
+        self, fetchers: FollowerControl | None, isr_control: IsrControl | None
+    ) -> None:
+        self.fetchers = fetchers
+        self.isr_control = isr_control
+
+    def _new_partition(
+        self,
+        topic: str,
+        partition: int,
+        lg: ManagedLog,
+        config: dict[str, Any],
+        topic_id: bytes | None,
+    ) -> Partition:
+        return Partition(
+            topic,
+            partition,
+            lg,
+            self.broker_id,
+            config,
+            topic_id=topic_id,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            clock=self.clock,
+        )
 
     # ---- lookups ------------------------------------------------------------------------
     def get(self, topic: str, partition: int) -> Partition | None:
@@ -108,6 +160,22 @@ class ReplicaManager:
     def on_high_watermark(self, p: Partition) -> None:
         self.produce_waiters.notify(p.key)
         self.fetch_waiters.notify(p.key)
+
+    def on_follower_fetch(
+        self, p: Partition, replica_id: int, fetch_offset: int, log_start_offset: int
+    ) -> None:
+        """A follower fetched from ``fetch_offset`` (its LEO): record it, move the HW, and see
+        whether it may join the ISR (Kafka's ``updateFollowerFetchState``)."""
+        if p.update_follower_fetch(replica_id, fetch_offset, log_start_offset, self.clock()):
+            self.on_high_watermark(p)
+        if self.isr_control is not None:
+            self.isr_control.maybe_expand(p, replica_id)
+
+    def on_isr_changed(self, p: Partition) -> None:
+        """The ISR changed: the HW may move (a shrink), and acks=all waiters re-check
+        min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+        p.maybe_increment_high_watermark(self.clock())
+        self.on_high_watermark(p)
 
     def on_state_change(self, key: TopicPartition) -> None:
         """Leadership changed or the partition went away: parked requests re-check at once."""
@@ -171,14 +239,7 @@ class ReplicaManager:
             )
             hw = high_watermarks.get(tp, 0)
             opened.high_watermark = min(max(hw, opened.log_start_offset), opened.log_end_offset)
-            p = Partition(
-                topic,
-                partition,
-                opened,
-                self.broker_id,
-                config,
-                topic_id=self.backend.topic_id(opened),
-            )
+            p = self._new_partition(topic, partition, opened, config, self.backend.topic_id(opened))
             self.hosted[tp] = Hosted(p, opened)
             log.info(
                 "loaded log",
@@ -274,6 +335,22 @@ class ReplicaManager:
         else:
             self._refresh(hosted, config, topic_id)
         p = hosted.partition
+        if (
+            p.role is not Role.NONE
+            and state.leader_epoch == p.leader_epoch
+            and state.partition_epoch < p.partition_epoch
+        ):
+            # Same leader epoch but an older version of the state znode than ours: the leader
+            # changed the ISR since (the controller always bumps the leader epoch itself).
+            log.info(
+                "ignoring partition state older than the ISR change already applied",
+                topic=state.topic,
+                partition=state.partition,
+                leader_epoch=state.leader_epoch,
+                partition_epoch=state.partition_epoch,
+                current_partition_epoch=p.partition_epoch,
+            )
+            return ErrorCode.STALE_CONTROLLER_EPOCH
         order = PartitionOrder(
             state.leader,
             state.leader_epoch,
@@ -283,6 +360,8 @@ class ReplicaManager:
         )
         if state.leader == self.broker_id:
             was = p.role
+            if self.fetchers is not None:
+                self.fetchers.unfollow([key])  # stop fetching before taking over
             if p.make_leader(order, self.clock()):
                 self.on_high_watermark(p)
             if was is not Role.LEADER:
@@ -296,7 +375,8 @@ class ReplicaManager:
                     high_watermark=p.high_watermark,
                 )
         else:
-            if p.make_follower(order):
+            changed = p.make_follower(order)
+            if changed:
                 log.info(
                     "became follower",
                     topic=p.topic,
@@ -305,6 +385,9 @@ class ReplicaManager:
                     leader_epoch=p.leader_epoch,
                     log_end_offset=p.log.log_end_offset,
                 )
+            if self.fetchers is not None and (changed or not self.fetchers.is_following(key)):
+                # a new leader or leader epoch: truncate against it, then fetch (KIP-101)
+                self.fetchers.follow(p)
         self.on_state_change(key)
         return ErrorCode.NONE
 
@@ -322,13 +405,8 @@ class ReplicaManager:
             clean_shutdown=False,
             log_start_offset=None,
         )
-        p = Partition(
-            topic,
-            partition,
-            opened,
-            self.broker_id,
-            config,
-            topic_id=self.backend.topic_id(opened) or topic_id,
+        p = self._new_partition(
+            topic, partition, opened, config, self.backend.topic_id(opened) or topic_id
         )
         hosted = Hosted(p, opened)
         self.hosted[(topic, partition)] = hosted
@@ -388,6 +466,8 @@ class ReplicaManager:
                 current_leader_epoch=p.leader_epoch,
             )
             return ErrorCode.FENCED_LEADER_EPOCH
+        if self.fetchers is not None:
+            self.fetchers.unfollow([key])
         p.stop()
         if delete:
             del self.hosted[key]
@@ -454,7 +534,11 @@ class ReplicaManager:
         await self.checkpoint_log_start_offsets()
 
     async def close(self) -> bool:
-        """Stop serving, flush and close every log, write the checkpoints. True if all went well."""
+        """Stop serving, flush and close every log, write the checkpoints. True if all went well.
+
+        The replica fetchers must be stopped first (the node does it)."""
+        if self.fetchers is not None:
+            self.fetchers.unfollow(list(self.hosted))
         for key, hosted in self.hosted.items():
             hosted.partition.stop()
             self.on_state_change(key)
@@ -481,6 +565,8 @@ class ReplicaManager:
     # ---- metrics ------------------------------------------------------------------------------
     def gauges(self) -> ReplicaGauges:
         g = ReplicaGauges(partition_count=len(self.hosted))
+        if self.fetchers is not None:
+            g.replica_max_lag = self.fetchers.max_lag()
         for (topic, partition), h in list(self.hosted.items()):
             p = h.partition
             if p.is_leader:

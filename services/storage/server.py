@@ -10,6 +10,7 @@ from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.storage.appends import append
+from services.storage.epochs import offset_for_leader_epoch
 from services.storage.fetches import fetch
 from services.storage.offsets import list_offsets
 from services.storage.replica_manager import ReplicaManager
@@ -49,6 +50,12 @@ class StorageService(pb_grpc.StorageServicer):
     ) -> pb.StopReplicasResponse:
         with self.rm.metrics.timed("StopReplica"):
             return await self.rm.stop_replicas(request)
+
+    async def OffsetForLeaderEpoch(
+        self, request: pb.OffsetForLeaderEpochRequest, context: Any
+    ) -> pb.OffsetForLeaderEpochResponse:
+        with self.rm.metrics.timed("OffsetForLeaderEpoch"):
+            return offset_for_leader_epoch(self.rm, request)
 
 
 def add_storage_service(server: grpc.aio.Server, rm: ReplicaManager) -> StorageService:

@@ -112,6 +112,24 @@ class StorageSettingsBase(ServiceSettings):
     replica_lag_time_max_ms: int = kafka_prop(
         30000, "replica.lag.time.max.ms", "a follower not caught up for this long leaves the ISR"
     )
+    replica_fetch_wait_max_ms: int = kafka_prop(
+        500, "replica.fetch.wait.max.ms", "long-poll time of a follower's fetch"
+    )
+    replica_fetch_min_bytes: int = kafka_prop(
+        1, "replica.fetch.min.bytes", "bytes a follower's fetch waits for"
+    )
+    replica_fetch_max_bytes: int = kafka_prop(
+        1048576, "replica.fetch.max.bytes", "bytes fetched per partition by a follower"
+    )
+    replica_fetch_response_max_bytes: int = kafka_prop(
+        10485760, "replica.fetch.response.max.bytes", "bytes of a follower's whole fetch"
+    )
+    replica_fetch_backoff_ms: int = kafka_prop(
+        1000, "replica.fetch.backoff.ms", "longest back-off of a follower after fetch errors"
+    )
+    replica_socket_timeout_ms: int = kafka_prop(
+        30000, "replica.socket.timeout.ms", "timeout of a follower's requests to its leader"
+    )
     log_retention_hours: int = kafka_prop(168, "log.retention.hours", "retention (hours)")
     log_retention_minutes: int | None = kafka_prop(
         None, "log.retention.minutes", "retention (minutes; overrides hours)"
@@ -126,6 +144,12 @@ class StorageSettingsBase(ServiceSettings):
         "log_flush_offset_checkpoint_interval_ms",
         "replica_high_watermark_checkpoint_interval_ms",
         "replica_lag_time_max_ms",
+        "replica_fetch_wait_max_ms",
+        "replica_fetch_min_bytes",
+        "replica_fetch_max_bytes",
+        "replica_fetch_response_max_bytes",
+        "replica_fetch_backoff_ms",
+        "replica_socket_timeout_ms",
         "log_retention_hours",
         "log_roll_hours",
         "shutdown_grace_ms",

@@ -1,0 +1,147 @@
+"""How a follower reaches a leader: its address from ZooKeeper and a long-lived gRPC channel.
+
+The address of broker N is its registration ``/brokers/ids/N`` (``host``/``port`` of the gRPC
+listener). It is read once and then kept fresh by a ZooKeeper data watch; a changed address
+replaces the channel and wakes the fetcher. Channels reconnect by themselves; their reconnect
+backoff is capped at one second so a restarted leader is found again quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Protocol
+
+import grpc
+
+from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
+from services.common.runtime import GRPC_OPTIONS
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk, ZnodeStat
+
+log = get_logger("storage.replication.endpoints")
+
+ADDRESS_LOOKUP_TIMEOUT_S = 10.0
+CHANNEL_OPTIONS = [
+    *GRPC_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+class LeaderEndpoint(Protocol):
+    """The calls a follower makes to its leader."""
+
+    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse: ...
+
+    async def offset_for_leader_epoch(
+        self, req: pb.OffsetForLeaderEpochRequest, timeout_s: float
+    ) -> pb.OffsetForLeaderEpochResponse: ...
+
+
+class EndpointProvider(Protocol):
+    async def endpoint(self, broker_id: int) -> LeaderEndpoint | None:
+        """The leader's endpoint, or None while the broker is not registered."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class GrpcLeaderEndpoint:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.StorageStub(self._channel)
+
+    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+        resp: pb.FetchResponse = await self._stub.Fetch(req, timeout=timeout_s)
+        return resp
+
+    async def offset_for_leader_epoch(
+        self, req: pb.OffsetForLeaderEpochRequest, timeout_s: float
+    ) -> pb.OffsetForLeaderEpochResponse:
+        resp: pb.OffsetForLeaderEpochResponse = await self._stub.OffsetForLeaderEpoch(
+            req, timeout=timeout_s
+        )
+        return resp
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+class BrokerAddresses:
+    """``host:port`` of storage nodes, cached and refreshed by ZooKeeper watches."""
+
+    def __init__(self, zk: AsyncZk, on_change: Callable[[int], None] | None = None) -> None:
+        self.zk = zk
+        self._on_change = on_change
+        self._known: dict[int, str | None] = {}
+        self._ready: dict[int, asyncio.Future[None]] = {}
+
+    async def get(self, broker_id: int) -> str | None:
+        """The registered address of ``broker_id`` (None if it is not registered)."""
+        ready = self._ready.get(broker_id)
+        if ready is None:
+            ready = self._ready[broker_id] = asyncio.get_running_loop().create_future()
+            try:
+                # kazoo's DataWatch reads the node in its constructor: keep that off the loop
+                await asyncio.to_thread(
+                    self.zk.watch_data,
+                    layout.broker_path(broker_id),
+                    functools.partial(self._on_data, broker_id),
+                )
+            except Exception:
+                del self._ready[broker_id]
+                raise
+        if not ready.done():
+            await asyncio.wait_for(asyncio.shield(ready), ADDRESS_LOOKUP_TIMEOUT_S)
+        return self._known.get(broker_id)
+
+    def _on_data(self, broker_id: int, data: bytes | None, stat: ZnodeStat | None) -> None:
+        address: str | None = None
+        if data:
+            try:
+                address = layout.BrokerRegistration.from_json(broker_id, data).address
+            except (KeyError, ValueError, TypeError) as exc:
+                log.warning("unreadable broker registration", broker=broker_id, error=repr(exc))
+        old = self._known.get(broker_id)
+        self._known[broker_id] = address
+        ready = self._ready.get(broker_id)
+        if ready is not None and not ready.done():
+            ready.set_result(None)
+        elif old != address:
+            log.info("broker address changed", broker=broker_id, old=old, new=address)
+            if self._on_change is not None:
+                self._on_change(broker_id)
+
+
+class GrpcEndpoints:
+    """One channel per leader broker, replaced when the broker's address changes."""
+
+    def __init__(self, addresses: BrokerAddresses) -> None:
+        self.addresses = addresses
+        self._endpoints: dict[int, GrpcLeaderEndpoint] = {}
+
+    async def endpoint(self, broker_id: int) -> LeaderEndpoint | None:
+        address = await self.addresses.get(broker_id)
+        current = self._endpoints.get(broker_id)
+        if current is not None and current.address == address:
+            return current
+        if current is not None:
+            del self._endpoints[broker_id]
+            await current.close()
+        if address is None:
+            return None
+        created = self._endpoints[broker_id] = GrpcLeaderEndpoint(address)
+        return created
+
+    async def close(self) -> None:
+        endpoints, self._endpoints = list(self._endpoints.values()), {}
+        for ep in endpoints:
+            with contextlib.suppress(Exception):
+                await ep.close()
