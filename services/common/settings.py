@@ -78,9 +78,9 @@ class ServiceSettings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = err["loc"][0] if err["loc"] else "?"
-            field = cls.model_fields.get(str(loc))
-            name = (field.alias if field else None) or loc
+            loc = str(err["loc"][0]) if err["loc"] else "?"
+            info = cls.model_fields.get(loc)
+            name = (info.alias if info else None) or loc
             raise ConfigError(f"invalid setting {name}: {err['msg']}") from None
 
     @classmethod

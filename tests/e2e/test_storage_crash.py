@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition

@@ -43,7 +43,7 @@ class AsyncZk:
         return self._loop
 
     # ---- lifecycle ------------------------------------------------------------------
-    async def start(self, timeout: float = 15.0) -> None:
+    async def start(self, timeout: float = 15.0) -> None:  # noqa: ASYNC109 - kazoo connect timeout
         self._loop = asyncio.get_running_loop()
         hosts, _, chroot = self.connect_string.partition("/")
         if chroot:

@@ -3,7 +3,12 @@ from __future__ import annotations
 import pytest
 
 from services.common.errors import ErrorCode, KafkaError
-from services.common.topic_config import TOPIC_CONFIGS, effective_config, format_value, validate_overrides
+from services.common.topic_config import (
+    TOPIC_CONFIGS,
+    effective_config,
+    format_value,
+    validate_overrides,
+)
 
 
 def test_defaults_match_kafka() -> None:

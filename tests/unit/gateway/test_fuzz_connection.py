@@ -55,7 +55,7 @@ class Harness:
             # Read whatever comes back until the server closes or has nothing more to say.
             while await asyncio.wait_for(reader.read(65536), 0.5):
                 pass
-        except (ConnectionError, TimeoutError, asyncio.TimeoutError):
+        except (ConnectionError, TimeoutError):
             pass
         finally:
             writer.close()
