@@ -59,11 +59,23 @@ def test_active_controller_failover(fault_cluster: LocalCluster) -> None:
         reg = json.loads(zk.get(f"/brokers/ids/{broker}")[0])
         channel = grpc.insecure_channel(f"{reg['host']}:{reg['port']}")
         stub = storage_pb2_grpc.StorageStub(channel)
-        resp = stub.UpdatePartitions(storage_pb2.UpdatePartitionsRequest(
-            controller_id=old, controller_epoch=old_epoch,
-            partitions=[storage_pb2.PartitionState(topic="after-failover", partition=0,
-                                                   leader=int(broker), leader_epoch=99,
-                                                   isr=[int(broker)], replicas=[int(broker)])]), timeout=10)
+        resp = stub.UpdatePartitions(
+            storage_pb2.UpdatePartitionsRequest(
+                controller_id=old,
+                controller_epoch=old_epoch,
+                partitions=[
+                    storage_pb2.PartitionState(
+                        topic="after-failover",
+                        partition=0,
+                        leader=int(broker),
+                        leader_epoch=99,
+                        isr=[int(broker)],
+                        replicas=[int(broker)],
+                    )
+                ],
+            ),
+            timeout=10,
+        )
         assert resp.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
         channel.close()
     finally:

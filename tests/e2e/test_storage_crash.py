@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -40,8 +41,9 @@ def _leaders(cluster: LocalCluster, zk_connect: str) -> dict[int, int]:
 
 
 def _read_all(bootstrap: str, expected: int, timeout: float = 60) -> dict[int, list[bytes]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     values: dict[int, list[bytes]] = defaultdict(list)
     got = 0
@@ -90,16 +92,29 @@ def test_kill_storage_node_mid_produce(fault_cluster: LocalCluster) -> None:
             else:
                 failed.append(str(err))
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 50})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 120000,
+            "retry.backoff.ms": 50,
+        }
+    )
     stop = threading.Event()
     sent = 0
 
     def produce_loop() -> None:
         nonlocal sent
         while not stop.is_set():
-            producer.produce(TOPIC, f"v-{sent:08d}".encode(), key=str(sent).encode(),
-                             partition=sent % PARTITIONS, on_delivery=on_delivery)
+            producer.produce(
+                TOPIC,
+                f"v-{sent:08d}".encode(),
+                key=str(sent).encode(),
+                partition=sent % PARTITIONS,
+                on_delivery=on_delivery,
+            )
             sent += 1
             producer.poll(0)
             if sent % 200 == 0:
@@ -129,16 +144,22 @@ def test_kill_storage_node_mid_produce(fault_cluster: LocalCluster) -> None:
 
     # The torn tail was cut back to the last complete batch (the file may have grown since with
     # new appends, but the garbage must be gone: every batch in the file must be valid).
-    dump = subprocess.run([sys.executable, "-m", "services.cli.main", "dump-log", "--files", str(active)],
-                          capture_output=True, text=True, timeout=60)
+    dump = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "dump-log", "--files", str(active)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dump.returncode == 0, dump.stderr
     assert "isvalid: false" not in dump.stdout
     assert "Mismatches" not in dump.stderr and "Found" not in dump.stderr, dump.stderr
     assert active.stat().st_size >= good_size
     # The restarted node logged its recovery of this partition: the torn tail cut, indexes rebuilt.
-    recovered = [e for e in _json_lines(fault_cluster.data_dir / "logs" / f"storage-{victim}.log")
-                 if e.get("event") == "log_recovered" and e.get("topic") == TOPIC
-                 and e.get("partition") == 0]
+    recovered = [
+        e
+        for e in _json_lines(fault_cluster.data_dir / "logs" / f"storage-{victim}.log")
+        if e.get("event") == "log_recovered" and e.get("topic") == TOPIC and e.get("partition") == 0
+    ]
     assert recovered, "no recovery logged for the torn partition"
     assert recovered[-1]["bytes_truncated"] > 0
     assert recovered[-1]["indexes_rebuilt"] >= 2
