@@ -41,7 +41,9 @@ class AdminServer:
         self._sock.bind((host, port))
         self._sock.listen(128)
         self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(build_app(ready), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            build_app(ready), log_level="warning", access_log=False, lifespan="off"
+        )
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
 

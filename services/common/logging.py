@@ -9,15 +9,20 @@ from typing import Any
 import structlog
 
 
-def configure_logging(service: str, node_id: int | str | None = None, fmt: str = "auto",
-                      level: str = "info") -> structlog.stdlib.BoundLogger:
+def configure_logging(
+    service: str, node_id: int | str | None = None, fmt: str = "auto", level: str = "info"
+) -> structlog.stdlib.BoundLogger:
     """Configure structlog for this process and return the service's root logger."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: Any = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=False)
     )
     lvl = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(stream=sys.stderr, level=max(lvl, logging.WARNING), format="%(name)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=max(lvl, logging.WARNING), format="%(name)s %(message)s"
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

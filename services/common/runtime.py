@@ -80,7 +80,11 @@ def new_grpc_server() -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
 
 
 async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
-    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
     await health_servicer.set("", status)
 
 

@@ -47,8 +47,12 @@ class ServiceSettings(BaseModel):
     zookeeper_session_timeout_ms: int = kafka_prop(
         18000, "zookeeper.session.timeout.ms", "ZooKeeper session timeout"
     )
-    admin_host: str = kafka_prop("127.0.0.1", "admin.host", "bind address of /metrics, /healthz, /readyz")
-    admin_port: int = kafka_prop(0, "admin.port", "port of the admin HTTP server (0 = any free port)")
+    admin_host: str = kafka_prop(
+        "127.0.0.1", "admin.host", "bind address of /metrics, /healthz, /readyz"
+    )
+    admin_port: int = kafka_prop(
+        0, "admin.port", "port of the admin HTTP server (0 = any free port)"
+    )
     log_format: str = kafka_prop("auto", "log.format", "auto | json | console")
     log_level: str = kafka_prop("info", "log.level", "debug | info | warning | error")
 

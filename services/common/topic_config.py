@@ -54,61 +54,193 @@ _D = TopicConfigDef
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     d.name: d
     for d in [
-        _D("cleanup.policy", "log.cleanup.policy", "delete", ConfigType.LIST,
-           "delete and/or compact", valid=("delete", "compact")),
-        _D("compression.type", "compression.type", "producer", ConfigType.STRING,
-           "final compression of the topic's batches",
-           valid=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
-        _D("delete.retention.ms", "log.cleaner.delete.retention.ms", 86400000, ConfigType.LONG,
-           "how long tombstones are kept in compacted topics", minimum=0),
-        _D("file.delete.delay.ms", "log.segment.delete.delay.ms", 60000, ConfigType.LONG,
-           "delay before a deleted segment's files are removed", minimum=0),
-        _D("flush.messages", "log.flush.interval.messages", LONG_MAX, ConfigType.LONG,
-           "fsync after this many messages", minimum=1),
-        _D("flush.ms", "log.flush.interval.ms", LONG_MAX, ConfigType.LONG,
-           "fsync after this many milliseconds", minimum=0),
-        _D("index.interval.bytes", "log.index.interval.bytes", 4096, ConfigType.INT,
-           "bytes between offset-index entries", minimum=0),
-        _D("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", LONG_MAX, ConfigType.LONG,
-           "longest time a record stays uncompacted", minimum=1),
-        _D("max.message.bytes", "message.max.bytes", 1048588, ConfigType.INT,
-           "largest record batch the topic accepts", minimum=0),
-        _D("message.timestamp.type", "log.message.timestamp.type", "CreateTime", ConfigType.STRING,
-           "CreateTime or LogAppendTime", valid=("CreateTime", "LogAppendTime")),
-        _D("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms",
-           LONG_MAX, ConfigType.LONG, "largest allowed CreateTime skew", minimum=0),
-        _D("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", 0.5, ConfigType.DOUBLE,
-           "dirty ratio that makes a log cleanable", minimum=0),
-        _D("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", 0, ConfigType.LONG,
-           "shortest time a record stays uncompacted", minimum=0),
-        _D("min.insync.replicas", "min.insync.replicas", 1, ConfigType.INT,
-           "replicas that must acknowledge an acks=all write", minimum=1),
-        _D("preallocate", "log.preallocate", False, ConfigType.BOOLEAN,
-           "preallocate segment files"),
-        _D("retention.bytes", "log.retention.bytes", -1, ConfigType.LONG,
-           "largest partition size before old segments are deleted (-1 = unlimited)"),
-        _D("retention.ms", "log.retention.ms", 604800000, ConfigType.LONG,
-           "age after which segments are deleted (-1 = forever)", minimum=-1),
-        _D("segment.bytes", "log.segment.bytes", 1073741824, ConfigType.INT,
-           "segment size before a roll", minimum=14),
-        _D("segment.index.bytes", "log.index.size.max.bytes", 10485760, ConfigType.INT,
-           "size of a segment's offset index", minimum=8),
-        _D("segment.jitter.ms", "log.roll.jitter.ms", 0, ConfigType.LONG,
-           "random jitter subtracted from segment.ms", minimum=0),
-        _D("segment.ms", "log.roll.ms", 604800000, ConfigType.LONG,
-           "age of a segment before a roll", minimum=1),
-        _D("unclean.leader.election.enable", "unclean.leader.election.enable", False,
-           ConfigType.BOOLEAN, "allow out-of-sync replicas to become leader"),
-        _D("message.downconversion.enable", "log.message.downconversion.enable", True,
-           ConfigType.BOOLEAN, "down-convert batches for old fetch versions"),
+        _D(
+            "cleanup.policy",
+            "log.cleanup.policy",
+            "delete",
+            ConfigType.LIST,
+            "delete and/or compact",
+            valid=("delete", "compact"),
+        ),
+        _D(
+            "compression.type",
+            "compression.type",
+            "producer",
+            ConfigType.STRING,
+            "final compression of the topic's batches",
+            valid=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        ),
+        _D(
+            "delete.retention.ms",
+            "log.cleaner.delete.retention.ms",
+            86400000,
+            ConfigType.LONG,
+            "how long tombstones are kept in compacted topics",
+            minimum=0,
+        ),
+        _D(
+            "file.delete.delay.ms",
+            "log.segment.delete.delay.ms",
+            60000,
+            ConfigType.LONG,
+            "delay before a deleted segment's files are removed",
+            minimum=0,
+        ),
+        _D(
+            "flush.messages",
+            "log.flush.interval.messages",
+            LONG_MAX,
+            ConfigType.LONG,
+            "fsync after this many messages",
+            minimum=1,
+        ),
+        _D(
+            "flush.ms",
+            "log.flush.interval.ms",
+            LONG_MAX,
+            ConfigType.LONG,
+            "fsync after this many milliseconds",
+            minimum=0,
+        ),
+        _D(
+            "index.interval.bytes",
+            "log.index.interval.bytes",
+            4096,
+            ConfigType.INT,
+            "bytes between offset-index entries",
+            minimum=0,
+        ),
+        _D(
+            "max.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms",
+            LONG_MAX,
+            ConfigType.LONG,
+            "longest time a record stays uncompacted",
+            minimum=1,
+        ),
+        _D(
+            "max.message.bytes",
+            "message.max.bytes",
+            1048588,
+            ConfigType.INT,
+            "largest record batch the topic accepts",
+            minimum=0,
+        ),
+        _D(
+            "message.timestamp.type",
+            "log.message.timestamp.type",
+            "CreateTime",
+            ConfigType.STRING,
+            "CreateTime or LogAppendTime",
+            valid=("CreateTime", "LogAppendTime"),
+        ),
+        _D(
+            "message.timestamp.difference.max.ms",
+            "log.message.timestamp.difference.max.ms",
+            LONG_MAX,
+            ConfigType.LONG,
+            "largest allowed CreateTime skew",
+            minimum=0,
+        ),
+        _D(
+            "min.cleanable.dirty.ratio",
+            "log.cleaner.min.cleanable.ratio",
+            0.5,
+            ConfigType.DOUBLE,
+            "dirty ratio that makes a log cleanable",
+            minimum=0,
+        ),
+        _D(
+            "min.compaction.lag.ms",
+            "log.cleaner.min.compaction.lag.ms",
+            0,
+            ConfigType.LONG,
+            "shortest time a record stays uncompacted",
+            minimum=0,
+        ),
+        _D(
+            "min.insync.replicas",
+            "min.insync.replicas",
+            1,
+            ConfigType.INT,
+            "replicas that must acknowledge an acks=all write",
+            minimum=1,
+        ),
+        _D(
+            "preallocate", "log.preallocate", False, ConfigType.BOOLEAN, "preallocate segment files"
+        ),
+        _D(
+            "retention.bytes",
+            "log.retention.bytes",
+            -1,
+            ConfigType.LONG,
+            "largest partition size before old segments are deleted (-1 = unlimited)",
+        ),
+        _D(
+            "retention.ms",
+            "log.retention.ms",
+            604800000,
+            ConfigType.LONG,
+            "age after which segments are deleted (-1 = forever)",
+            minimum=-1,
+        ),
+        _D(
+            "segment.bytes",
+            "log.segment.bytes",
+            1073741824,
+            ConfigType.INT,
+            "segment size before a roll",
+            minimum=14,
+        ),
+        _D(
+            "segment.index.bytes",
+            "log.index.size.max.bytes",
+            10485760,
+            ConfigType.INT,
+            "size of a segment's offset index",
+            minimum=8,
+        ),
+        _D(
+            "segment.jitter.ms",
+            "log.roll.jitter.ms",
+            0,
+            ConfigType.LONG,
+            "random jitter subtracted from segment.ms",
+            minimum=0,
+        ),
+        _D(
+            "segment.ms",
+            "log.roll.ms",
+            604800000,
+            ConfigType.LONG,
+            "age of a segment before a roll",
+            minimum=1,
+        ),
+        _D(
+            "unclean.leader.election.enable",
+            "unclean.leader.election.enable",
+            False,
+            ConfigType.BOOLEAN,
+            "allow out-of-sync replicas to become leader",
+        ),
+        _D(
+            "message.downconversion.enable",
+            "log.message.downconversion.enable",
+            True,
+            ConfigType.BOOLEAN,
+            "down-convert batches for old fetch versions",
+        ),
     ]
 }
 
 
 def parse_value(defn: TopicConfigDef, raw: str) -> Any:
     """Parse and validate one raw string value; raises KafkaError(INVALID_CONFIG)."""
+
     def bad(why: str) -> KafkaError:
-        return KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {defn.name}: {why}")
+        return KafkaError(
+            ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {defn.name}: {why}"
+        )
 
     t = defn.type
     value: Any
@@ -152,7 +284,9 @@ def validate_overrides(overrides: Mapping[str, str]) -> dict[str, Any]:
         if defn is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
         if raw is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config: {name}")
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config: {name}"
+            )
         parsed[name] = parse_value(defn, raw)
     return parsed
 
@@ -165,8 +299,9 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def effective_config(overrides: Mapping[str, str], broker_defaults: Mapping[str, Any] | None = None
-                     ) -> dict[str, Any]:
+def effective_config(
+    overrides: Mapping[str, str], broker_defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Typed effective topic configuration: defaults < broker defaults < overrides."""
     broker_defaults = broker_defaults or {}
     out: dict[str, Any] = {}

@@ -58,7 +58,7 @@ _ENTRIES_OFFSET = 6  # version (2) + crc (4)
 
 
 class AppendOrigin(enum.Enum):
-    CLIENT = "client"            # full validation (sequence + epoch + duplicates)
+    CLIENT = "client"  # full validation (sequence + epoch + duplicates)
     COORDINATOR = "coordinator"  # group/txn coordinators: epoch checks only
     REPLICATION = "replication"  # follower appends: no validation
 
@@ -92,7 +92,9 @@ class BatchMetadata:
 class ProducerStateEntry:
     producer_id: int
     producer_epoch: int = NO_PRODUCER_EPOCH
-    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    )
     coordinator_epoch: int = -1
     last_timestamp: int = -1
     current_txn_first_offset: int | None = None
@@ -114,10 +116,14 @@ class ProducerStateEntry:
         return self.batches[-1].offset_delta if self.batches else 0
 
     def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(self.producer_id, self.producer_epoch,
-                                  deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
-                                  self.coordinator_epoch, self.last_timestamp,
-                                  self.current_txn_first_offset)
+        return ProducerStateEntry(
+            self.producer_id,
+            self.producer_epoch,
+            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.coordinator_epoch,
+            self.last_timestamp,
+            self.current_txn_first_offset,
+        )
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
         if header.producer_epoch != self.producer_epoch:
@@ -133,18 +139,32 @@ class ProducerStateEntry:
             self.batches.clear()
             self.producer_epoch = epoch
 
-    def add_batch(self, epoch: int, first_seq: int, last_seq: int, first_offset: int,
-                  last_offset: int, timestamp: int) -> None:
+    def add_batch(
+        self,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int,
+    ) -> None:
         self.maybe_update_epoch(epoch)
-        self.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
+        self.batches.append(
+            BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp)
+        )
         self.last_timestamp = timestamp
 
 
 class ProducerStateManager:
     """Producer id -> state, with Kafka-format snapshots in the partition directory."""
 
-    def __init__(self, dir: Path, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 now_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        dir: Path,
+        *,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
         self.dir = dir
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
@@ -162,13 +182,20 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """Smallest first offset of an ongoing transaction (for the last stable offset)."""
-        offsets = [e.current_txn_first_offset for e in self._producers.values()
-                   if e.current_txn_first_offset is not None]
+        offsets = [
+            e.current_txn_first_offset
+            for e in self._producers.values()
+            if e.current_txn_first_offset is not None
+        ]
         return min(offsets) if offsets else None
 
     # ------------------------------------------------------------- validation
-    def check(self, header: BatchHeader, origin: AppendOrigin = AppendOrigin.CLIENT,
-              first_offset: int = -1) -> BatchMetadata | None:
+    def check(
+        self,
+        header: BatchHeader,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        first_offset: int = -1,
+    ) -> BatchMetadata | None:
         """Validate one batch against the current state (no change).
 
         Returns the metadata of the batch it duplicates, or None; raises KafkaError
@@ -176,8 +203,9 @@ class ProducerStateManager:
         """
         return self.analyze([(header, first_offset)], origin)
 
-    def analyze(self, batches: Iterable[tuple[BatchHeader, int]],
-                origin: AppendOrigin = AppendOrigin.CLIENT) -> BatchMetadata | None:
+    def analyze(
+        self, batches: Iterable[tuple[BatchHeader, int]], origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> BatchMetadata | None:
         """Validate the batches of one append, each (header, first offset), in order."""
         working: dict[int, ProducerStateEntry] = {}
         for header, first_offset in batches:
@@ -196,16 +224,28 @@ class ProducerStateManager:
             working[pid] = updated
         return None
 
-    def _validate(self, entry: ProducerStateEntry | None, header: BatchHeader, offset: int,
-                  origin: AppendOrigin) -> None:
+    def _validate(
+        self,
+        entry: ProducerStateEntry | None,
+        header: BatchHeader,
+        offset: int,
+        origin: AppendOrigin,
+    ) -> None:
         pid, epoch = header.producer_id, header.producer_epoch
         current_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
         if epoch < current_epoch:
-            msg = (f"Epoch of producer {pid} at offset {offset} is {epoch}, which is smaller than "
-                   f"the last seen epoch {current_epoch}")
+            msg = (
+                f"Epoch of producer {pid} at offset {offset} is {epoch}, which is smaller than "
+                f"the last seen epoch {current_epoch}"
+            )
             if origin is AppendOrigin.REPLICATION:
-                log.warning("producer_epoch_regression", producer_id=pid, epoch=epoch,
-                            current_epoch=current_epoch, offset=offset)
+                log.warning(
+                    "producer_epoch_regression",
+                    producer_id=pid,
+                    epoch=epoch,
+                    current_epoch=current_epoch,
+                    offset=offset,
+                )
                 return
             raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, msg)
         if header.is_control:
@@ -218,30 +258,45 @@ class ProducerStateManager:
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                         f"Invalid sequence number for new epoch of producer {pid} at offset "
                         f"{offset}: {epoch} (request epoch), {seq} (seq. number), "
-                        f"{current_epoch} (current producer epoch)")
+                        f"{current_epoch} (current producer epoch)",
+                    )
             else:
                 last_seq = entry.last_seq if entry is not None else NO_SEQUENCE
                 if not _in_sequence(last_seq, seq):
                     raise KafkaError(
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                         f"Out of order sequence number for producer {pid} at offset {offset}: "
-                        f"{seq} (incoming seq. number), {last_seq} (current end sequence number)")
-        if (origin is not AppendOrigin.REPLICATION and entry is not None
-                and entry.current_txn_first_offset is not None and not header.is_transactional):
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
-                             f"Expected transactional write from producer {pid} at offset {offset}")
+                        f"{seq} (incoming seq. number), {last_seq} (current end sequence number)",
+                    )
+        if (
+            origin is not AppendOrigin.REPLICATION
+            and entry is not None
+            and entry.current_txn_first_offset is not None
+            and not header.is_transactional
+        ):
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Expected transactional write from producer {pid} at offset {offset}",
+            )
 
     @staticmethod
-    def _apply(entry: ProducerStateEntry, header: BatchHeader, first_offset: int,
-               last_offset: int) -> None:
+    def _apply(
+        entry: ProducerStateEntry, header: BatchHeader, first_offset: int, last_offset: int
+    ) -> None:
         if header.is_control:
             # COMMIT/ABORT marker: the ongoing transaction (if any) ends here
             entry.maybe_update_epoch(header.producer_epoch)
             entry.current_txn_first_offset = None
             entry.last_timestamp = header.max_timestamp
             return
-        entry.add_batch(header.producer_epoch, header.base_sequence, header.last_sequence,
-                        first_offset, last_offset, header.max_timestamp)
+        entry.add_batch(
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            first_offset,
+            last_offset,
+            header.max_timestamp,
+        )
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = first_offset
 
@@ -267,8 +322,10 @@ class ProducerStateManager:
         return expired
 
     def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
-        return (entry.current_txn_first_offset is None
-                and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms)
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+        )
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         if self.map_end_offset < log_start_offset:
@@ -297,8 +354,11 @@ class ProducerStateManager:
             return out
         for p in self.dir.iterdir():
             name = p.name
-            if name.endswith(SNAPSHOT_SUFFIX) and len(name) == 20 + len(SNAPSHOT_SUFFIX) \
-                    and name[:20].isdigit():
+            if (
+                name.endswith(SNAPSHOT_SUFFIX)
+                and len(name) == 20 + len(SNAPSHOT_SUFFIX)
+                and name[:20].isdigit()
+            ):
                 out.append(int(name[:20]))
         return sorted(out)
 
@@ -364,10 +424,18 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
     _SNAP_COUNT.pack_into(buf, _ENTRIES_OFFSET, len(items))
     pos = _ENTRIES_OFFSET + _SNAP_COUNT.size
     for e in sorted(items, key=lambda x: x.producer_id):
-        _SNAP_ENTRY.pack_into(buf, pos, e.producer_id, e.producer_epoch, e.last_seq,
-                              e.last_data_offset, e.last_offset_delta, e.last_timestamp,
-                              e.coordinator_epoch,
-                              -1 if e.current_txn_first_offset is None else e.current_txn_first_offset)
+        _SNAP_ENTRY.pack_into(
+            buf,
+            pos,
+            e.producer_id,
+            e.producer_epoch,
+            e.last_seq,
+            e.last_data_offset,
+            e.last_offset_delta,
+            e.last_timestamp,
+            e.coordinator_epoch,
+            -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+        )
         pos += _SNAP_ENTRY.size
     _SNAP_HEAD.pack_into(buf, 0, SNAPSHOT_VERSION, crc32c.crc32c(memoryview(buf)[_ENTRIES_OFFSET:]))
     return bytes(buf)
@@ -386,14 +454,28 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     if count < 0 or len(data) != pos + count * _SNAP_ENTRY.size:
         raise CorruptSnapshotError("snapshot size does not match its entry count")
     out: list[ProducerStateEntry] = []
-    for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first in \
-            _SNAP_ENTRY.iter_unpack(data[pos:]):
-        entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coord_epoch, last_timestamp=ts,
-                                   current_txn_first_offset=txn_first if txn_first >= 0 else None)
+    for (
+        pid,
+        epoch,
+        last_seq,
+        last_offset,
+        delta,
+        ts,
+        coord_epoch,
+        txn_first,
+    ) in _SNAP_ENTRY.iter_unpack(data[pos:]):
+        entry = ProducerStateEntry(
+            pid,
+            epoch,
+            coordinator_epoch=coord_epoch,
+            last_timestamp=ts,
+            current_txn_first_offset=txn_first if txn_first >= 0 else None,
+        )
         if last_offset >= 0:
             first_seq = _decrement_sequence(last_seq, delta) if last_seq >= 0 else NO_SEQUENCE
-            entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta,
-                                               last_offset, ts))
+            entry.batches.append(
+                BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts)
+            )
         out.append(entry)
     return out
 
@@ -405,7 +487,7 @@ def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: b
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         if sync:
             os.fsync(fd)
     finally:

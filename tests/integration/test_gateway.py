@@ -55,10 +55,28 @@ def gateway(zk_connect: str, tmp_path: Path) -> Iterator[GatewayProc]:
     log = tmp_path / "gateway.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.gateway", "--node.id", "7",
-         "--listeners", f"PLAINTEXT://127.0.0.1:{port}", "--broker.rack", "zone-a",
-         "--zookeeper.connect", zk_connect, "--admin.port", str(admin), "--log.format", "json"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "services.gateway",
+            "--node.id",
+            "7",
+            "--listeners",
+            f"PLAINTEXT://127.0.0.1:{port}",
+            "--broker.rack",
+            "zone-a",
+            "--zookeeper.connect",
+            zk_connect,
+            "--admin.port",
+            str(admin),
+            "--log.format",
+            "json",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+    )
     gw = GatewayProc(proc, port, admin, zk_connect, log)
     deadline = time.monotonic() + 30
     while True:
@@ -98,14 +116,20 @@ def _read(sock: socket.socket, n: int) -> bytes:
 def test_api_versions_over_raw_socket(gateway: GatewayProc) -> None:
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as s:
         body = {"client_software_name": "raw", "client_software_version": "1.0"}
-        corr, resp = decode_response(ApiKey.API_VERSIONS, 3, _roundtrip(
-            s, encode_request(ApiKey.API_VERSIONS, 3, 11, "raw", body)))
+        corr, resp = decode_response(
+            ApiKey.API_VERSIONS,
+            3,
+            _roundtrip(s, encode_request(ApiKey.API_VERSIONS, 3, 11, "raw", body)),
+        )
         assert corr == 11 and resp["error_code"] == 0
         keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
         assert keys[ApiKey.METADATA] == (1, 12) and keys[ApiKey.PRODUCE][0] == 3
         # v0 on the same connection
-        corr, resp = decode_response(ApiKey.API_VERSIONS, 0, _roundtrip(
-            s, encode_request(ApiKey.API_VERSIONS, 0, 12, "raw", {})))
+        corr, resp = decode_response(
+            ApiKey.API_VERSIONS,
+            0,
+            _roundtrip(s, encode_request(ApiKey.API_VERSIONS, 0, 12, "raw", {})),
+        )
         assert corr == 12 and resp["error_code"] == 0 and len(resp["api_keys"]) == len(keys)
 
 
@@ -128,14 +152,27 @@ def test_registration_metrics_and_sigterm(gateway: GatewayProc) -> None:
         data, stat = zk.get(layout.gateway_path(7))
         assert stat.ephemeralOwner != 0
         assert {k: v for k, v in json.loads(data).items() if k != "timestamp"} == {
-            "version": 1, "host": "127.0.0.1", "port": gateway.port, "rack": "zone-a"}
+            "version": 1,
+            "host": "127.0.0.1",
+            "port": gateway.port,
+            "rack": "zone-a",
+        }
         with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as s:
-            _roundtrip(s, encode_request(ApiKey.API_VERSIONS, 3, 1, "m",
-                                         {"client_software_name": "m",
-                                          "client_software_version": "1"}))
+            _roundtrip(
+                s,
+                encode_request(
+                    ApiKey.API_VERSIONS,
+                    3,
+                    1,
+                    "m",
+                    {"client_software_name": "m", "client_software_version": "1"},
+                ),
+            )
         status, text = _http(gateway.url("/metrics"))
         assert status == 200
-        assert 'kafka_network_requestmetrics_requests_total{request="ApiVersions",version="3"}' in text
+        assert (
+            'kafka_network_requestmetrics_requests_total{request="ApiVersions",version="3"}' in text
+        )
         assert "kafka_network_requestmetrics_totaltimems_bucket" in text
         assert _http(gateway.url("/healthz"))[0] == 200
 
@@ -154,13 +191,23 @@ def test_clients_accept_storage_replica_ids_that_are_not_brokers(gateway: Gatewa
     zk.start(10)
     try:
         for b in (101, 102):
-            zk.create(layout.broker_path(b), layout.BrokerRegistration(b, "127.0.0.1", 1).to_json(),
-                      ephemeral=True, makepath=True)
-        zk.create(layout.topic_path("replicas"),
-                  layout.topic_assignment_json({0: [101, 102], 1: [102, 101]}), makepath=True)
+            zk.create(
+                layout.broker_path(b),
+                layout.BrokerRegistration(b, "127.0.0.1", 1).to_json(),
+                ephemeral=True,
+                makepath=True,
+            )
+        zk.create(
+            layout.topic_path("replicas"),
+            layout.topic_assignment_json({0: [101, 102], 1: [102, 101]}),
+            makepath=True,
+        )
         for p, leader in ((0, 101), (1, 102)):
-            zk.create(layout.partition_state_path("replicas", p),
-                      layout.PartitionStateZk(leader, 2, [101, 102], 1).to_json(), makepath=True)
+            zk.create(
+                layout.partition_state_path("replicas", p),
+                layout.PartitionStateZk(leader, 2, [101, 102], 1).to_json(),
+                makepath=True,
+            )
         bootstrap = f"127.0.0.1:{gateway.port}"
 
         from confluent_kafka.admin import AdminClient
@@ -173,7 +220,9 @@ def test_clients_accept_storage_replica_ids_that_are_not_brokers(gateway: Gatewa
             time.sleep(0.1)
         parts = md.topics["replicas"].partitions
         assert {p: (m.leader, m.replicas, m.isrs) for p, m in parts.items()} == {
-            0: (7, [101, 102], [101, 102]), 1: (7, [102, 101], [101, 102])}
+            0: (7, [101, 102], [101, 102]),
+            1: (7, [102, 101], [101, 102]),
+        }
 
         from kafka.admin import KafkaAdminClient
 
@@ -186,8 +235,12 @@ def test_clients_accept_storage_replica_ids_that_are_not_brokers(gateway: Gatewa
         assert sorted(p["replica_nodes"] for p in desc["partitions"]) == [[101, 102], [102, 101]]
 
         if shutil.which("kcat"):
-            out = subprocess.run(["kcat", "-b", bootstrap, "-L", "-t", "replicas"],
-                                 capture_output=True, text=True, timeout=30)
+            out = subprocess.run(
+                ["kcat", "-b", bootstrap, "-L", "-t", "replicas"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert out.returncode == 0, out.stderr
             assert "partition 0, leader 7, replicas: 101,102, isrs: 101,102" in out.stdout
     finally:

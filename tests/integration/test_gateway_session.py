@@ -32,8 +32,20 @@ async def _expire(gateway: Gateway) -> None:
 
 async def test_reregisters_after_session_expiry(zk_connect: str) -> None:
     settings = GatewaySettings.load(
-        ["--node.id", "4", "--listeners", "127.0.0.1:0", "--zookeeper.connect", zk_connect,
-         "--zookeeper.session.timeout.ms", "4000", "--admin.port", "0"], env={})
+        [
+            "--node.id",
+            "4",
+            "--listeners",
+            "127.0.0.1:0",
+            "--zookeeper.connect",
+            zk_connect,
+            "--zookeeper.session.timeout.ms",
+            "4000",
+            "--admin.port",
+            "0",
+        ],
+        env={},
+    )
     gateway = Gateway(settings)
     writer = AsyncZk(zk_connect)
     await gateway.start()
@@ -55,8 +67,11 @@ async def test_reregisters_after_session_expiry(zk_connect: str) -> None:
         await asyncio.wait_for(registered_again(), 20)
         # the watches survived the new session
         await writer.create(layout.topic_path("after"), layout.topic_assignment_json({0: [1]}))
-        await writer.create(layout.partition_state_path("after", 0),
-                            layout.PartitionStateZk(1, 0, [1], 1).to_json(), makepath=True)
+        await writer.create(
+            layout.partition_state_path("after", 0),
+            layout.PartitionStateZk(1, 0, [1], 1).to_json(),
+            makepath=True,
+        )
         assert await gateway.cache.wait_for(lambda: gateway.cache.topic("after") is not None, 10)
         assert gateway.ready()
     finally:

@@ -18,8 +18,15 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def two_gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data_dir: Path = tmp_path_factory.mktemp("multi-gw")
-    cluster = LocalCluster(data_dir, gateways=2, storage_nodes=2, controllers=1,
-                           zones=("zone-a", "zone-b"), gateway_port=0, zk_port=0)
+    cluster = LocalCluster(
+        data_dir,
+        gateways=2,
+        storage_nodes=2,
+        controllers=1,
+        zones=("zone-a", "zone-b"),
+        gateway_port=0,
+        zk_port=0,
+    )
     cluster.start(timeout=90)
     yield cluster
     cluster.stop()
@@ -53,14 +60,21 @@ def test_produce_through_one_gateway_consume_through_the_other(two_gateways: Loc
     second = two_gateways.address("gateway", 1)
     admin = AdminClient({"bootstrap.servers": first})
     admin.create_topics([NewTopic("crossing", 3, 1)])["crossing"].result(30)
-    producer = Producer({"bootstrap.servers": first, "client.id": "p zone=zone-a",
-                         "enable.idempotence": True})
+    producer = Producer(
+        {"bootstrap.servers": first, "client.id": "p zone=zone-a", "enable.idempotence": True}
+    )
     for i in range(600):
         producer.produce("crossing", f"v{i}".encode(), key=str(i).encode(), partition=i % 3)
     assert producer.flush(30) == 0
 
-    consumer = Consumer({"bootstrap.servers": second, "client.id": "c zone=zone-b",
-                         "group.id": "unused", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": second,
+            "client.id": "c zone=zone-b",
+            "group.id": "unused",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition("crossing", p, 0) for p in range(3)])
     seen: set[bytes] = set()
     for _ in range(60):

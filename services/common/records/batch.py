@@ -135,7 +135,9 @@ def crc_ok(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
     return compute_crc(buf, header.position, header.size) == header.crc
 
 
-def validate_batches(buf: bytes | bytearray | memoryview, check_crc: bool = True) -> list[BatchHeader]:
+def validate_batches(
+    buf: bytes | bytearray | memoryview, check_crc: bool = True
+) -> list[BatchHeader]:
     """Validate client-sent batches; returns their headers or raises KafkaError.
 
     Checks framing (no trailing bytes), magic 2, lengths, record count and
@@ -157,11 +159,15 @@ def validate_batches(buf: bytes | bytearray | memoryview, check_crc: bool = True
             )
         h = parse_header(buf, pos)
         if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > end:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch length does not match the data")
+            raise KafkaError(
+                ErrorCode.CORRUPT_MESSAGE, "record batch length does not match the data"
+            )
         if h.record_count < 0 or h.last_offset_delta < 0:
             raise KafkaError(ErrorCode.INVALID_RECORD, "negative record count or offset delta")
         if h.record_count and h.last_offset_delta != h.record_count - 1:
-            raise KafkaError(ErrorCode.INVALID_RECORD, "lastOffsetDelta does not match the record count")
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD, "lastOffsetDelta does not match the record count"
+            )
         if check_crc and not crc_ok(buf, h):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
         headers.append(h)
@@ -169,7 +175,9 @@ def validate_batches(buf: bytes | bytearray | memoryview, check_crc: bool = True
     return headers
 
 
-def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
+def set_base_offset(
+    buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int
+) -> None:
     """Assign offsets by rewriting baseOffset and partitionLeaderEpoch in place.
 
     Neither field is covered by the CRC, so nothing is recomputed.

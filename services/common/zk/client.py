@@ -128,10 +128,18 @@ class AsyncZk:
     async def exists(self, path: str) -> ZnodeStat | None:
         return await self._bridge(self.client.exists_async(path))  # type: ignore[no-any-return]
 
-    async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
-                     sequence: bool = False, makepath: bool = False) -> str:
-        ar = self.client.create_async(path, value, ephemeral=ephemeral, sequence=sequence,
-                                      makepath=makepath)
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        ar = self.client.create_async(
+            path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+        )
         return await self._bridge(ar)  # type: ignore[no-any-return]
 
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
@@ -164,7 +172,9 @@ class AsyncZk:
         await self._bridge(self.client.sync_async(path))
 
     # ---- watches --------------------------------------------------------------------
-    def watch_children(self, path: str, callback: Callable[[list[str]], Awaitable[None] | None]) -> None:
+    def watch_children(
+        self, path: str, callback: Callable[[list[str]], Awaitable[None] | None]
+    ) -> None:
         """Call ``callback(children)`` on the loop now and on every change (kazoo ChildrenWatch)."""
         loop = self.loop
 
@@ -173,9 +183,11 @@ class AsyncZk:
 
         self.client.ChildrenWatch(path, _fire, allow_session_lost=True)
 
-    def watch_data(self, path: str,
-                   callback: Callable[[bytes | None, ZnodeStat | None], Awaitable[None] | bool | None]
-                   ) -> None:
+    def watch_data(
+        self,
+        path: str,
+        callback: Callable[[bytes | None, ZnodeStat | None], Awaitable[None] | bool | None],
+    ) -> None:
         """Call ``callback(data, stat)`` on the loop now and on every change; data None = no node."""
         loop = self.loop
 

@@ -33,9 +33,20 @@ GATEWAYS = f"{KAFKA_PY}/gateways"
 CONTROLLERS = f"{KAFKA_PY}/controllers"
 
 PERSISTENT_PATHS = (
-    "/consumers", BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, CONFIG_TOPICS,
-    CONFIG_BROKERS, CONFIG_CLIENTS, CONFIG_USERS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION,
-    "/log_dir_event_notification", GATEWAYS, CONTROLLERS,
+    "/consumers",
+    BROKER_IDS,
+    BROKER_TOPICS,
+    BROKER_SEQID,
+    CONFIG_CHANGES,
+    CONFIG_TOPICS,
+    CONFIG_BROKERS,
+    CONFIG_CLIENTS,
+    CONFIG_USERS,
+    DELETE_TOPICS,
+    ISR_CHANGE_NOTIFICATION,
+    "/log_dir_event_notification",
+    GATEWAYS,
+    CONTROLLERS,
 )
 
 
@@ -94,6 +105,7 @@ def loads(data: bytes | None) -> Any:
 
 # ---- payloads -------------------------------------------------------------------------
 
+
 def cluster_id_json(cluster_id: str) -> bytes:
     return dumps({"version": "1", "id": cluster_id})
 
@@ -147,8 +159,15 @@ class Endpoint:
     rack: str | None = None
 
     def to_json(self) -> bytes:
-        return dumps({"version": 1, "host": self.host, "port": self.port, "rack": self.rack,
-                      "timestamp": now_ms_str()})
+        return dumps(
+            {
+                "version": 1,
+                "host": self.host,
+                "port": self.port,
+                "rack": self.rack,
+                "timestamp": now_ms_str(),
+            }
+        )
 
     @classmethod
     def from_json(cls, node_id: int, data: bytes) -> Endpoint:
@@ -186,14 +205,25 @@ class PartitionStateZk:
     controller_epoch: int
 
     def to_json(self) -> bytes:
-        return dumps({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
-                      "leader_epoch": self.leader_epoch, "isr": list(self.isr)})
+        return dumps(
+            {
+                "controller_epoch": self.controller_epoch,
+                "leader": self.leader,
+                "version": 1,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+            }
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> PartitionStateZk:
         d = loads(data)
-        return cls(int(d["leader"]), int(d["leader_epoch"]), [int(b) for b in d["isr"]],
-                   int(d["controller_epoch"]))
+        return cls(
+            int(d["leader"]),
+            int(d["leader_epoch"]),
+            [int(b) for b in d["isr"]],
+            int(d["controller_epoch"]),
+        )
 
 
 def topic_config_json(config: dict[str, str]) -> bytes:
@@ -210,11 +240,18 @@ def config_change_json(entity_path: str) -> bytes:
 
 
 def producer_id_block_json(broker_id: int, block_start: int, block_end: int) -> bytes:
-    return dumps({"version": 1, "broker": broker_id, "block_start": str(block_start),
-                  "block_end": str(block_end)})
+    return dumps(
+        {
+            "version": 1,
+            "broker": broker_id,
+            "block_start": str(block_start),
+            "block_end": str(block_end),
+        }
+    )
 
 
 # ---- topic ids (Kafka's Uuid: 16 bytes, string = base64url without padding) -----------
+
 
 def topic_id_to_str(topic_id: bytes) -> str:
     return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode()

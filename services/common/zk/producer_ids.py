@@ -41,8 +41,9 @@ def parse_block(data: bytes | None) -> ProducerIdBlock | None:
     return ProducerIdBlock(int(d["broker"]), int(d["block_start"]), int(d["block_end"]))
 
 
-async def claim_block(zk: AsyncZk, broker_id: int, block_size: int = DEFAULT_BLOCK_SIZE,
-                      max_attempts: int = 100) -> ProducerIdBlock:
+async def claim_block(
+    zk: AsyncZk, broker_id: int, block_size: int = DEFAULT_BLOCK_SIZE, max_attempts: int = 100
+) -> ProducerIdBlock:
     """Claim the next block of ``block_size`` producer ids for ``broker_id``."""
     if block_size <= 0:
         raise ValueError("block_size must be > 0")
@@ -54,8 +55,10 @@ async def claim_block(zk: AsyncZk, broker_id: int, block_size: int = DEFAULT_BLO
             start = 0
         else:
             if prev.last > LONG_MAX - block_size:
-                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                 "exhausted all producer ids: the next block would exceed int64")
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "exhausted all producer ids: the next block would exceed int64",
+                )
             start = prev.last + 1
         block = ProducerIdBlock(broker_id, start, start + block_size - 1)
         data = layout.producer_id_block_json(broker_id, block.first, block.last)

@@ -80,23 +80,39 @@ class ZooKeeperProcess:
     def start(self, timeout: float = 30.0) -> None:
         missing = [p for p in ZK_CLASSPATH[:2] if not os.path.exists(p)]
         if missing:
-            raise ZooKeeperError("ZooKeeper is not installed (Debian package 'zookeeper'): run make install")
+            raise ZooKeeperError(
+                "ZooKeeper is not installed (Debian package 'zookeeper'): run make install"
+            )
         if ruok(self.host, self.port, 0.3):
             raise ZooKeeperError(f"something already listens on {self.connect}")
         cfg = self._write_config()
         classpath = ":".join(p for p in ZK_CLASSPATH if os.path.exists(p))
         log = open(self.data_dir / "zookeeper.out", "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            ["java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             "-Dzookeeper.jmx.log4j.disable=true", "-cp", classpath, MAIN_CLASS, str(cfg)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                "java",
+                "-Xms64m",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp",
+                classpath,
+                MAIN_CLASS,
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ZooKeeperError(f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}/zookeeper.out")
+                raise ZooKeeperError(
+                    f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}/zookeeper.out"
+                )
             if ruok(self.host, self.port, 0.3):
                 return
             time.sleep(0.05)

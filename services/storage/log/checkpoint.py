@@ -36,8 +36,9 @@ def format_checkpoint(lines: Iterable[str], version: int = CHECKPOINT_VERSION) -
     return (f"{version}\n{len(body)}\n" + "".join(line + "\n" for line in body)).encode()
 
 
-def write_checkpoint_lines(path: Path, lines: Iterable[str], version: int = CHECKPOINT_VERSION,
-                           *, sync: bool = True) -> None:
+def write_checkpoint_lines(
+    path: Path, lines: Iterable[str], version: int = CHECKPOINT_VERSION, *, sync: bool = True
+) -> None:
     atomic_write(path, format_checkpoint(lines, version), sync=sync)
 
 
@@ -82,10 +83,12 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     return out
 
 
-def write_offset_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int], *,
-                            sync: bool = True) -> None:
-    lines = [f"{topic} {partition} {offset}"
-             for (topic, partition), offset in sorted(offsets.items())]
+def write_offset_checkpoint(
+    path: Path, offsets: Mapping[tuple[str, int], int], *, sync: bool = True
+) -> None:
+    lines = [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
+    ]
     write_checkpoint_lines(path, lines, sync=sync)
 
 
@@ -103,8 +106,9 @@ def read_epoch_checkpoint(path: Path) -> list[tuple[int, int]]:
     return out
 
 
-def write_epoch_checkpoint(path: Path, entries: Iterable[tuple[int, int]], *,
-                           sync: bool = True) -> None:
+def write_epoch_checkpoint(
+    path: Path, entries: Iterable[tuple[int, int]], *, sync: bool = True
+) -> None:
     write_checkpoint_lines(path, [f"{epoch} {offset}" for epoch, offset in entries], sync=sync)
 
 

@@ -35,7 +35,9 @@ class _Index:
     ENTRY_SIZE = 0
     KEY_TYPE = "i"
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int, *, writable: bool) -> None:
+    def __init__(
+        self, path: Path, base_offset: int, max_index_size: int, *, writable: bool
+    ) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_index_size = max_index_size - max_index_size % self.ENTRY_SIZE
@@ -153,7 +155,9 @@ class _Index:
         if self._fd is None:
             raise IndexInvariantError(f"index {self.path} is not writable")
         if self.is_full:
-            raise IndexInvariantError(f"attempt to append to a full index {self.path} ({self._entries} entries)")
+            raise IndexInvariantError(
+                f"attempt to append to a full index {self.path} ({self._entries} entries)"
+            )
         keys, vals = self._load()
         os.pwrite(self._fd, self._pack(key, val), self.size_bytes)
         keys.append(key)
@@ -219,7 +223,9 @@ class OffsetIndex(_Index):
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
         if not 0 <= rel <= _INT32_MAX:
-            raise IndexInvariantError(f"offset {offset} does not fit in the index of segment {self.base_offset}")
+            raise IndexInvariantError(
+                f"offset {offset} does not fit in the index of segment {self.base_offset}"
+            )
         if self._last is not None and rel <= self._last[0]:
             raise IndexInvariantError(
                 f"attempt to append offset {offset} to {self.path}, not larger than the last "
@@ -295,9 +301,13 @@ class TimeIndex(_Index):
             raise IndexInvariantError(f"attempt to append to a full time index {self.path}")
         last_ts, last_off = self.last_entry
         if self._entries and offset < last_off:
-            raise IndexInvariantError(f"attempt to append offset {offset} below the last offset {last_off}")
+            raise IndexInvariantError(
+                f"attempt to append offset {offset} below the last offset {last_off}"
+            )
         if self._entries and timestamp < last_ts:
-            raise IndexInvariantError(f"attempt to append timestamp {timestamp} below the last {last_ts}")
+            raise IndexInvariantError(
+                f"attempt to append timestamp {timestamp} below the last {last_ts}"
+            )
         if timestamp > last_ts:
             if self._fd is None:
                 raise IndexInvariantError(f"time index {self.path} is not writable")

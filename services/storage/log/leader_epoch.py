@@ -29,8 +29,9 @@ class EpochEntry:
 
 
 class LeaderEpochCache:
-    def __init__(self, dir: Path, log_end_offset: Callable[[], int] | None = None,
-                 *, sync: bool = True) -> None:
+    def __init__(
+        self, dir: Path, log_end_offset: Callable[[], int] | None = None, *, sync: bool = True
+    ) -> None:
         self.path = dir / LEADER_EPOCH_CHECKPOINT
         self._log_end_offset = log_end_offset
         self._sync = sync
@@ -73,7 +74,9 @@ class LeaderEpochCache:
             i = bisect_right([e.start_offset for e in self._entries], offset)
             return self._entries[i - 1].epoch if i > 0 else None
 
-    def end_offset_for(self, requested_epoch: int, log_end_offset: int | None = None) -> tuple[int, int]:
+    def end_offset_for(
+        self, requested_epoch: int, log_end_offset: int | None = None
+    ) -> tuple[int, int]:
         """(epoch, end offset) as Kafka's OffsetForLeaderEpoch answers it.
 
         The epoch is the largest known epoch <= the requested one; the end offset is the start
@@ -108,15 +111,25 @@ class LeaderEpochCache:
         if entry.epoch < 0 or entry.start_offset < 0:
             raise ValueError(f"invalid leader epoch entry {entry}")
         latest = self._entries[-1] if self._entries else None
-        if latest is not None and entry.epoch == latest.epoch and entry.start_offset >= latest.start_offset:
+        if (
+            latest is not None
+            and entry.epoch == latest.epoch
+            and entry.start_offset >= latest.start_offset
+        ):
             return False
         removed: list[EpochEntry] = []
-        while self._entries and (self._entries[-1].epoch >= entry.epoch
-                                 or self._entries[-1].start_offset >= entry.start_offset):
+        while self._entries and (
+            self._entries[-1].epoch >= entry.epoch
+            or self._entries[-1].start_offset >= entry.start_offset
+        ):
             removed.append(self._entries.pop())
         if len(removed) > 1 or (removed and removed[0].start_offset != entry.start_offset):
-            log.warning("leader_epoch_truncated_conflicting", new=entry, removed=removed,
-                        path=str(self.path))
+            log.warning(
+                "leader_epoch_truncated_conflicting",
+                new=entry,
+                removed=removed,
+                path=str(self.path),
+            )
         self._entries.append(entry)
         return True
 
@@ -146,5 +159,6 @@ class LeaderEpochCache:
 
     def _write(self) -> None:
         if self.path.parent.exists():
-            write_epoch_checkpoint(self.path, [(e.epoch, e.start_offset) for e in self._entries],
-                                   sync=self._sync)
+            write_epoch_checkpoint(
+                self.path, [(e.epoch, e.start_offset) for e in self._entries], sync=self._sync
+            )

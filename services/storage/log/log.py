@@ -41,7 +41,12 @@ from services.storage.producer_state import (
 log = get_logger(__name__)
 
 _PREFIX = struct.Struct(">qi")
-_LEFTOVER_SUFFIXES = (files.DELETED_SUFFIX, files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.TMP_SUFFIX)
+_LEFTOVER_SUFFIXES = (
+    files.DELETED_SUFFIX,
+    files.CLEANED_SUFFIX,
+    files.SWAP_SUFFIX,
+    files.TMP_SUFFIX,
+)
 
 
 def wall_clock_ms() -> int:
@@ -88,8 +93,15 @@ class _PendingDelete:
 class Log:
     """One partition replica's log in ``dir`` (``<topic>-<partition>``). Create with :meth:`open`."""
 
-    def __init__(self, dir: Path, topic: str, partition: int, config: LogConfig,
-                 now_ms: Callable[[], int], producer_id_expiration_ms: int) -> None:
+    def __init__(
+        self,
+        dir: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        now_ms: Callable[[], int],
+        producer_id_expiration_ms: int,
+    ) -> None:
         self.dir = dir
         self.topic = topic
         self.partition = partition
@@ -111,14 +123,25 @@ class Log:
         self._log = log.bind(topic=topic, partition=partition)
         self.leader_epoch_cache: LeaderEpochCache
         self.producer_state = ProducerStateManager(
-            dir, producer_id_expiration_ms=producer_id_expiration_ms, now_ms=now_ms)
+            dir, producer_id_expiration_ms=producer_id_expiration_ms, now_ms=now_ms
+        )
 
     # =================================================================== open
     @classmethod
-    def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, *,
-             topic_id: bytes | None = None, recovery_point: int = 0, clean_shutdown: bool = False,
-             now_ms: Callable[[], int] = wall_clock_ms, log_start_offset: int | None = None,
-             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> Log:
+    def open(
+        cls,
+        dir: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        topic_id: bytes | None = None,
+        recovery_point: int = 0,
+        clean_shutdown: bool = False,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        log_start_offset: int | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ) -> Log:
         """Open (or create) the log in ``dir``; recovers after an unclean shutdown.
 
         ``recovery_point`` and ``log_start_offset`` come from the broker-level
@@ -137,9 +160,11 @@ class Log:
     def _load_topic_id(self, topic_id: bytes | None) -> None:
         stored = read_partition_metadata(self.dir)
         if topic_id is not None and stored is not None and stored != topic_id:
-            raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID,
-                             f"partition {self.topic}-{self.partition} has topic id "
-                             f"{files.uuid_to_str(stored)}, not {files.uuid_to_str(topic_id)}")
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_TOPIC_ID,
+                f"partition {self.topic}-{self.partition} has topic id "
+                f"{files.uuid_to_str(stored)}, not {files.uuid_to_str(topic_id)}",
+            )
         if topic_id is not None and stored is None:
             write_partition_metadata(self.dir, topic_id)
         self.topic_id = topic_id if topic_id is not None else stored
@@ -158,7 +183,9 @@ class Log:
         if removed:
             self._log.info("log_leftovers_removed", files=removed)
 
-    def _load(self, recovery_point: int, clean_shutdown: bool, log_start_checkpoint: int | None) -> None:
+    def _load(
+        self, recovery_point: int, clean_shutdown: bool, log_start_checkpoint: int | None
+    ) -> None:
         cfg = self.config
         bases: list[int] = []
         for p in self.dir.iterdir():
@@ -167,7 +194,9 @@ class Log:
                 continue
             if p.name.endswith(files.LOG_SUFFIX):
                 bases.append(off)
-            elif p.name.endswith((files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)):
+            elif p.name.endswith(
+                (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)
+            ):
                 if not files.log_file(self.dir, off).exists():
                     self._log.warning("orphan_index_removed", file=p.name)
                     p.unlink()
@@ -181,8 +210,10 @@ class Log:
             self.producer_state.truncate_fully_and_start_at(base)
             self.leader_epoch_cache.truncate_from_end(base)
             return
-        segments = [LogSegment.load(self.dir, b, cfg, active=(i == len(bases) - 1))
-                    for i, b in enumerate(bases)]
+        segments = [
+            LogSegment.load(self.dir, b, cfg, active=(i == len(bases) - 1))
+            for i, b in enumerate(bases)
+        ]
         self._segments = segments
         recovered_from: int | None = None
         if not clean_shutdown:
@@ -195,8 +226,11 @@ class Log:
             if sane and i == len(self._segments) - 1 and seg.scan_tail()[1] != seg.size:
                 sane = False  # e.g. an untrimmed preallocated log file
             if not sane:
-                self._log.warning("segment_recovered_on_load", segment=seg.base_offset,
-                                  reason="missing or corrupt index, or trailing bytes")
+                self._log.warning(
+                    "segment_recovered_on_load",
+                    segment=seg.base_offset,
+                    reason="missing or corrupt index, or trailing bytes",
+                )
                 truncated, _ = seg.recover()
                 if i < len(self._segments) - 1:
                     seg.offset_index.make_readonly()
@@ -209,8 +243,11 @@ class Log:
         self._leo = active.read_next_offset()
         self.log_start_offset = max(start_checkpoint, self._segments[0].base_offset)
         if self._leo < self.log_start_offset:
-            self._log.warning("log_end_below_log_start", log_end_offset=self._leo,
-                              log_start_offset=self.log_start_offset)
+            self._log.warning(
+                "log_end_below_log_start",
+                log_end_offset=self._leo,
+                log_start_offset=self.log_start_offset,
+            )
             start = self.log_start_offset
             for seg in self._segments:
                 seg.delete_files()
@@ -226,9 +263,14 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._rebuild_producer_state()
-        self._log.info("log_loaded", segments=len(self._segments), log_start_offset=self.log_start_offset,
-                       log_end_offset=self._leo, recovery_point=self.recovery_point,
-                       clean_shutdown=clean_shutdown)
+        self._log.info(
+            "log_loaded",
+            segments=len(self._segments),
+            log_start_offset=self.log_start_offset,
+            log_end_offset=self._leo,
+            recovery_point=self.recovery_point,
+            clean_shutdown=clean_shutdown,
+        )
 
     def _recover(self, recovery_point: int) -> int:
         """Recover every segment from the one holding ``recovery_point``; returns that base offset."""
@@ -264,17 +306,23 @@ class Log:
                 seg.offset_index.make_readonly()
                 seg.time_index.make_readonly()
             i += 1
-        self._log.info("log_recovered", from_segment=segs[start].base_offset if segs else 0,
-                       recovery_point=recovery_point, segments_recovered=rebuilt,
-                       batches_recovered=total_batches, bytes_truncated=total_truncated,
-                       indexes_rebuilt=rebuilt * 2)
+        self._log.info(
+            "log_recovered",
+            from_segment=segs[start].base_offset if segs else 0,
+            recovery_point=recovery_point,
+            segments_recovered=rebuilt,
+            batches_recovered=total_batches,
+            bytes_truncated=total_truncated,
+            indexes_rebuilt=rebuilt * 2,
+        )
         return self._segments[start].base_offset if start < len(self._segments) else 0
 
     def _drop_segments_after(self, i: int) -> None:
-        dropped = self._segments[i + 1:]
+        dropped = self._segments[i + 1 :]
         for seg in dropped:
-            self._log.warning("segment_deleted_after_corruption", segment=seg.base_offset,
-                              size=seg.size)
+            self._log.warning(
+                "segment_deleted_after_corruption", segment=seg.base_offset, size=seg.size
+            )
             seg.delete_files()
         self._segments = self._segments[: i + 1]
 
@@ -284,7 +332,11 @@ class Log:
         if start < self._leo:
             batches = 0
             for seg_idx, seg in enumerate(self._segments):
-                nxt = self._segments[seg_idx + 1].base_offset if seg_idx + 1 < len(self._segments) else None
+                nxt = (
+                    self._segments[seg_idx + 1].base_offset
+                    if seg_idx + 1 < len(self._segments)
+                    else None
+                )
                 if nxt is not None and nxt <= start:
                     continue
                 position = seg.offset_index.lookup(start)[1] if seg.base_offset <= start else 0
@@ -293,8 +345,13 @@ class Log:
                         continue
                     psm.update(h, h.base_offset, h.last_offset)
                     batches += 1
-            self._log.info("producer_state_rebuilt", from_offset=start, to_offset=self._leo,
-                           batches=batches, producers=len(psm.producers))
+            self._log.info(
+                "producer_state_rebuilt",
+                from_offset=start,
+                to_offset=self._leo,
+                batches=batches,
+                producers=len(psm.producers),
+            )
         psm.update_map_end_offset(self._leo)
 
     # ============================================================= properties
@@ -328,13 +385,21 @@ class Log:
                 seg.set_index_interval_bytes(config.index_interval_bytes)
 
     def __repr__(self) -> str:
-        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
-                f"end={self._leo}, segments={len(self._segments)})")
+        return (
+            f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self._leo}, segments={len(self._segments)})"
+        )
 
     # ================================================================= append
-    def append_as_leader(self, records: bytearray, headers: Sequence[BatchHeader], leader_epoch: int,
-                         now_ms: int | None = None, *,
-                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+    def append_as_leader(
+        self,
+        records: bytearray,
+        headers: Sequence[BatchHeader],
+        leader_epoch: int,
+        now_ms: int | None = None,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
         """Assign offsets (rewriting baseOffset/partitionLeaderEpoch in place) and append.
 
         ``headers`` come from ``validate_batches(records)``. Raises KafkaError for
@@ -350,9 +415,11 @@ class Log:
         max_diff = cfg.message_timestamp_difference_max_ms
         for h in headers:
             if h.size > cfg.max_message_bytes:
-                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                                 f"record batch of {h.size} bytes exceeds max.message.bytes "
-                                 f"{cfg.max_message_bytes}")
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"record batch of {h.size} bytes exceeds max.message.bytes "
+                    f"{cfg.max_message_bytes}",
+                )
             if h.is_control and origin is AppendOrigin.CLIENT:
                 raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
             if not append_time and max_diff < LONG_MAX:
@@ -361,13 +428,16 @@ class Log:
                         raise KafkaError(
                             ErrorCode.INVALID_TIMESTAMP,
                             f"timestamp {ts} is out of range (now {now}, "
-                            f"message.timestamp.difference.max.ms {max_diff})")
+                            f"message.timestamp.difference.max.ms {max_diff})",
+                        )
         start_pos = headers[0].position
         end_pos = headers[-1].position + headers[-1].size
         size = end_pos - start_pos
         if size > cfg.segment_bytes:
-            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{size} bytes of batches exceed segment.bytes {cfg.segment_bytes}")
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"{size} bytes of batches exceed segment.bytes {cfg.segment_bytes}",
+            )
         record_count = sum(h.record_count for h in headers)
         with self._lock:
             self._check_open()
@@ -380,9 +450,14 @@ class Log:
             last = next_offset - 1
             duplicate = self.producer_state.analyze(placed, origin)
             if duplicate is not None:
-                return AppendInfo(duplicate.first_offset, duplicate.last_offset,
-                                  duplicate.max_timestamp if append_time else -1,
-                                  self.log_start_offset, record_count, duplicate=True)
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.max_timestamp if append_time else -1,
+                    self.log_start_offset,
+                    record_count,
+                    duplicate=True,
+                )
             max_ts, offset_of_max = -1, first
             final: list[tuple[BatchHeader, int]] = []
             for h, base in placed:
@@ -394,14 +469,33 @@ class Log:
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
                 final.append((h, base))
-            self._append_locked(memoryview(records)[start_pos:end_pos], first, last, max_ts,
-                                offset_of_max, now, final, record_count)
-            return AppendInfo(first, last, now if append_time else -1, self.log_start_offset,
-                              record_count, max_timestamp=max_ts,
-                              offset_of_max_timestamp=offset_of_max, size_bytes=size)
+            self._append_locked(
+                memoryview(records)[start_pos:end_pos],
+                first,
+                last,
+                max_ts,
+                offset_of_max,
+                now,
+                final,
+                record_count,
+            )
+            return AppendInfo(
+                first,
+                last,
+                now if append_time else -1,
+                self.log_start_offset,
+                record_count,
+                max_timestamp=max_ts,
+                offset_of_max_timestamp=offset_of_max,
+                size_bytes=size,
+            )
 
-    def append_as_follower(self, records: bytes | bytearray | memoryview,
-                           headers: Sequence[BatchHeader], now_ms: int | None = None) -> AppendInfo:
+    def append_as_follower(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        now_ms: int | None = None,
+    ) -> AppendInfo:
         """Append batches whose offsets the leader assigned (replication).
 
         The first batch must start at or after the log end offset and batches must not go
@@ -415,14 +509,19 @@ class Log:
             first = headers[0].base_offset
             if first < self._leo:
                 raise UnexpectedAppendOffsetError(
-                    f"first offset {first} is below the log end offset {self._leo}", first, self._leo)
+                    f"first offset {first} is below the log end offset {self._leo}",
+                    first,
+                    self._leo,
+                )
             expected = first
             max_ts, offset_of_max = -1, first
             for h in headers:
                 if h.base_offset < expected:
                     raise UnexpectedAppendOffsetError(
                         f"offsets out of order: batch at {h.base_offset} after offset {expected - 1}",
-                        first, self._leo)
+                        first,
+                        self._leo,
+                    )
                 expected = h.next_offset
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
@@ -430,18 +529,43 @@ class Log:
             end_pos = headers[-1].position + headers[-1].size
             size = end_pos - start_pos
             if size > self.config.segment_bytes:
-                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                                 f"{size} bytes of batches exceed segment.bytes")
+                raise KafkaError(
+                    ErrorCode.RECORD_LIST_TOO_LARGE, f"{size} bytes of batches exceed segment.bytes"
+                )
             last = headers[-1].last_offset
             record_count = sum(h.record_count for h in headers)
-            self._append_locked(memoryview(records)[start_pos:end_pos], first, last, max_ts,
-                                offset_of_max, now, [(h, h.base_offset) for h in headers], record_count)
-            return AppendInfo(first, last, -1, self.log_start_offset, record_count,
-                              max_timestamp=max_ts, offset_of_max_timestamp=offset_of_max,
-                              size_bytes=size)
+            self._append_locked(
+                memoryview(records)[start_pos:end_pos],
+                first,
+                last,
+                max_ts,
+                offset_of_max,
+                now,
+                [(h, h.base_offset) for h in headers],
+                record_count,
+            )
+            return AppendInfo(
+                first,
+                last,
+                -1,
+                self.log_start_offset,
+                record_count,
+                max_timestamp=max_ts,
+                offset_of_max_timestamp=offset_of_max,
+                size_bytes=size,
+            )
 
-    def _append_locked(self, data: memoryview, first: int, last: int, max_ts: int, offset_of_max: int,
-                       now: int, batches: list[tuple[BatchHeader, int]], record_count: int) -> None:
+    def _append_locked(
+        self,
+        data: memoryview,
+        first: int,
+        last: int,
+        max_ts: int,
+        offset_of_max: int,
+        now: int,
+        batches: list[tuple[BatchHeader, int]],
+        record_count: int,
+    ) -> None:
         seg = self._maybe_roll(len(data), max_ts, last, now)
         seg.append(last, max_ts, offset_of_max, data)
         cache = self.leader_epoch_cache
@@ -460,9 +584,14 @@ class Log:
     def _maybe_roll(self, messages_size: int, max_ts: int, max_offset: int, now: int) -> LogSegment:
         seg = self._segments[-1]
         cfg = self.config
-        if seg.should_roll(max_segment_bytes=cfg.segment_bytes, max_segment_ms=cfg.segment_ms,
-                           messages_size=messages_size, max_timestamp_in_messages=max_ts,
-                           max_offset_in_messages=max_offset, now_ms=now):
+        if seg.should_roll(
+            max_segment_bytes=cfg.segment_bytes,
+            max_segment_ms=cfg.segment_ms,
+            messages_size=messages_size,
+            max_timestamp_in_messages=max_ts,
+            max_offset_in_messages=max_offset,
+            now_ms=now,
+        ):
             return self._roll(now)
         return seg
 
@@ -483,8 +612,11 @@ class Log:
             active.delete_files()
         else:
             active.on_become_inactive()
-        for stale in (files.log_file(self.dir, new_base), files.index_file(self.dir, new_base),
-                      files.time_index_file(self.dir, new_base)):
+        for stale in (
+            files.log_file(self.dir, new_base),
+            files.index_file(self.dir, new_base),
+            files.time_index_file(self.dir, new_base),
+        ):
             stale.unlink(missing_ok=True)
         seg = LogSegment.create(self.dir, new_base, self.config, now)
         self._segments = [*self._segments, seg]
@@ -492,27 +624,39 @@ class Log:
         self.producer_state.update_map_end_offset(new_base)
         self.producer_state.take_snapshot()
         self._pending_flush_offset = new_base
-        self._log.info("segment_rolled", new_segment=new_base, previous_segment=active.base_offset,
-                       previous_size=active.size)
+        self._log.info(
+            "segment_rolled",
+            new_segment=new_base,
+            previous_segment=active.base_offset,
+            previous_size=active.size,
+        )
         return seg
 
     # =================================================================== read
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True) -> ReadInfo:
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadInfo:
         """Whole batches from the one containing ``offset``, at most ``max_bytes`` (KIP-74:
         at least one batch when ``min_one_batch``), none with base offset >= ``max_offset``."""
         with self._lock:
             return self._read_locked(offset, max_bytes, max_offset, min_one_batch)
 
-    def _read_locked(self, offset: int, max_bytes: int, max_offset: int | None,
-                     min_one_batch: bool) -> ReadInfo:
+    def _read_locked(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> ReadInfo:
         self._check_open()
         segments = self._segments
         leo, lso, hw = self._leo, self.log_start_offset, self._hw
         if offset < lso or offset > leo:
-            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                             f"offset {offset} is out of range [{lso}, {leo}] for "
-                             f"{self.topic}-{self.partition}")
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is out of range [{lso}, {leo}] for {self.topic}-{self.partition}",
+            )
         empty = ReadInfo(b"", None, lso, leo, hw)
         if offset == leo:
             return empty
@@ -553,7 +697,9 @@ class Log:
             idx += 1
         if not chunks:
             return empty
-        return ReadInfo(chunks[0] if len(chunks) == 1 else b"".join(chunks), first_offset, lso, leo, hw)
+        return ReadInfo(
+            chunks[0] if len(chunks) == 1 else b"".join(chunks), first_offset, lso, leo, hw
+        )
 
     @staticmethod
     def _segment_index_for(segments: Sequence[LogSegment], offset: int) -> int:
@@ -603,8 +749,9 @@ class Log:
                 return self._exact_record(best, h, lambda ts: ts == target, self.log_start_offset)
         return None
 
-    def _exact_record(self, seg: LogSegment, h: BatchHeader, match: Callable[[int], bool],
-                      start_offset: int) -> tuple[int, int]:
+    def _exact_record(
+        self, seg: LogSegment, h: BatchHeader, match: Callable[[int], bool], start_offset: int
+    ) -> tuple[int, int]:
         """(offset, timestamp) of the first record of batch ``h`` that matches (decodes that batch)."""
         if h.log_append_time:  # every record carries the batch's append time
             return max(h.base_offset, start_offset), h.max_timestamp
@@ -628,7 +775,9 @@ class Log:
             self._check_open()
             deleted = self._delete_old_segments(
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
-                "log_start_offset_breach", now_ms)
+                "log_start_offset_breach",
+                now_ms,
+            )
             if self.config.delete_enabled:
                 deleted += self._delete_retention_size_breached(now_ms)
                 deleted += self._delete_retention_ms_breached(now_ms)
@@ -640,7 +789,10 @@ class Log:
         if retention < 0:
             return 0
         return self._delete_old_segments(
-            lambda seg, nxt: now_ms - seg.largest_timestamp() > retention, "retention_ms_breach", now_ms)
+            lambda seg, nxt: now_ms - seg.largest_timestamp() > retention,
+            "retention_ms_breach",
+            now_ms,
+        )
 
     def _delete_retention_size_breached(self, now_ms: int) -> int:
         retention = self.config.retention_bytes
@@ -658,8 +810,9 @@ class Log:
 
         return self._delete_old_segments(should_delete, "retention_size_breach", now_ms)
 
-    def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
-                             reason: str, now_ms: int) -> int:
+    def _delete_old_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str, now_ms: int
+    ) -> int:
         deletable: list[LogSegment] = []
         segs = self._segments
         for i, seg in enumerate(segs):
@@ -678,8 +831,12 @@ class Log:
         self._segments = [s for s in self._segments if s not in deletable]
         for seg in deletable:
             self._delete_segment_async(seg, now_ms)
-        self._log.info("segments_deleted", reason=reason, segments=[s.base_offset for s in deletable],
-                       bytes=sum(s.size for s in deletable))
+        self._log.info(
+            "segments_deleted",
+            reason=reason,
+            segments=[s.base_offset for s in deletable],
+            bytes=sum(s.size for s in deletable),
+        )
         self._increment_log_start_offset(self._segments[0].base_offset)
         return len(deletable)
 
@@ -689,7 +846,9 @@ class Log:
             seg.delete_files()
             return
         paths = seg.rename_with_suffix(files.DELETED_SUFFIX)
-        self._pending_deletes.append(_PendingDelete(now_ms + self.config.file_delete_delay_ms, paths))
+        self._pending_deletes.append(
+            _PendingDelete(now_ms + self.config.file_delete_delay_ms, paths)
+        )
 
     def purge_deleted(self, now_ms: int | None = None) -> int:
         """Remove ``.deleted`` files whose delay has passed; returns files removed."""
@@ -713,9 +872,11 @@ class Log:
         with self._lock:
             self._check_open()
             if offset > self._hw:
-                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                 f"cannot increment the log start offset to {offset} beyond the "
-                                 f"high watermark {self._hw}")
+                raise KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"cannot increment the log start offset to {offset} beyond the "
+                    f"high watermark {self._hw}",
+                )
             return self._increment_log_start_offset(offset)
 
     def _increment_log_start_offset(self, offset: int) -> bool:
@@ -766,8 +927,13 @@ class Log:
             if self._pending_flush_offset is not None and self._pending_flush_offset > offset:
                 self._pending_flush_offset = None
             self._rebuild_producer_state()
-            self._log.info("log_truncated", offset=offset, previous_log_end_offset=before,
-                           segments_deleted=len(dropped), bytes_truncated=removed)
+            self._log.info(
+                "log_truncated",
+                offset=offset,
+                previous_log_end_offset=before,
+                segments_deleted=len(dropped),
+                bytes_truncated=removed,
+            )
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -821,9 +987,10 @@ class Log:
                 self._flush_locked(min(self._pending_flush_offset, self._leo))
                 self._pending_flush_offset = None
                 flushed = True
-            if (self._unflushed_messages >= self.config.flush_messages
-                    or (self._leo > self.recovery_point
-                        and now - self._last_flush_ms >= self.config.flush_ms)):
+            if self._unflushed_messages >= self.config.flush_messages or (
+                self._leo > self.recovery_point
+                and now - self._last_flush_ms >= self.config.flush_ms
+            ):
                 self._flush_locked(self._leo)
                 flushed = True
             return flushed
@@ -863,8 +1030,9 @@ class Log:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"log {self.topic}-{self.partition} is closed")
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.topic}-{self.partition} is closed"
+            )
 
 
 def _whole_batches(data: bytes, max_offset: int | None) -> int:

@@ -50,8 +50,9 @@ class MetaProperties:
         if version != 0:
             raise InvalidMetaPropertiesError(f"unsupported meta.properties version {version}")
         extra = {k: v for k, v in props.items() if k not in ("version", "broker.id", "cluster.id")}
-        return cls(broker_id=broker_id, cluster_id=props.get("cluster.id"), version=version,
-                   extra=extra)
+        return cls(
+            broker_id=broker_id, cluster_id=props.get("cluster.id"), version=version, extra=extra
+        )
 
 
 def read_meta_properties(log_dir: Path) -> MetaProperties | None:
@@ -65,13 +66,16 @@ def read_meta_properties(log_dir: Path) -> MetaProperties | None:
 
 def write_meta_properties(log_dir: Path, meta: MetaProperties) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(log_dir / META_PROPERTIES,
-                 format_properties(meta.to_properties(), comment="").encode("latin-1"))
+    atomic_write(
+        log_dir / META_PROPERTIES,
+        format_properties(meta.to_properties(), comment="").encode("latin-1"),
+    )
 
 
 # ---------------------------------------------------------------- Java properties
-def format_properties(props: Mapping[str, str], comment: str | None = None,
-                      now: float | None = None) -> str:
+def format_properties(
+    props: Mapping[str, str], comment: str | None = None, now: float | None = None
+) -> str:
     """``Properties.store`` output: optional comment line, a date comment, ``key=value`` lines."""
     out: list[str] = []
     if comment is not None:
@@ -154,7 +158,7 @@ def _unescape(s: str) -> str:
         nxt = s[i + 1]
         if nxt == "u" and i + 6 <= len(s):
             try:
-                out.append(chr(int(s[i + 2:i + 6], 16)))
+                out.append(chr(int(s[i + 2 : i + 6], 16)))
                 i += 6
                 continue
             except ValueError:

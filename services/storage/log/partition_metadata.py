@@ -43,7 +43,9 @@ def read_partition_metadata(dir: Path) -> bytes | None:
             raise CorruptPartitionMetadataError(f"{path}: malformed line {line!r}")
         fields[key.strip()] = value.strip()
     if fields.get("version") != str(PARTITION_METADATA_VERSION):
-        raise CorruptPartitionMetadataError(f"{path}: unrecognized version {fields.get('version')!r}")
+        raise CorruptPartitionMetadataError(
+            f"{path}: unrecognized version {fields.get('version')!r}"
+        )
     try:
         return uuid_from_str(fields["topic_id"])
     except (KeyError, ValueError) as e:

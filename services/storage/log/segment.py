@@ -34,8 +34,16 @@ RECOVERY_CHUNK = 4 * 1024 * 1024
 class LogSegment:
     """A segment of a partition log. Not thread-safe: the owning Log serializes mutations."""
 
-    def __init__(self, dir: Path, base_offset: int, config: LogConfig, *, active: bool,
-                 created_ms: int, new: bool) -> None:
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        active: bool,
+        created_ms: int,
+        new: bool,
+    ) -> None:
         self.dir = dir
         self.base_offset = base_offset
         self.log_path = files.log_file(dir, base_offset)
@@ -54,10 +62,18 @@ class LogSegment:
                 p.unlink(missing_ok=True)
         else:
             self.size = self.log_path.stat().st_size
-        self.offset_index = OffsetIndex(files.index_file(dir, base_offset), base_offset,
-                                        config.segment_index_bytes, writable=active)
-        self.time_index = TimeIndex(files.time_index_file(dir, base_offset), base_offset,
-                                    config.segment_index_bytes, writable=active)
+        self.offset_index = OffsetIndex(
+            files.index_file(dir, base_offset),
+            base_offset,
+            config.segment_index_bytes,
+            writable=active,
+        )
+        self.time_index = TimeIndex(
+            files.time_index_file(dir, base_offset),
+            base_offset,
+            config.segment_index_bytes,
+            writable=active,
+        )
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         self._rolling_based_timestamp: int | None = None
         last_entry = self.offset_index.last_entry
@@ -71,12 +87,20 @@ class LogSegment:
     @classmethod
     def load(cls, dir: Path, base_offset: int, config: LogConfig, *, active: bool) -> LogSegment:
         path = files.log_file(dir, base_offset)
-        return cls(dir, base_offset, config, active=active,
-                   created_ms=int(path.stat().st_mtime * 1000), new=False)
+        return cls(
+            dir,
+            base_offset,
+            config,
+            active=active,
+            created_ms=int(path.stat().st_mtime * 1000),
+            new=False,
+        )
 
     def __repr__(self) -> str:
-        return (f"LogSegment(base_offset={self.base_offset}, size={self.size}, "
-                f"max_timestamp={self.max_timestamp})")
+        return (
+            f"LogSegment(base_offset={self.base_offset}, size={self.size}, "
+            f"max_timestamp={self.max_timestamp})"
+        )
 
     @property
     def index_path(self) -> Path:
@@ -105,8 +129,13 @@ class LogSegment:
     def can_convert_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _INT32_MAX
 
-    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int,
-               data: bytes | bytearray | memoryview) -> None:
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+        data: bytes | bytearray | memoryview,
+    ) -> None:
         """Append whole batches; adds index entries like Kafka's LogSegment.append.
 
         The offset index maps ``largest_offset`` (last offset of the appended set) to the
@@ -133,8 +162,9 @@ class LogSegment:
         self.bytes_since_last_index_entry += n
 
     # ------------------------------------------------------------------ scans
-    def iter_headers(self, start: int = 0, end: int | None = None,
-                     chunk: int = SCAN_CHUNK) -> Iterator[BatchHeader]:
+    def iter_headers(
+        self, start: int = 0, end: int | None = None, chunk: int = SCAN_CHUNK
+    ) -> Iterator[BatchHeader]:
         """Headers of the batches from file position ``start`` (trusted, already recovered data)."""
         end = self.size if end is None else min(end, self.size)
         fd = self.fd()
@@ -196,21 +226,37 @@ class LogSegment:
             return message_timestamp - ts
         return now_ms - self.created_ms
 
-    def should_roll(self, *, max_segment_bytes: int, max_segment_ms: int, messages_size: int,
-                    max_timestamp_in_messages: int, max_offset_in_messages: int, now_ms: int) -> bool:
-        reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
-                           > max_segment_ms - self.roll_jitter_ms)
-        return (self.size > max_segment_bytes - messages_size
-                or (self.size > 0 and reached_roll_ms)
-                or self.offset_index.is_full or self.time_index.is_full
-                or not self.can_convert_offset(max_offset_in_messages))
+    def should_roll(
+        self,
+        *,
+        max_segment_bytes: int,
+        max_segment_ms: int,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+    ) -> bool:
+        reached_roll_ms = (
+            self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
+            > max_segment_ms - self.roll_jitter_ms
+        )
+        return (
+            self.size > max_segment_bytes - messages_size
+            or (self.size > 0 and reached_roll_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or not self.can_convert_offset(max_offset_in_messages)
+        )
 
     def find_by_timestamp(self, timestamp: int, starting_offset: int) -> BatchHeader | None:
         """First batch holding a record with timestamp >= ``timestamp`` at offset >= ``starting_offset``."""
         _, ts_offset = self.time_index.lookup_before(timestamp)
         position = self.offset_index.lookup(max(ts_offset, starting_offset))[1]
         for h in self.iter_headers(position):
-            if h.max_timestamp >= timestamp and h.base_offset + h.last_offset_delta >= starting_offset:
+            if (
+                h.max_timestamp >= timestamp
+                and h.base_offset + h.last_offset_delta >= starting_offset
+            ):
                 return h
         return None
 
@@ -263,8 +309,11 @@ class LogSegment:
             if compute_crc(buf, rel, size) != h.crc:
                 reason = "CRC mismatch"
                 break
-            if h.record_count < 0 or h.last_offset_delta < 0 or (
-                    h.record_count and h.last_offset_delta != h.record_count - 1):
+            if (
+                h.record_count < 0
+                or h.last_offset_delta < 0
+                or (h.record_count and h.last_offset_delta != h.record_count - 1)
+            ):
                 reason = "invalid record count"
                 break
             if base < expected_min or not self.can_convert_offset(h.last_offset):
@@ -285,8 +334,13 @@ class LogSegment:
                 on_batch(h)
         truncated = file_size - valid
         if truncated:
-            log.warning("segment_truncated", segment=str(self.log_path), position=valid,
-                        bytes_truncated=truncated, reason=reason or "trailing bytes")
+            log.warning(
+                "segment_truncated",
+                segment=str(self.log_path),
+                position=valid,
+                bytes_truncated=truncated,
+                reason=reason or "trailing bytes",
+            )
             os.ftruncate(fd, valid)
         self.size = valid
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
@@ -332,8 +386,9 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry, trim indexes and a preallocated log file."""
         if self.max_timestamp >= 0:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
-                                         skip_full_check=True)
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+            )
         self.offset_index.make_readonly()
         self.time_index.make_readonly()
         if self._fd is not None and os.fstat(self._fd).st_size != self.size:
@@ -379,8 +434,12 @@ class LogSegment:
 
     def delete_files(self) -> None:
         self.close_handles()
-        for p in (self.log_path, self.offset_index.path, self.time_index.path,
-                  files.txn_index_file(self.dir, self.base_offset)):
+        for p in (
+            self.log_path,
+            self.offset_index.path,
+            self.time_index.path,
+            files.txn_index_file(self.dir, self.base_offset),
+        ):
             p.unlink(missing_ok=True)
 
 

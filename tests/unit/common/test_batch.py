@@ -9,11 +9,21 @@ from services.common.errors import ErrorCode, KafkaError
 from services.common.records import batch
 
 
-def make_batch(count: int = 3, *, magic: int = 2, base_ts: int = 1_700_000_000_000,
-               pid: int = -1, epoch: int = -1, seq: int = -1) -> bytearray:
+def make_batch(
+    count: int = 3,
+    *,
+    magic: int = 2,
+    base_ts: int = 1_700_000_000_000,
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+) -> bytearray:
     """A minimal valid v2 batch whose records are opaque bytes (headers only matter here)."""
     records = b"".join(bytes([8, 0, 0, i * 2, 1, 1, 0]) for i in range(count))  # not parsed here
-    body = struct.pack(">hiqqqhii", 0, count - 1, base_ts, base_ts + count, pid, epoch, seq, count) + records
+    body = (
+        struct.pack(">hiqqqhii", 0, count - 1, base_ts, base_ts + count, pid, epoch, seq, count)
+        + records
+    )
     crc = crc32c.crc32c(body)
     head = struct.pack(">qiibI", 0, len(body) + 9, -1, magic, crc)
     return bytearray(head + body)

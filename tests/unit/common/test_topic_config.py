@@ -21,8 +21,9 @@ def test_defaults_match_kafka() -> None:
 
 
 def test_overrides_are_typed_and_broker_defaults_apply() -> None:
-    cfg = effective_config({"retention.ms": "1000", "cleanup.policy": "compact,delete"},
-                           {"log.segment.bytes": 2048})
+    cfg = effective_config(
+        {"retention.ms": "1000", "cleanup.policy": "compact,delete"}, {"log.segment.bytes": 2048}
+    )
     assert cfg["retention.ms"] == 1000
     assert cfg["cleanup.policy"] == ["compact", "delete"]
     assert cfg["segment.bytes"] == 2048

@@ -22,7 +22,9 @@ NOW = 1_700_000_000_000
 TOPIC_ID = bytes(range(16))
 
 
-def make_batch(n: int = 1, ts: int = NOW, size: int = 20, ts_step: int = 0, **kw: object) -> bytearray:
+def make_batch(
+    n: int = 1, ts: int = NOW, size: int = 20, ts_step: int = 0, **kw: object
+) -> bytearray:
     recs = [Record(timestamp=ts + i * ts_step, value=bytes([65 + i % 26]) * size) for i in range(n)]
     return bytearray(build_batch(recs, **kw))  # type: ignore[arg-type]
 
@@ -32,8 +34,14 @@ def append(log: Log, buf: bytearray, epoch: int = 0, now: int = NOW):
 
 
 def open_log(path: Path, **cfg: object) -> Log:
-    return Log.open(path / "orders-0", "orders", 0, LogConfig(**cfg), now_ms=lambda: NOW,  # type: ignore[arg-type]
-                    topic_id=TOPIC_ID)
+    return Log.open(
+        path / "orders-0",
+        "orders",
+        0,
+        LogConfig(**cfg),
+        now_ms=lambda: NOW,  # type: ignore[arg-type]
+        topic_id=TOPIC_ID,
+    )
 
 
 def offsets_in(data: bytes) -> list[int]:
@@ -44,10 +52,16 @@ def test_new_log_files_are_kafkas(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_index_bytes=1000)
     d = tmp_path / "orders-0"
     names = sorted(os.listdir(d))
-    assert names == ["00000000000000000000.index", "00000000000000000000.log",
-                     "00000000000000000000.timeindex", "leader-epoch-checkpoint",
-                     "partition.metadata"]
-    assert (d / "partition.metadata").read_text() == "version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw\n"
+    assert names == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint",
+        "partition.metadata",
+    ]
+    assert (
+        d / "partition.metadata"
+    ).read_text() == "version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw\n"
     assert (d / "leader-epoch-checkpoint").read_bytes() == b""
     # the active segment's indexes are preallocated to segment.index.bytes (rounded to entries)
     assert (d / "00000000000000000000.index").stat().st_size == 1000
@@ -106,7 +120,9 @@ def test_read_returns_whole_batches(tmp_path: Path) -> None:
     assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-def expected_index(sizes: list[int], last_offsets: list[int], interval: int) -> list[tuple[int, int]]:
+def expected_index(
+    sizes: list[int], last_offsets: list[int], interval: int
+) -> list[tuple[int, int]]:
     """Kafka's rule: before appending, add (lastOffset, position) if > interval bytes since the last entry."""
     entries, since, pos = [], 0, 0
     for size, last in zip(sizes, last_offsets, strict=True):
@@ -138,7 +154,8 @@ def test_index_entries_and_lookups_across_segments(tmp_path: Path) -> None:
             idx = seg.index_path.read_bytes()
             assert len(idx) == 8 * len(expected)
             assert [struct.unpack_from(">ii", idx, i) for i in range(0, len(idx), 8)] == [
-                (o - seg.base_offset, p) for o, p in expected]
+                (o - seg.base_offset, p) for o, p in expected
+            ]
         next_base = headers[-1].last_offset + 1 if headers else next_base
     # every offset reads back from the batch that holds it
     for offset in range(log.log_end_offset):
@@ -157,7 +174,10 @@ def test_time_index_entries(tmp_path: Path) -> None:
     log.close()
     raw = (tmp_path / "orders-0" / "00000000000000000000.timeindex").read_bytes()
     assert [struct.unpack_from(">qi", raw, i) for i in range(0, len(raw), 12)] == [
-        (NOW + 50, 1), (NOW + 60, 5), (NOW + 80, 9)]
+        (NOW + 50, 1),
+        (NOW + 60, 5),
+        (NOW + 80, 9),
+    ]
 
 
 def test_roll_by_size_trims_indexes_and_snapshots_producers(tmp_path: Path) -> None:
@@ -186,8 +206,12 @@ def test_roll_by_time_uses_first_batch_timestamp(tmp_path: Path) -> None:
 
 
 def test_append_validation_errors(tmp_path: Path) -> None:
-    log = open_log(tmp_path, max_message_bytes=200, segment_bytes=1000,
-                   message_timestamp_difference_max_ms=1000)
+    log = open_log(
+        tmp_path,
+        max_message_bytes=200,
+        segment_bytes=1000,
+        message_timestamp_difference_max_ms=1000,
+    )
     with pytest.raises(KafkaError) as e:
         append(log, make_batch(1, size=300))
     assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
@@ -198,9 +222,15 @@ def test_append_validation_errors(tmp_path: Path) -> None:
     with pytest.raises(KafkaError) as e:
         append(log, many)
     assert e.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
-    marker = bytearray(build_batch([Record(timestamp=NOW, key=b"\0\0\0\1", value=b"\0\0\0\0\0\0")],
-                                   producer_id=1, producer_epoch=0, is_control=True,
-                                   is_transactional=True))
+    marker = bytearray(
+        build_batch(
+            [Record(timestamp=NOW, key=b"\0\0\0\1", value=b"\0\0\0\0\0\0")],
+            producer_id=1,
+            producer_epoch=0,
+            is_control=True,
+            is_transactional=True,
+        )
+    )
     with pytest.raises(KafkaError) as e:
         append(log, marker)
     assert e.value.code == ErrorCode.INVALID_RECORD
@@ -263,21 +293,30 @@ def test_leader_epoch_cache_persisted(tmp_path: Path) -> None:
     log.close()
     reopened = open_log(tmp_path)
     assert [(e.epoch, e.start_offset) for e in reopened.leader_epoch_cache.entries] == [
-        (0, 0), (3, 2), (5, 6)]
+        (0, 0),
+        (3, 2),
+        (5, 6),
+    ]
 
 
 def test_follower_append(tmp_path: Path) -> None:
     leader = open_log(tmp_path)
     for epoch, n in ((1, 2), (1, 3), (4, 1)):
-        append(leader, make_batch(n, producer_id=9, producer_epoch=0,
-                                  base_sequence=leader.log_end_offset), epoch=epoch)
+        append(
+            leader,
+            make_batch(n, producer_id=9, producer_epoch=0, base_sequence=leader.log_end_offset),
+            epoch=epoch,
+        )
     data = leader.read(0, 100_000).records
     follower = Log.open(tmp_path / "f" / "orders-0", "orders", 0, LogConfig(), now_ms=lambda: NOW)
     info = follower.append_as_follower(data, validate_batches(data))
     assert (info.first_offset, info.last_offset, info.record_count) == (0, 5, 6)
     assert follower.log_end_offset == 6
     assert follower.read(0, 100_000).records == data
-    assert [(e.epoch, e.start_offset) for e in follower.leader_epoch_cache.entries] == [(1, 0), (4, 5)]
+    assert [(e.epoch, e.start_offset) for e in follower.leader_epoch_cache.entries] == [
+        (1, 0),
+        (4, 5),
+    ]
     assert follower.producer_state.last_entry(9).last_seq == 5
     with pytest.raises(UnexpectedAppendOffsetError):
         follower.append_as_follower(data, validate_batches(data))
@@ -326,12 +365,14 @@ def test_flush_and_recovery_point(tmp_path: Path) -> None:
 def test_config_from_topic_config() -> None:
     from services.common.topic_config import effective_config
 
-    cfg = LogConfig.from_topic_config(effective_config({"segment.bytes": "2048",
-                                                        "cleanup.policy": "compact,delete"}))
+    cfg = LogConfig.from_topic_config(
+        effective_config({"segment.bytes": "2048", "cleanup.policy": "compact,delete"})
+    )
     assert cfg.segment_bytes == 2048 and cfg.cleanup_policy == ("compact", "delete")
     assert cfg.retention_ms == 604800000 and cfg.index_interval_bytes == 4096
     assert LogConfig.from_topic_config({"preallocate": "true", "retention.ms": "-1"}) == LogConfig(
-        preallocate=True, retention_ms=-1)
+        preallocate=True, retention_ms=-1
+    )
 
 
 def test_delete_removes_directory(tmp_path: Path) -> None:

@@ -27,7 +27,11 @@ def test_offset_checkpoint_format(tmp_path: Path) -> None:
     path = tmp_path / ckpt.RECOVERY_POINT_CHECKPOINT
     ckpt.write_offset_checkpoint(path, {("orders", 1): 99, ("orders", 0): 1234, ("a-b", 10): 0})
     assert path.read_text() == "0\n3\na-b 10 0\norders 0 1234\norders 1 99\n"
-    assert ckpt.read_offset_checkpoint(path) == {("orders", 1): 99, ("orders", 0): 1234, ("a-b", 10): 0}
+    assert ckpt.read_offset_checkpoint(path) == {
+        ("orders", 1): 99,
+        ("orders", 0): 1234,
+        ("a-b", 10): 0,
+    }
     assert [p.name for p in tmp_path.iterdir()] == [ckpt.RECOVERY_POINT_CHECKPOINT]  # no .tmp left
     assert ckpt.read_offset_checkpoint(tmp_path / "missing") == {}
     ckpt.write_offset_checkpoint(path, {})
@@ -47,7 +51,9 @@ def test_clean_shutdown_marker(tmp_path: Path) -> None:
 
 
 def test_meta_properties(tmp_path: Path) -> None:
-    write_meta_properties(tmp_path, MetaProperties(broker_id=3, cluster_id="mKJfV2pqSu-ZuBOq0VKL8w"))
+    write_meta_properties(
+        tmp_path, MetaProperties(broker_id=3, cluster_id="mKJfV2pqSu-ZuBOq0VKL8w")
+    )
     lines = (tmp_path / "meta.properties").read_text().splitlines()
     assert lines[0] == "#"
     assert re.fullmatch(r"#\w{3} \w{3} \d{2} \d{2}:\d{2}:\d{2} UTC \d{4}", lines[1])
@@ -58,10 +64,18 @@ def test_meta_properties(tmp_path: Path) -> None:
 
 
 def test_java_properties_parsing() -> None:
-    text = ("# comment\n! other comment\n  spaced.key = value with spaces  \ncolon:x\n"
-            "broker.id 7\ncont=a\\\n    b\nesc=c\\:d\\u0041\\\\\nempty=\n")
-    assert parse_properties(text) == {"spaced.key": "value with spaces  ", "colon": "x",
-                                      "broker.id": "7", "cont": "ab", "esc": "c:dA\\", "empty": ""}
+    text = (
+        "# comment\n! other comment\n  spaced.key = value with spaces  \ncolon:x\n"
+        "broker.id 7\ncont=a\\\n    b\nesc=c\\:d\\u0041\\\\\nempty=\n"
+    )
+    assert parse_properties(text) == {
+        "spaced.key": "value with spaces  ",
+        "colon": "x",
+        "broker.id": "7",
+        "cont": "ab",
+        "esc": "c:dA\\",
+        "empty": "",
+    }
     props = {"k=1": "v:2 #x", "unicode": "é"}
     assert parse_properties(format_properties(props)) == props
 
@@ -71,7 +85,9 @@ def test_partition_metadata_and_uuid(tmp_path: Path) -> None:
     assert files.uuid_to_str(raw) == "AAAAAAAAAAAAAAAAAAAAAQ"
     assert files.uuid_from_str("AAAAAAAAAAAAAAAAAAAAAQ") == raw
     write_partition_metadata(tmp_path, raw)
-    assert (tmp_path / "partition.metadata").read_text() == "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n"
+    assert (
+        tmp_path / "partition.metadata"
+    ).read_text() == "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n"
     assert read_partition_metadata(tmp_path) == raw
     assert read_partition_metadata(tmp_path / "x") is None
 

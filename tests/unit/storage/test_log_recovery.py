@@ -35,8 +35,10 @@ def kill(log: Log) -> None:
 
 
 def index_state(log: Log) -> list[tuple[int, list[tuple[int, int]], list[tuple[int, int]]]]:
-    return [(s.base_offset, s.offset_index.entries_list(), s.time_index.entries_list())
-            for s in log.segments]
+    return [
+        (s.base_offset, s.offset_index.entries_list(), s.time_index.entries_list())
+        for s in log.segments
+    ]
 
 
 def all_offsets(log: Log) -> list[int]:
@@ -65,7 +67,9 @@ def test_torn_tail_is_truncated_and_indexes_rebuilt(tmp_path: Path) -> None:
     assert recovered.read(0, 10**7).records == expected_data
     assert all_offsets(recovered) == list(range(leo))
     after = index_state(recovered)
-    for (base, offsets, times), (base2, offsets2, times2) in zip(indexes_before, after, strict=True):
+    for (base, offsets, times), (base2, offsets2, times2) in zip(
+        indexes_before, after, strict=True
+    ):
         assert base == base2 and offsets == offsets2
         # recovery appends the segment's max timestamp as a final entry, like Kafka
         assert times2[: len(times)] == times and times2[-1][0] == max(t for t, _ in times2)
@@ -83,8 +87,9 @@ def test_garbage_tail_and_zeroed_preallocation(tmp_path: Path) -> None:
     leo = log.log_end_offset
     assert log.segments[-1].log_path.stat().st_size == 4096  # preallocated, zeros after the data
     kill(log)
-    recovered = Log.open(d, "t", 0, LogConfig(preallocate=True, segment_bytes=4096),
-                         now_ms=lambda: NOW)
+    recovered = Log.open(
+        d, "t", 0, LogConfig(preallocate=True, segment_bytes=4096), now_ms=lambda: NOW
+    )
     assert recovered.log_end_offset == leo
     assert recovered.segments[-1].log_path.stat().st_size == recovered.segments[-1].size
     with open(recovered.segments[-1].log_path, "ab") as f:
@@ -180,14 +185,22 @@ def test_leftover_files_are_removed(tmp_path: Path) -> None:
     log = open_log(d)
     fill(log, 3)
     log.close()
-    for name in ("00000000000000000000.log.deleted", "00000000000000000007.log.cleaned",
-                 "00000000000000000007.index.swap", "leader-epoch-checkpoint.tmp",
-                 "00000000000000000099.index"):
+    for name in (
+        "00000000000000000000.log.deleted",
+        "00000000000000000007.log.cleaned",
+        "00000000000000000007.index.swap",
+        "leader-epoch-checkpoint.tmp",
+        "00000000000000000099.index",
+    ):
         (d / name).write_bytes(b"junk")
     reopened = open_log(d, clean_shutdown=True)
     assert sorted(p.name for p in d.iterdir()) == [
-        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
-        f"{log.log_end_offset:020d}.snapshot", "leader-epoch-checkpoint"]
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        f"{log.log_end_offset:020d}.snapshot",
+        "leader-epoch-checkpoint",
+    ]
     assert reopened.log_end_offset == log.log_end_offset
 
 

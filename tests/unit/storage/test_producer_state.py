@@ -25,11 +25,15 @@ NOW = 1_700_000_000_000
 PID = 4242
 
 
-def make_batch(seq: int, n: int = 2, epoch: int = 0, pid: int = PID, txn: bool = False,
-               ts: int = NOW) -> bytearray:
+def make_batch(
+    seq: int, n: int = 2, epoch: int = 0, pid: int = PID, txn: bool = False, ts: int = NOW
+) -> bytearray:
     recs = [Record(timestamp=ts, value=b"v%d" % i) for i in range(n)]
-    return bytearray(build_batch(recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                                 is_transactional=txn))
+    return bytearray(
+        build_batch(
+            recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=txn
+        )
+    )
 
 
 def open_log(tmp_path: Path, **cfg: object) -> Log:
@@ -52,7 +56,10 @@ def test_duplicate_returns_original_offsets_and_is_not_appended(tmp_path: Path) 
     second = append(log, make_batch(2, n=3))
     size = log.size_bytes()
     dup = append(log, make_batch(0))
-    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (first.first_offset, first.last_offset)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (
+        first.first_offset,
+        first.last_offset,
+    )
     dup2 = append(log, make_batch(2, n=3))
     assert dup2.duplicate and (dup2.first_offset, dup2.last_offset) == (2, 4)
     assert not second.duplicate
@@ -79,8 +86,7 @@ def test_sequence_and_epoch_rules(tmp_path: Path) -> None:
     # the old epoch is now fenced
     assert error_code(log, make_batch(4, epoch=0)) == ErrorCode.INVALID_PRODUCER_EPOCH
     # replication does not validate
-    assert not log.append_as_follower(
-        *_assigned(log, make_batch(9, epoch=0))).duplicate
+    assert not log.append_as_follower(*_assigned(log, make_batch(9, epoch=0))).duplicate
     # an unknown producer (state expired or deleted) may start at any sequence
     assert not append(log, make_batch(77, pid=999)).duplicate
     append(log, make_batch(79, pid=999))
@@ -106,8 +112,11 @@ def test_transactions_and_markers(tmp_path: Path) -> None:
     append(log, make_batch(0, txn=True))
     assert log.producer_state.last_entry(PID).current_txn_first_offset == 0
     assert error_code(log, make_batch(2)) == ErrorCode.INVALID_TXN_STATE
-    marker = bytearray(build_end_txn_marker(True, producer_id=PID, producer_epoch=0,
-                                            coordinator_epoch=3, timestamp=NOW))
+    marker = bytearray(
+        build_end_txn_marker(
+            True, producer_id=PID, producer_epoch=0, coordinator_epoch=3, timestamp=NOW
+        )
+    )
     append(log, marker, origin=AppendOrigin.COORDINATOR)
     assert log.producer_state.last_entry(PID).current_txn_first_offset is None
     append(log, make_batch(2))
@@ -121,8 +130,14 @@ def test_dedup_survives_clean_and_unclean_restart(tmp_path: Path) -> None:
     log.close()
     snap = tmp_path / "t-0" / f"{log.log_end_offset:020d}.snapshot"
     assert snap.exists()
-    again = Log.open(tmp_path / "t-0", "t", 0, LogConfig(segment_bytes=400), now_ms=lambda: NOW,
-                     clean_shutdown=True)
+    again = Log.open(
+        tmp_path / "t-0",
+        "t",
+        0,
+        LogConfig(segment_bytes=400),
+        now_ms=lambda: NOW,
+        clean_shutdown=True,
+    )
     dup = append(again, make_batch(14, n=2))
     assert dup.duplicate and (dup.first_offset, dup.last_offset) == (14, 15)
     assert error_code(again, make_batch(17)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -147,8 +162,13 @@ def test_truncation_reloads_producer_state(tmp_path: Path) -> None:
 
 
 def test_snapshot_is_kafkas_format() -> None:
-    entry = ProducerStateEntry(PID, producer_epoch=3, coordinator_epoch=2, last_timestamp=NOW,
-                               current_txn_first_offset=None)
+    entry = ProducerStateEntry(
+        PID,
+        producer_epoch=3,
+        coordinator_epoch=2,
+        last_timestamp=NOW,
+        current_txn_first_offset=None,
+    )
     entry.add_batch(3, 10, 14, 100, 104, NOW)
     data = encode_snapshot([entry])
     version, crc = struct.unpack_from(">hI", data, 0)
@@ -159,7 +179,8 @@ def test_snapshot_is_kafkas_format() -> None:
     (decoded,) = decode_snapshot(data)
     assert decoded.producer_epoch == 3 and decoded.coordinator_epoch == 2
     assert [(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in decoded.batches] == [
-        (10, 14, 100, 104)]
+        (10, 14, 100, 104)
+    ]
     corrupt = bytearray(data)
     corrupt[-1] ^= 1
     with pytest.raises(CorruptSnapshotError):
