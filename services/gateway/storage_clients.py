@@ -8,10 +8,37 @@ from typing import Any
 import grpc
 
 from services.common.errors import ErrorCode
-from services.common.rpc.kafkapy.v1 import storage_pb2_grpc
+from services.common.rpc.kafkapy.v1 import storage_pb2, storage_pb2_grpc
 from services.common.runtime import new_channel
 from services.gateway.metadata_cache import MetadataCache
 from services.gateway.metrics import STORAGE_RPC_ERRORS
+from services.gateway.storage_wire import parse_fetch_response
+
+
+def _append_bytes(request: bytes | storage_pb2.AppendRequest) -> bytes:
+    """Append requests arrive serialized (storage_wire.append_request); messages still work."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+class StorageStub(storage_pb2_grpc.StorageStub):
+    """The generated stub, except for the calls that carry records: ``Append`` also takes an
+    already serialized request, and ``Fetch`` answers a storage_wire.FetchResponse whose
+    ``records`` are views of the received bytes."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel)
+        self.Append = channel.unary_unary(
+            "/kafkapy.v1.Storage/Append",
+            request_serializer=_append_bytes,
+            response_deserializer=storage_pb2.AppendResponse.FromString,
+            _registered_method=True,
+        )
+        self.Fetch = channel.unary_unary(
+            "/kafkapy.v1.Storage/Fetch",
+            request_serializer=storage_pb2.FetchRequest.SerializeToString,
+            response_deserializer=parse_fetch_response,
+            _registered_method=True,
+        )
 
 
 class StorageClients:
@@ -35,7 +62,7 @@ class StorageClients:
         if entry is not None:
             self._drop(broker_id)
         channel = new_channel(reg.address)
-        stub = storage_pb2_grpc.StorageStub(channel)
+        stub = StorageStub(channel)
         self._entries[broker_id] = (reg.address, channel, stub)
         return stub
 

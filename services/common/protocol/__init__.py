@@ -31,6 +31,7 @@ from .messages import (
     encode_api_versions_fallback,
     encode_request,
     encode_response,
+    encode_response_chunks,
     get_codec,
     precompile,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "encode_request",
     "encode_request_header",
     "encode_response",
+    "encode_response_chunks",
     "encode_response_header",
     "frame_size",
     "get_codec",

@@ -3,7 +3,8 @@
 Codecs are generated on first use per (api_key, api_version, request|response) and cached;
 `precompile()` builds a set of them up front (e.g. at gateway start).
 
-Frames: `encode_request`/`encode_response` return the whole frame, int32 size prefix included.
+Frames: `encode_request`/`encode_response` return the whole frame, int32 size prefix included;
+`encode_response_chunks` returns the same frame as a list of buffers (large record sets uncopied).
 `parse_request_header`, `decode_request` and `decode_response` take the frame *without* its size
 prefix (what a reader has after reading `size` bytes).
 """
@@ -92,7 +93,8 @@ def _decode_body(codec: Codec, buf: Buffer, offset: int) -> tuple[dict[str, Any]
         raise DecodeError(f"malformed {codec.spec.name}: {exc}") from exc
 
 
-def _encode_frame(codec: Codec, header: bytes, body: Mapping[str, Any]) -> bytes:
+def _encode_pieces(codec: Codec, header: bytes, body: Mapping[str, Any]) -> list[Any]:
+    """The frame as the encoder's pieces, size prefix first."""
     out: list[Any] = [b"", header]
     try:
         codec.encode(body, out)  # type: ignore[arg-type]
@@ -101,7 +103,32 @@ def _encode_frame(codec: Codec, header: bytes, body: Mapping[str, Any]) -> bytes
     except _ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {codec.spec.name}: {exc!r}") from exc
     out[0] = INT32.pack(sum(map(len, out)))
-    return b"".join(out)
+    return out
+
+
+def _encode_frame(codec: Codec, header: bytes, body: Mapping[str, Any]) -> bytes:
+    return b"".join(_encode_pieces(codec, header, body))
+
+
+# Pieces at least this long (record sets) are left out of the joins of encode_response_chunks.
+LARGE_CHUNK = 64 * 1024
+
+
+def _chunks(out: list[Any]) -> list[Buffer]:
+    """``out`` with each run of small pieces joined; large pieces are kept as they are."""
+    chunks: list[Buffer] = []
+    small: list[Any] = []
+    for piece in out:
+        if len(piece) < LARGE_CHUNK:
+            small.append(piece)
+            continue
+        if small:
+            chunks.append(b"".join(small))
+            small.clear()
+        chunks.append(piece)
+    if small:
+        chunks.append(b"".join(small))
+    return chunks
 
 
 def decode_request(api_key: int, api_version: int, buf: Buffer, offset: int = 0) -> dict[str, Any]:
@@ -129,6 +156,17 @@ def encode_response(
     """Full response frame: int32 size + response header (v0/v1) + body."""
     codec = get_codec(api_key, api_version, "response")
     return _encode_frame(codec, encode_response_header(codec.header_version, correlation_id), body)
+
+
+def encode_response_chunks(
+    api_key: int, api_version: int, correlation_id: int, body: Mapping[str, Any]
+) -> list[Buffer]:
+    """The frame of `encode_response` as a list of buffers to write in order (e.g. with
+    ``transport.writelines``): record sets of LARGE_CHUNK bytes or more are not copied into it,
+    so a response of tens of MiB is never assembled in one buffer."""
+    codec = get_codec(api_key, api_version, "response")
+    header = encode_response_header(codec.header_version, correlation_id)
+    return _chunks(_encode_pieces(codec, header, body))
 
 
 def encode_request(

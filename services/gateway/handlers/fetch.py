@@ -4,11 +4,16 @@ Sessions: a full request (session epoch 0 or -1) is answered sessionless (sessio
 clients accept as "no session"); an incremental one (any other epoch) gets
 FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for a session it does not have.
 
-Waiting: each node is asked for its share of min_bytes. As soon as the completed nodes hold
-min_bytes in total, or one of them reports an error, the still-waiting calls are cancelled and
-their partitions answered with no records and the last known offsets; otherwise every call
-returns by max_wait. Record bytes are passed through untouched; partitions beyond the request's
-max_bytes (after the first one with data) are answered without records and fetched again.
+Waiting, in two phases. First every node reads what it has now (max_wait 0), and all of those
+answers are used: a node that is still reading when the others already hold min_bytes is given
+until max_wait, so records read are not thrown away. This phase is skipped when the last known
+offsets say the consumer is caught up on every partition. When it falls short of min_bytes,
+each node is asked to long-poll for its share of min_bytes for the rest of max_wait; as soon
+as the completed nodes hold min_bytes in total, the still-waiting calls are cancelled and their
+partitions keep the first phase's answer (or no records and the last known offsets). A node
+error answers at once. Record bytes are passed through untouched; partitions beyond the
+request's max_bytes (after the first one with data) are answered without records and fetched
+again.
 """
 
 from __future__ import annotations
@@ -91,35 +96,88 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
 
 async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tuple[Any, Body]]],
                        isolation: int, immediate: bool) -> None:
+    loop = asyncio.get_running_loop()
     max_wait_ms = 0 if immediate else max(int(req.get("max_wait", 0)), 0)
+    deadline = loop.time() + max_wait_ms / 1000.0
     min_bytes = max(int(req.get("min_bytes", 0)), 0)
-    share = math.ceil(min_bytes / len(by_node)) if min_bytes > 0 else 0
-    timeout = min(max_wait_ms / 1000.0 + _RPC_MARGIN_S, max_wait_ms / 1000.0 + s.request_timeout_s)
-    tasks: dict[asyncio.Task[Any], tuple[int, list[tuple[Any, Body]]]] = {}
+    nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]] = {}
     for node, items in by_node.items():
         stub = s.storage.stub(node)
         if stub is None:  # deregistered since the request was read
             for _, res in items:
                 res.update(_partition(res["partition_index"], ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            continue
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=share,
-                                  max_bytes=int(req.get("max_bytes", 0x7FFFFFFF)),
-                                  isolation_level=isolation, partitions=[p for p, _ in items])
-        task = asyncio.ensure_future(stub.Fetch(request, timeout=timeout))
-        tasks[task] = (node, items)
-    pending: set[asyncio.Task[Any]] = set(tasks)
-    total = 0
+        else:
+            nodes[node] = (stub, items)
+    if not nodes:
+        return
+    got: dict[int, int] = {}  # record bytes of each node's latest answer
+    if max_wait_ms == 0 or _may_have_data(nodes, isolation):
+        # Phase 1: what every node holds now. Every answer is awaited (once min_bytes are in,
+        # until max_wait at most): cancelling a node that is still reading would throw its
+        # records away and have the consumer fetch them again.
+        if await _round(s, req, nodes, isolation, got, wait_ms=0, min_bytes=min_bytes,
+                        until=deadline if max_wait_ms else None):
+            return
+        wait_ms = int((deadline - loop.time()) * 1000)
+        if sum(got.values()) >= min_bytes or wait_ms <= 0:
+            return
+    else:
+        wait_ms = max_wait_ms
+    # Phase 2: long poll on every node; answer as soon as min_bytes are in (or a node fails).
+    await _round(s, req, nodes, isolation, got, wait_ms=wait_ms, min_bytes=min_bytes,
+                 until=loop.time())
+
+
+def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int) -> bool:
+    """Whether, by the last known offsets, some partition has records at its fetch offset (or
+    its offsets are unknown). When none has, the consumer is caught up and phase 1 is skipped."""
+    key = "last_stable_offset" if isolation == READ_COMMITTED else "high_watermark"
+    for _, items in nodes.values():
+        for p, res in items:
+            end = res[key]
+            if end < 0 or p.fetch_offset < end:
+                return True
+    return False
+
+
+async def _round(s: GatewayServices, req: Body,
+                 nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int,
+                 got: dict[int, int], *, wait_ms: int, min_bytes: int,
+                 until: float | None) -> bool:
+    """One Storage.Fetch per node, each asked for its share of min_bytes within ``wait_ms``.
+
+    Every call is awaited, except that once the answers in hold min_bytes the others are given
+    until ``until`` (None: no limit, the RPC timeout bounds them). A node error ends the round at
+    once. Calls still running are cancelled; their partitions keep what an earlier round filled
+    in. ``got`` is updated per node; returns whether a node reported an error."""
+    share = math.ceil(min_bytes / len(nodes)) if min_bytes > 0 else 0
+    timeout = wait_ms / 1000.0 + min(_RPC_MARGIN_S, s.request_timeout_s)
+    max_bytes = int(req.get("max_bytes", 0x7FFFFFFF))
+    tasks: dict[asyncio.Future[Any], tuple[int, list[tuple[Any, Body]]]] = {}
+    for node, (stub, items) in nodes.items():
+        request = pb.FetchRequest(replica_id=-1, max_wait_ms=wait_ms, min_bytes=share,
+                                  max_bytes=max_bytes, isolation_level=isolation,
+                                  partitions=[p for p, _ in items])
+        tasks[asyncio.ensure_future(stub.Fetch(request, timeout=timeout))] = (node, items)
+    pending: set[asyncio.Future[Any]] = set(tasks)
+    loop = asyncio.get_running_loop()
     try:
         while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            stop = False
+            limit = None
+            if until is not None and sum(got.values()) >= min_bytes:
+                limit = until - loop.time()
+                if limit <= 0:
+                    break
+            done, pending = await asyncio.wait(pending, timeout=limit,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            failed = False
             for task in done:
                 node, items = tasks[task]
-                got, failed = _apply_result(s, node, task, items, isolation)
-                total += got
-                stop = stop or failed
-            if pending and (stop or (min_bytes > 0 and total >= min_bytes)):
-                break
+                got[node], node_failed = _apply_result(s, node, task, items, isolation)
+                failed = failed or node_failed
+            if failed:
+                return True
+        return False
     finally:
         for task in pending:
             task.cancel()
@@ -157,9 +215,10 @@ def _apply_result(s: GatewayServices, node: int, task: asyncio.Task[Any],
             res["aborted_transactions"] = [
                 {"producer_id": a.producer_id, "first_offset": a.first_offset}
                 for a in r.aborted_transactions]
-        if r.records:
-            res["records"] = r.records
-            got += len(r.records)
+        records = r.records  # a view of the storage response (a copy if it is a message)
+        if records:
+            res["records"] = records
+            got += len(records)
     return got, failed
 
 

@@ -20,13 +20,13 @@ from typing import Any
 from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 from services.common.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
-from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import TOPIC_CONFIGS
 from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 from services.gateway.metadata_cache import INTERNAL_TOPICS
 from services.gateway.storage_clients import rpc_error_code
+from services.gateway.storage_wire import PartitionAppend, append_request
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -99,7 +99,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
         return error_response(req, v, ErrorCode.INVALID_REQUIRED_ACKS)
     cache = s.cache
     responses: list[Body] = []
-    by_node: dict[int, list[tuple[Any, Body]]] = {}
+    by_node: dict[int, list[tuple[PartitionAppend, Body]]] = {}
     for td in req["topic_data"]:
         name = td["name"]
         topic = cache.topic(name)
@@ -124,13 +124,12 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
                 parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                         "The partition has no leader"))
                 continue
-            data = bytes(records)
-            _count_in(name, len(data), count)
+            _count_in(name, len(records), count)
             res = _partition(index, ErrorCode.NONE)
             parts.append(res)
+            # records stay a view of the request frame until append_request copies them once
             by_node.setdefault(info.leader, []).append(
-                (pb.PartitionAppend(topic=name, partition=index, records=data,
-                                    current_leader_epoch=-1), res))
+                (PartitionAppend(name, index, records), res))
     if not by_node:
         if acks == 0:
             _close_on_error(ctx, responses)
@@ -161,21 +160,19 @@ def _close_on_error(ctx: RequestContext, responses: list[Body]) -> bool:
     return True
 
 
-def _fail(items: list[tuple[Any, Body]], code: ErrorCode, message: str) -> None:
+def _fail(items: list[tuple[PartitionAppend, Body]], code: ErrorCode, message: str) -> None:
     for _, res in items:
         res.update(_partition(res["index"], code, message))
 
 
-def _start_append(s: GatewayServices, node: int, items: list[tuple[Any, Body]], acks: int,
-                  timeout_ms: int, transactional_id: str | None) -> Awaitable[None]:
+def _start_append(s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]],
+                  acks: int, timeout_ms: int, transactional_id: str | None) -> Awaitable[None]:
     """Start one Append to ``node``; the returned awaitable fills the responses in ``items``."""
     stub = s.storage.stub(node)
     if stub is None:
         _fail(items, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Storage node {node} is not available")
         return _done()
-    request = pb.AppendRequest(acks=acks, timeout_ms=timeout_ms,
-                               transactional_id=transactional_id or "",
-                               partitions=[p for p, _ in items])
+    request = append_request(acks, timeout_ms, transactional_id, [p for p, _ in items])
     try:
         call = stub.Append(request, timeout=max(timeout_ms, 0) / 1000.0 + _RPC_MARGIN_S)
     except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
@@ -190,7 +187,7 @@ async def _done() -> None:
 
 
 async def _finish_append(s: GatewayServices, node: int, call: Any,
-                         items: list[tuple[Any, Body]]) -> None:
+                         items: list[tuple[PartitionAppend, Body]]) -> None:
     try:
         resp = await call
     except asyncio.CancelledError:

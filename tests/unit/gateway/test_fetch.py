@@ -1,4 +1,4 @@
-"""Fetch handler: sessions, per-node calls, combined min_bytes, cancellation, max_bytes."""
+"""Fetch handler: sessions, per-node calls, the two waiting phases, cancellation, max_bytes."""
 
 from __future__ import annotations
 
@@ -84,16 +84,20 @@ async def test_one_call_per_node_and_fields_passed() -> None:
     assert r11.max_wait_ms == 0 and r11.min_bytes == 50  # min_bytes split over two nodes
 
 
-async def test_answers_when_combined_min_bytes_reached() -> None:
+async def test_long_poll_answers_when_combined_min_bytes_reached() -> None:
     svc = services(_cache())
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
-    svc.offsets.update("a", 1, high_watermark=42, log_start_offset=7)
     cancelled = asyncio.Event()
 
-    async def quick(request: Any) -> Any:
+    async def data_soon(request: Any) -> Any:
+        if request.max_wait_ms == 0:  # phase 1: nothing yet
+            return _answer(request)
+        await asyncio.sleep(0.05)
         return _answer(request, records=b"x" * 300)
 
     async def long_poll(request: Any) -> Any:
+        if request.max_wait_ms == 0:
+            return _answer(request, hw=42)
         try:
             await asyncio.sleep(5)
         except asyncio.CancelledError:
@@ -101,7 +105,7 @@ async def test_answers_when_combined_min_bytes_reached() -> None:
             raise
         return _answer(request)
 
-    storage.node(11).fetch_handler = quick
+    storage.node(11).fetch_handler = data_soon
     storage.node(12).fetch_handler = long_poll
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -111,7 +115,83 @@ async def test_answers_when_combined_min_bytes_reached() -> None:
     await asyncio.wait_for(cancelled.wait(), 1.0)
     parts = _parts(resp)
     assert parts[("a", 0)]["records"] == b"x" * 300
-    # the cancelled node's partition: no records, last known offsets
+    # the cancelled node's partition keeps its first (immediate) answer
+    assert parts[("a", 1)]["error_code"] == 0 and parts[("a", 1)]["records"] == b""
+    assert parts[("a", 1)]["high_watermark"] == 42
+    waits = [(r.max_wait_ms, r.min_bytes) for _, r in storage.nodes[12].calls]
+    assert waits[0] == (0, 100) and waits[1][0] > 4000 and waits[1][1] == 100
+
+
+async def test_immediate_reads_of_every_node_are_kept() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def quick(request: Any) -> Any:
+        return _answer(request, records=b"q" * 300)
+
+    async def slower(request: Any) -> Any:
+        await asyncio.sleep(0.1)  # still reading when min_bytes is already met
+        return _answer(request, records=b"s" * 50)
+
+    storage.node(11).fetch_handler = quick
+    storage.node(12).fetch_handler = slower
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
+                              _req(("a", 0), ("a", 1), min_bytes=1, max_wait=5000))
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"q" * 300
+    assert parts[("a", 1)]["records"] == b"s" * 50
+    assert [len(n.calls) for n in storage.nodes.values()] == [1, 1]
+
+
+async def test_caught_up_consumer_goes_straight_to_the_long_poll() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+    for index in (0, 1):  # the request's fetch offset (5) is the last known high watermark
+        svc.offsets.update("a", index, high_watermark=5, last_stable_offset=5)
+
+    async def new_data(request: Any) -> Any:
+        await asyncio.sleep(0.05)
+        return _answer(request, records=b"n" * 10, hw=6)
+
+    async def long_poll(request: Any) -> Any:
+        await asyncio.sleep(5)
+
+    storage.node(11).fetch_handler = new_data
+    storage.node(12).fetch_handler = long_poll
+    resp = await asyncio.wait_for(fetch.handle(context(svc, ApiKey.FETCH, 12),
+                                               _req(("a", 0), ("a", 1), max_wait=5000)), 1.0)
+    assert _parts(resp)[("a", 0)]["records"] == b"n" * 10
+    calls = [(n, r.max_wait_ms) for n, node in storage.nodes.items() for _, r in node.calls]
+    assert sorted(calls) == [(11, 5000), (12, 5000)]
+    # one partition behind its known high watermark: the immediate round comes first again
+    svc.offsets.update("a", 1, high_watermark=9)
+    storage.node(12).calls.clear()
+    storage.node(12).fetch_handler = new_data
+    await fetch.handle(context(svc, ApiKey.FETCH, 12), _req(("a", 1), max_wait=100))
+    assert [r.max_wait_ms for _, r in storage.nodes[12].calls][0] == 0
+
+
+async def test_slow_node_is_cut_at_max_wait_once_min_bytes_are_in() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+    svc.offsets.update("a", 1, high_watermark=42, log_start_offset=7)
+
+    async def quick(request: Any) -> Any:
+        return _answer(request, records=b"q" * 300)
+
+    async def hung(request: Any) -> Any:
+        await asyncio.sleep(5)
+
+    storage.node(11).fetch_handler = quick
+    storage.node(12).fetch_handler = hung
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
+                              _req(("a", 0), ("a", 1), min_bytes=1, max_wait=200))
+    assert 0.15 < loop.time() - start < 1.0
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"q" * 300
+    # no answer from the node: no records and the last known offsets
     assert parts[("a", 1)]["error_code"] == 0 and parts[("a", 1)]["records"] == b""
     assert parts[("a", 1)]["high_watermark"] == 42 and parts[("a", 1)]["log_start_offset"] == 7
 

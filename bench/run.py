@@ -1,0 +1,247 @@
+"""`make bench`: kafka-py side by side with Tansu, same client (confluent-kafka), same workload.
+
+Prints one table (both columns and the ratio) and writes it to docs/benchmarks.md with the
+machine description. BENCH_SCALE (default 1.0) scales record counts. BENCH_REPEAT (default 1)
+runs both brokers that many times, alternating, and reports medians (with min-max ranges):
+on a small shared machine one run of each is noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.cpu import cpu_seconds
+from bench.peers import KafkaPyPeer, Peer, TansuPeer
+
+PARTITIONS = 6
+SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+REPEAT = max(1, int(os.environ.get("BENCH_REPEAT", "1")))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    mode: str
+    args: list[str]
+    reuse_topic_of: str | None = None
+
+
+SCENARIOS = [
+    Scenario(
+        "p1k_a1",
+        "produce 1 KiB, acks=1",
+        "produce",
+        ["--size", "1024", "--count", str(int(200_000 * SCALE)), "--acks", "1"],
+    ),
+    Scenario(
+        "c1k",
+        "consume 1 KiB",
+        "consume",
+        ["--count", str(int(200_000 * SCALE))],
+        reuse_topic_of="p1k_a1",
+    ),
+    Scenario(
+        "p1k_aall",
+        "produce 1 KiB, acks=all",
+        "produce",
+        ["--size", "1024", "--count", str(int(200_000 * SCALE)), "--acks", "all"],
+    ),
+    Scenario(
+        "p100_a1",
+        "produce 100 B, acks=1",
+        "produce",
+        ["--size", "100", "--count", str(int(500_000 * SCALE)), "--acks", "1"],
+    ),
+    Scenario(
+        "p100_aall",
+        "produce 100 B, acks=all",
+        "produce",
+        ["--size", "100", "--count", str(int(500_000 * SCALE)), "--acks", "all"],
+    ),
+    Scenario(
+        "lat",
+        "end-to-end latency, 1,000 msg/s x 1 KiB",
+        "latency",
+        ["--size", "1024", "--rate", "1000", "--seconds", str(max(5, int(10 * SCALE)))],
+    ),
+]
+
+
+@dataclass
+class Result:
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(name, PARTITIONS, 1)], operation_timeout=30)[name]
+    fut.result(60)
+    time.sleep(1.0)  # let metadata settle on both peers alike
+
+
+def run_workload(peer: Peer, sc: Scenario, topic: str) -> dict[str, float]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.workloads",
+        sc.mode,
+        "--bootstrap",
+        peer.bootstrap,
+        "--topic",
+        topic,
+        "--partitions",
+        str(PARTITIONS),
+        *sc.args,
+    ]
+    before = cpu_seconds(peer.pids())
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    after = cpu_seconds(peer.pids())
+    if out.returncode != 0:
+        raise RuntimeError(f"{peer.name} {sc.key}: {out.stderr.strip().splitlines()[-1:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["cpu_s"] = after - before
+    if "mb" in result and result["mb"] > 0:
+        result["cpu_s_per_gb"] = result["cpu_s"] / (result["mb"] / 1000)
+    return result
+
+
+def bench_peer(peer: Peer) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    topics: dict[str, str] = {}
+    peer.start()
+    try:
+        for sc in SCENARIOS:
+            topic = (
+                topics[sc.reuse_topic_of]
+                if sc.reuse_topic_of
+                else f"bench-{sc.key}-{uuid.uuid4().hex[:6]}"
+            )
+            if not sc.reuse_topic_of:
+                create_topic(peer.bootstrap, topic)
+            topics[sc.key] = topic
+            print(f"  {peer.name}: {sc.title} ...", file=sys.stderr, flush=True)
+            try:
+                results[sc.key] = run_workload(peer, sc, topic)
+            except Exception as exc:  # one failed scenario is reported, the rest still runs
+                print(f"  {peer.name}: {sc.title} FAILED: {exc}", file=sys.stderr)
+                results[sc.key] = {}
+    finally:
+        peer.stop()
+    return results
+
+
+ROWS = [
+    ("p1k_a1", "mb_per_s", "produce 1 KiB acks=1 (MB/s)", True),
+    ("p1k_a1", "records_per_s", "produce 1 KiB acks=1 (msg/s)", True),
+    ("p1k_aall", "mb_per_s", "produce 1 KiB acks=all (MB/s)", True),
+    ("p100_a1", "records_per_s", "produce 100 B acks=1 (msg/s)", True),
+    ("p100_aall", "records_per_s", "produce 100 B acks=all (msg/s)", True),
+    ("c1k", "mb_per_s", "consume 1 KiB (MB/s)", True),
+    ("c1k", "records_per_s", "consume 1 KiB (msg/s)", True),
+    ("lat", "p50_ms", "e2e latency p50 (ms)", False),
+    ("lat", "p99_ms", "e2e latency p99 (ms)", False),
+    ("p1k_a1", "cpu_s_per_gb", "broker CPU-s per GB produced (1 KiB)", False),
+    ("c1k", "cpu_s_per_gb", "broker CPU-s per GB consumed (1 KiB)", False),
+]
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "failed"
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.2f}"
+
+
+Runs = list[dict[str, dict[str, float]]]
+
+
+def _values(runs: Runs, key: str, metric: str) -> list[float]:
+    return [r[key][metric] for r in runs if metric in r.get(key, {})]
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "failed"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def table(ours: Runs, peer: Runs) -> str:
+    lines = ["| metric | kafka-py | Tansu | kafka-py / Tansu |", "|---|---:|---:|---:|"]
+    for key, metric, title, _higher_better in ROWS:
+        a = _values(ours, key, metric)
+        b = _values(peer, key, metric)
+        ratio = "-"
+        if a and b and statistics.median(b):
+            ratio = f"{statistics.median(a) / statistics.median(b):.2f}"
+        lines.append(f"| {title} | {_cell(a)} | {_cell(b)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import confluent_kafka
+
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, {platform.platform()}, "
+        f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0]} "
+        f"(librdkafka {confluent_kafka.libversion()[0]})"
+    )
+
+
+def main() -> None:
+    print(
+        f"kafka-py benchmark (scale {SCALE}, {REPEAT} run(s)); {PARTITIONS} partitions, RF 1, "
+        "confluent-kafka client",
+        file=sys.stderr,
+    )
+    ours: Runs = []
+    theirs: Runs = []
+    for _ in range(REPEAT):  # alternating, so slow phases of a shared machine hit both alike
+        ours.append(bench_peer(KafkaPyPeer()))
+        theirs.append(bench_peer(TansuPeer()))
+    tbl = table(ours, theirs)
+    print(tbl)
+    runs = (
+        "one run of each"
+        if REPEAT == 1
+        else (f"{REPEAT} alternating runs of each: median (min-max)")
+    )
+    doc = ROOT / "docs" / "benchmarks.md"
+    doc.write_text(
+        "# Benchmarks\n\n"
+        "Generated by `make bench` (bench/run.py). Same client (confluent-kafka), same workload, same run, "
+        "kafka-py's local cluster (1 gateway, 3 storage nodes, 2 controllers, ZooKeeper) against Tansu "
+        "(memory storage). Broker CPU is summed over every process of each broker from /proc. "
+        "End-to-end latency: 1 KiB records produced at 1,000/s (acks=all, linger 0), each timed "
+        "when the consumer's poll returns it.\n\n"
+        f"Machine: {machine()}\n\nDate: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"scale {SCALE}, {runs}\n\n"
+        f"{tbl}\n"
+    )
+    print(f"\nwritten to {doc.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Client workloads run in their own process (so client CPU is not counted as broker CPU).
+
+Each prints one JSON line with its measurements. Usage:
+    python -m bench.workloads produce  --bootstrap H:P --topic T --size 1024 --count N --acks 1
+    python -m bench.workloads consume  --bootstrap H:P --topic T --count N
+    python -m bench.workloads latency  --bootstrap H:P --topic T --rate 1000 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+PRODUCER_TUNING = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "queue.buffering.max.messages": 1_000_000,
+}
+
+
+def produce(args: argparse.Namespace) -> dict[str, float]:
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": args.acks, **PRODUCER_TUNING})
+    payload = os.urandom(args.size)
+    errors = 0
+
+    def on_delivery(err: object, _msg: object) -> None:
+        nonlocal errors
+        if err is not None:
+            errors += 1
+
+    start = time.perf_counter()
+    for i in range(args.count):
+        while True:
+            try:
+                producer.produce(
+                    args.topic, payload, partition=i % args.partitions, on_delivery=on_delivery
+                )
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 1000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if remaining or errors:
+        raise SystemExit(f"produce failed: {errors} errors, {remaining} undelivered")
+    mb = args.count * args.size / 1e6
+    return {
+        "seconds": elapsed,
+        "records_per_s": args.count / elapsed,
+        "mb_per_s": mb / elapsed,
+        "mb": mb,
+    }
+
+
+def consume(args: argparse.Namespace) -> dict[str, float]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 10_485_760,
+        }
+    )
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in range(args.partitions)])
+    got = 0
+    nbytes = 0
+    start = time.perf_counter()
+    deadline = start + 300
+    while got < args.count and time.perf_counter() < deadline:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error():
+                raise KafkaException(msg.error())
+            got += 1
+            nbytes += len(msg.value() or b"")
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    if got < args.count:
+        raise SystemExit(f"consume got {got} of {args.count}")
+    return {
+        "seconds": elapsed,
+        "records_per_s": got / elapsed,
+        "mb_per_s": nbytes / 1e6 / elapsed,
+        "mb": nbytes / 1e6,
+    }
+
+
+def _assign_at_end(consumer: Consumer, topic: str, partitions: int) -> None:
+    """Assign every partition at its current log end (resolved here, so that nothing produced
+    afterwards is missed), then let the consumer connect and start fetching."""
+    parts = []
+    for p in range(partitions):
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        parts.append(TopicPartition(topic, p, high))
+    consumer.assign(parts)
+    warm_until = time.monotonic() + 1.0
+    while time.monotonic() < warm_until:
+        consumer.poll(0.05)  # nothing to take yet: the topic has no new records
+
+
+def latency(args: argparse.Namespace) -> dict[str, float]:
+    """Produce at a fixed rate (acks=all, no linger) and time each record to its consumer.
+
+    Each record is timed as soon as the consumer client hands it over: one ``poll`` per record.
+    (``consume(n, timeout)`` would wait until n records or the timeout, adding up to that
+    timeout to every record's latency at this rate.)"""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": "bench-latency",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 500,
+            "fetch.min.bytes": 1,
+        }
+    )
+    _assign_at_end(consumer, args.topic, args.partitions)
+    total = int(args.rate * args.seconds)
+    lat: list[float] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set() and len(lat) < total:
+            msg = consumer.poll(0.1)
+            if msg is None or msg.error():
+                continue
+            sent = int.from_bytes((msg.value() or b"")[:8], "big") / 1e9
+            lat.append(time.time() - sent)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": 0})
+    pad = b"x" * max(0, args.size - 8)
+    start = time.perf_counter()
+    for i in range(total):
+        target = start + i / args.rate
+        while (now := time.perf_counter()) < target:
+            time.sleep(min(0.001, target - now))
+        producer.produce(
+            args.topic, time.time_ns().to_bytes(8, "big") + pad, partition=i % args.partitions
+        )
+        producer.poll(0)
+    producer.flush(30)
+    thread.join(30)
+    done.set()
+    consumer.close()
+    if len(lat) < total * 0.99:
+        raise SystemExit(f"latency run received {len(lat)} of {total}")
+    q = statistics.quantiles(lat, n=100)
+    return {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "records": len(lat)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["produce", "consume", "latency"])
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--acks", default="1")
+    p.add_argument("--rate", type=float, default=1000)
+    p.add_argument("--seconds", type=float, default=10)
+    args = p.parse_args()
+    result = {"produce": produce, "consume": consume, "latency": latency}[args.mode](args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""The record-carrying Storage messages, written and read straight in protobuf's wire format.
+
+Building ``PartitionAppend``/``AppendRequest`` messages copies every record batch twice (into
+each message, then into the request) and ``SerializeToString`` a third time; reading a
+``FetchResponse`` copies it once more to parse and again on each read of a ``records`` field.
+Together these were the gateway's largest Python costs per byte. So ``append_request`` writes
+``kafkapy.v1.AppendRequest`` (field numbers from storage.proto) with each record batch copied
+once, from the client's frame into the request, and ``parse_fetch_response`` reads
+``kafkapy.v1.FetchResponse`` into plain objects whose ``records`` are views of the received
+bytes. The unit tests check both against the generated protobuf classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+Buffer = bytes | bytearray | memoryview
+
+# (field number << 3) | wire type; wire types: 0 varint, 2 length-delimited.
+_ACKS = b"\x08"  # AppendRequest.acks = 1
+_TIMEOUT = b"\x10"  # AppendRequest.timeout_ms = 2
+_TXN_ID = b"\x1a"  # AppendRequest.transactional_id = 3
+_PARTITION = b"\x22"  # AppendRequest.partitions = 4
+_TOPIC = b"\x0a"  # PartitionAppend.topic = 1
+_INDEX = b"\x10"  # PartitionAppend.partition = 2
+_RECORDS = b"\x1a"  # PartitionAppend.records = 3
+_EPOCH = b"\x20"  # PartitionAppend.current_leader_epoch = 4
+
+_SMALL = tuple(bytes((i,)) for i in range(128))
+
+
+def varint(value: int) -> bytes:
+    """A protobuf varint; negative int32/int64 values take ten bytes (two's complement)."""
+    if 0 <= value < 128:
+        return _SMALL[value]
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class WireError(ValueError):
+    """Bytes that are not a valid message."""
+
+
+class PartitionAppend(NamedTuple):
+    """One partition of an Append: its record batches stay a view of the client's frame."""
+
+    topic: str
+    partition: int
+    records: Buffer
+    current_leader_epoch: int = -1
+
+
+def _int_field(tag: bytes, value: int) -> bytes:
+    return tag + varint(value) if value else b""  # proto3 leaves zero out
+
+
+def append_request(
+    acks: int, timeout_ms: int, transactional_id: str | None, partitions: Sequence[PartitionAppend]
+) -> bytes:
+    """The serialized ``AppendRequest``."""
+    out: list[Buffer] = [_int_field(_ACKS, acks), _int_field(_TIMEOUT, timeout_ms)]
+    if transactional_id:
+        raw = transactional_id.encode()
+        out += (_TXN_ID, varint(len(raw)), raw)
+    topics: dict[str, bytes] = {}
+    for p in partitions:
+        topic = topics.get(p.topic)
+        if topic is None:
+            raw = p.topic.encode()
+            topic = topics[p.topic] = (_TOPIC + varint(len(raw)) + raw) if raw else b""
+        n = len(p.records)
+        head = topic + _int_field(_INDEX, p.partition) + ((_RECORDS + varint(n)) if n else b"")
+        tail = _int_field(_EPOCH, p.current_leader_epoch)
+        out += (_PARTITION, varint(len(head) + n + len(tail)), head, p.records, tail)
+    return b"".join(out)
+
+
+# ---- FetchResponse --------------------------------------------------------------------------
+class AbortedTransaction(NamedTuple):
+    producer_id: int = 0
+    first_offset: int = 0
+
+
+class PartitionFetchResult:
+    """``kafkapy.v1.PartitionFetchResult`` with ``records`` a view of the response bytes."""
+
+    __slots__ = (
+        "topic",
+        "partition",
+        "error_code",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "records",
+        "aborted_transactions",
+        "log_end_offset",
+    )
+
+    def __init__(self) -> None:
+        self.topic = ""
+        self.partition = 0
+        self.error_code = 0
+        self.high_watermark = 0
+        self.last_stable_offset = 0
+        self.log_start_offset = 0
+        self.records: Buffer = b""
+        self.aborted_transactions: list[AbortedTransaction] = []
+        self.log_end_offset = 0
+
+
+class FetchResponse(NamedTuple):
+    partitions: list[PartitionFetchResult]
+
+
+_INT64_SIGN = 1 << 63
+_UINT64 = 1 << 64
+# PartitionFetchResult varint fields by number (2 partition ... 9 log_end_offset).
+_RESULT_INTS = {
+    2: "partition",
+    3: "error_code",
+    4: "high_watermark",
+    5: "last_stable_offset",
+    6: "log_start_offset",
+    9: "log_end_offset",
+}
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise WireError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise WireError("varint longer than ten bytes")
+
+
+def _signed(value: int) -> int:
+    """int32/int64 fields: negative values arrive as 64-bit two's complement."""
+    return value - _UINT64 if value >= _INT64_SIGN else value
+
+
+def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, varint value or -1, start, end of a length-delimited value) per field;
+    fields of other wire types are skipped."""
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+            yield number, value, pos, pos
+        elif wire == 2:
+            size, pos = _varint(buf, pos, end)
+            if pos + size > end:
+                raise WireError("length-delimited field runs past its message")
+            yield number, -1, pos, pos + size
+            pos += size
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+    if pos != end:
+        raise WireError("field runs past its message")
+
+
+def _fetch_result(buf: bytes, view: memoryview, pos: int, end: int) -> PartitionFetchResult:
+    r = PartitionFetchResult()
+    for number, value, start, stop in _fields(buf, pos, end):
+        if number in _RESULT_INTS and value >= 0:
+            setattr(r, _RESULT_INTS[number], _signed(value))
+        elif number == 1 and value < 0:
+            r.topic = str(view[start:stop], "utf-8")
+        elif number == 7 and value < 0:
+            r.records = view[start:stop]
+        elif number == 8 and value < 0:
+            ids = {1: 0, 2: 0}
+            for n, v, _, _ in _fields(buf, start, stop):
+                if n in ids and v >= 0:
+                    ids[n] = _signed(v)
+            r.aborted_transactions.append(AbortedTransaction(ids[1], ids[2]))
+    return r
+
+
+def parse_fetch_response(data: bytes) -> FetchResponse:
+    """A serialized ``FetchResponse``; ``records`` are memoryviews of ``data``."""
+    view = memoryview(data)
+    return FetchResponse(
+        [
+            _fetch_result(data, view, start, stop)
+            for number, value, start, stop in _fields(data, 0, len(data))
+            if number == 1 and value < 0
+        ]
+    )

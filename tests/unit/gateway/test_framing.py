@@ -1,0 +1,85 @@
+"""FrameReader: frames out of any chunking of the stream, large frames read in place."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.gateway.framing import FrameReader, FrameSizeError
+
+
+def _framed(*bodies: bytes) -> bytes:
+    return b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+
+
+def _feed(reader: FrameReader, data: bytes, cut: int) -> list[bytes | bytearray]:
+    """Write ``data`` into the reader's buffers at most ``cut`` bytes per read."""
+    frames: list[bytes | bytearray] = []
+    pos = 0
+    while pos < len(data):
+        buf = reader.get_buffer()
+        n = min(len(buf), cut, len(data) - pos)
+        assert n > 0
+        buf[:n] = data[pos : pos + n]
+        reader.filled(n)
+        pos += n
+        while (frame := reader.next_frame()) is not None:
+            frames.append(frame)
+    return frames
+
+
+@given(
+    bodies=st.lists(st.binary(max_size=300) | st.integers(0, 2000).map(bytes), max_size=12),
+    cut=st.integers(1, 700),
+)
+def test_any_chunking_gives_the_same_frames(bodies: list[bytes], cut: int) -> None:
+    reader = FrameReader(10_000, stage_bytes=1100, large=1000)
+    assert _feed(reader, _framed(*bodies), cut) == bodies
+
+
+def test_large_frame_is_read_into_its_own_buffer() -> None:
+    reader = FrameReader(1 << 20, stage_bytes=1100, large=1000)
+    big = bytes(range(256)) * 20
+    data = _framed(b"hi", big, b"after")
+    # first read: the small frame plus the start of the big one
+    buf = reader.get_buffer()
+    buf[:50] = data[:50]
+    reader.filled(50)
+    assert reader.next_frame() == b"hi"
+    assert reader.next_frame() is None
+    # from now on the transport writes straight into the frame's own buffer
+    buf = reader.get_buffer()
+    assert len(buf) == len(big) - (50 - 6 - 4)
+    rest = _feed(reader, data[50:], 10_000)
+    assert rest == [big, b"after"]
+    assert isinstance(rest[0], bytearray)
+
+
+def test_many_small_frames_waiting_grow_the_stage() -> None:
+    reader = FrameReader(1000, stage_bytes=120, large=100)
+    data = _framed(*[bytes([i]) * 20 for i in range(10)])  # 240 bytes, never taken
+    pos = 0
+    while pos < len(data):
+        buf = reader.get_buffer()
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = data[pos : pos + n]
+        reader.filled(n)
+        pos += n
+    frames = []
+    while (frame := reader.next_frame()) is not None:
+        frames.append(frame)
+    assert frames == [bytes([i]) * 20 for i in range(10)]
+
+
+@pytest.mark.parametrize("size", [-1, 1001])
+def test_size_out_of_bounds(size: int) -> None:
+    reader = FrameReader(1000, stage_bytes=1100, large=1000)
+    buf = reader.get_buffer()
+    buf[:4] = struct.pack(">i", size)
+    reader.filled(4)
+    with pytest.raises(FrameSizeError) as err:
+        reader.next_frame()
+    assert err.value.size == size and err.value.limit == 1000
