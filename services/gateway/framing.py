@@ -2,10 +2,12 @@
 
 Meant for ``asyncio.BufferedProtocol``: the transport reads into ``get_buffer()`` and reports
 with ``filled(n)``. Small frames are read into a reused staging buffer and copied out as
-``bytes``. A frame of ``large`` bytes or more gets a ``bytearray`` of its exact size, which the
-transport then reads into directly: its record batches reach the handlers (as memoryviews)
-without ever having been copied in this process. The staging buffer is never resized, only
-replaced, so views handed out earlier stay valid.
+``bytes``. A frame of ``large`` bytes or more is read by the transport directly into a
+``bytearray`` of its own: up to ``segment`` bytes (4 MiB) that is the frame itself, so its record
+batches reach the handlers (as memoryviews) without ever having been copied in this process.
+A longer frame is read into segments of that size, allocated as its bytes arrive (a size
+prefix alone never reserves more than one segment), and joined once complete. The staging
+buffer is never resized, only replaced, so views handed out earlier stay valid.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import struct
 _SIZE = struct.Struct(">i")
 STAGE_BYTES = 256 * 1024
 LARGE_FRAME = 64 * 1024
+SEGMENT_BYTES = 4 * 1024 * 1024
 
 
 class FrameSizeError(ValueError):
@@ -28,22 +31,31 @@ class FrameSizeError(ValueError):
 
 class FrameReader:
     def __init__(
-        self, max_size: int, *, stage_bytes: int = STAGE_BYTES, large: int = LARGE_FRAME
+        self,
+        max_size: int,
+        *,
+        stage_bytes: int = STAGE_BYTES,
+        large: int = LARGE_FRAME,
+        segment: int = SEGMENT_BYTES,
     ) -> None:
         if stage_bytes < large + _SIZE.size:
             raise ValueError("the staging buffer must hold any frame smaller than `large`")
         self.max_size = max_size
         self._large = large
+        self._segment = max(segment, 1)
         self._stage = bytearray(stage_bytes)
         self._start = 0  # first unconsumed byte of the stage
         self._end = 0  # end of the data in the stage
-        self._big: bytearray | None = None  # the large frame being read, if any
-        self._big_pos = 0
+        self._big: list[bytearray] = []  # segments of the large frame being read, if any
+        self._big_pos = 0  # bytes filled in the last segment
+        self._big_left = 0  # bytes of the large frame not yet in a segment
 
     def get_buffer(self) -> memoryview:
         """Where the transport should read next (never empty)."""
-        if self._big is not None:
-            return memoryview(self._big)[self._big_pos :]
+        if self._big:
+            if self._big_pos == len(self._big[-1]):
+                self._new_segment()
+            return memoryview(self._big[-1])[self._big_pos :]
         stage = self._stage
         if len(stage) - self._end < self._large and self._start:
             self._compact()
@@ -55,7 +67,7 @@ class FrameReader:
 
     def filled(self, n: int) -> None:
         """The transport wrote ``n`` bytes at the start of the last ``get_buffer()``."""
-        if self._big is not None:
+        if self._big:
             self._big_pos += n
         else:
             self._end += n
@@ -65,11 +77,11 @@ class FrameReader:
 
         Raises FrameSizeError for a size prefix out of bounds (the stream is then unusable)."""
         big = self._big
-        if big is not None:
-            if self._big_pos < len(big):
+        if big:
+            if self._big_left or self._big_pos < len(big[-1]):
                 return None
-            self._big = None
-            return big
+            self._big = []
+            return big[0] if len(big) == 1 else b"".join(big)
         start = self._start
         avail = self._end - start
         if avail < _SIZE.size:
@@ -86,15 +98,22 @@ class FrameReader:
                 self._start = self._end = 0
             return frame
         if size >= self._large:
-            big = bytearray(size)
             have = self._end - body
+            self._big_left = size
+            self._new_segment(at_least=have)
             with memoryview(self._stage) as view:
-                big[:have] = view[body : self._end]
-            self._big, self._big_pos = big, have
+                self._big[0][:have] = view[body : self._end]
+            self._big_pos = have
             self._start = self._end = 0
         elif len(self._stage) - start < _SIZE.size + size:
             self._compact()
         return None
+
+    def _new_segment(self, at_least: int = 0) -> None:
+        n = min(self._big_left, max(self._segment, at_least))
+        self._big.append(bytearray(n))
+        self._big_left -= n
+        self._big_pos = 0
 
     def _compact(self) -> None:
         n = self._end - self._start

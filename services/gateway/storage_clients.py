@@ -20,13 +20,13 @@ def _append_bytes(request: bytes | storage_pb2.AppendRequest) -> bytes:
     return request if isinstance(request, bytes) else request.SerializeToString()
 
 
-class StorageStub(storage_pb2_grpc.StorageStub):
+class StorageStub:
     """The generated stub, except for the calls that carry records: ``Append`` also takes an
     already serialized request, and ``Fetch`` answers a storage_wire.FetchResponse whose
-    ``records`` are views of the received bytes."""
+    ``records`` are views of the received bytes. Other calls are the generated stub's."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        super().__init__(channel)
+        self._generated: Any = storage_pb2_grpc.StorageStub(channel)
         self.Append = channel.unary_unary(
             "/kafkapy.v1.Storage/Append",
             request_serializer=_append_bytes,
@@ -39,6 +39,9 @@ class StorageStub(storage_pb2_grpc.StorageStub):
             response_deserializer=parse_fetch_response,
             _registered_method=True,
         )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._generated, name)
 
 
 class StorageClients:

@@ -183,7 +183,7 @@ async def _round(s: GatewayServices, req: Body,
             task.cancel()
 
 
-def _apply_result(s: GatewayServices, node: int, task: asyncio.Task[Any],
+def _apply_result(s: GatewayServices, node: int, task: asyncio.Future[Any],
                   items: list[tuple[Any, Body]], isolation: int) -> tuple[int, bool]:
     """Fill the responses of one node; returns (record bytes, whether an error was reported)."""
     exc = task.exception()

@@ -83,3 +83,25 @@ def test_size_out_of_bounds(size: int) -> None:
     with pytest.raises(FrameSizeError) as err:
         reader.next_frame()
     assert err.value.size == size and err.value.limit == 1000
+
+
+def test_frames_longer_than_a_segment_are_read_in_segments() -> None:
+    reader = FrameReader(1 << 20, stage_bytes=1100, large=1000, segment=1500)
+    big = bytes(range(256)) * 20  # 5120 bytes: four segments
+    data = _framed(big, b"next")
+    buf = reader.get_buffer()
+    buf[:8] = data[:8]  # the size prefix and a few bytes
+    reader.filled(8)
+    assert reader.next_frame() is None
+    assert len(reader.get_buffer()) == 1500 - 4  # no more than one segment reserved
+    assert _feed(reader, data[8:], 700) == [big, b"next"]
+
+
+@given(
+    bodies=st.lists(st.integers(0, 5000).map(lambda n: bytes([n % 251]) * n), max_size=6),
+    cut=st.integers(1, 3000),
+)
+def test_segmented_frames_any_chunking(bodies: list[bytes], cut: int) -> None:
+    for segment in (50, 1200):  # 50: the staged start of a frame outgrows its first segment
+        reader = FrameReader(10_000, stage_bytes=1100, large=1000, segment=segment)
+        assert _feed(reader, _framed(*bodies), cut) == bodies
