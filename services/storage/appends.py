@@ -16,6 +16,7 @@ from services.common.records.batch import validate_batches
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.storage.partition import Partition
 from services.storage.replica_manager import ReplicaManager
+from services.storage.wire import AppendCall, AppendPartition
 
 log = get_logger("storage.append")
 
@@ -37,7 +38,7 @@ def _fail(result: pb.PartitionAppendResult, code: ErrorCode, message: str) -> No
     result.log_start_offset = -1
 
 
-async def append(rm: ReplicaManager, req: pb.AppendRequest) -> pb.AppendResponse:
+async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.AppendResponse:
     results: list[pb.PartitionAppendResult] = []
     pending: list[_Pending] = []
     for pa in req.partitions:
@@ -66,11 +67,15 @@ async def append(rm: ReplicaManager, req: pb.AppendRequest) -> pb.AppendResponse
 
 
 def _append_one(
-    rm: ReplicaManager, pa: pb.PartitionAppend, acks: int, result: pb.PartitionAppendResult
+    rm: ReplicaManager,
+    pa: pb.PartitionAppend | AppendPartition,
+    acks: int,
+    result: pb.PartitionAppendResult,
 ) -> tuple[Partition, int]:
     p = rm.leader_or_error(pa.topic, pa.partition, pa.current_leader_epoch)
     rm.metrics.total_produce_requests.labels(pa.topic).inc()
-    records = bytearray(pa.records)  # the one copy: offsets are assigned in place
+    # the one copy (offsets are assigned in place): made by wire.parse_append_request, or here
+    records = pa.records if isinstance(pa.records, bytearray) else bytearray(pa.records)
     headers = validate_batches(records)
     info = p.append_as_leader(records, headers, acks, rm.clock())
     rm.metrics.bytes_in.labels(pa.topic).inc(len(records))

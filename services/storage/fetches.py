@@ -25,6 +25,7 @@ from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.storage.partition import Partition, TopicPartition
 from services.storage.replica_manager import ReplicaManager
+from services.storage.wire import FetchReply, FetchResult
 
 log = get_logger("storage.fetch")
 
@@ -41,7 +42,7 @@ class _Seen:
 
 @dataclass(slots=True)
 class _Read:
-    results: list[pb.PartitionFetchResult]
+    results: list[FetchResult]
     total_bytes: int
     errored: bool
     seen: list[_Seen]
@@ -51,7 +52,7 @@ def _visible_end(p: Partition, follower: bool) -> int:
     return p.log.log_end_offset if follower else p.high_watermark
 
 
-async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
+async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
     follower = req.replica_id >= 0
     read = _read_all(rm, req, follower, first=True)
     if (
@@ -71,7 +72,9 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
             if not moved or read.total_bytes >= req.min_bytes or read.errored:
                 break
     _count_bytes_out(rm, read.results, follower)
-    return pb.FetchResponse(partitions=read.results)
+    # written by wire.fetch_response_bytes: each record set copied once (FetchResponse(...)
+    # would deep-copy them, and SerializeToString copy them again)
+    return FetchReply(read.results)
 
 
 def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool) -> bool:
@@ -95,13 +98,7 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
     bytes_left = req.max_bytes
     min_one_batch = True
     for pf in req.partitions:
-        result = pb.PartitionFetchResult(
-            topic=pf.topic,
-            partition=pf.partition,
-            high_watermark=-1,
-            last_stable_offset=-1,
-            log_start_offset=-1,
-        )
+        result = FetchResult(pf.topic, pf.partition)
         out.results.append(result)
         p: Partition | None = None
         try:
@@ -155,9 +152,7 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
     return out
 
 
-def _count_bytes_out(
-    rm: ReplicaManager, results: list[pb.PartitionFetchResult], follower: bool
-) -> None:
+def _count_bytes_out(rm: ReplicaManager, results: list[FetchResult], follower: bool) -> None:
     counter = rm.metrics.replication_bytes_out if follower else rm.metrics.bytes_out
     for r in results:
         if r.records:

@@ -14,6 +14,12 @@ from services.storage.epochs import offset_for_leader_epoch
 from services.storage.fetches import fetch
 from services.storage.offsets import list_offsets
 from services.storage.replica_manager import ReplicaManager
+from services.storage.wire import (
+    AppendCall,
+    FetchReply,
+    fetch_response_bytes,
+    parse_append_request,
+)
 
 log = get_logger("storage.server")
 
@@ -24,11 +30,15 @@ class StorageService(pb_grpc.StorageServicer):
     def __init__(self, rm: ReplicaManager) -> None:
         self.rm = rm
 
-    async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
+    async def Append(
+        self, request: pb.AppendRequest | AppendCall, context: Any
+    ) -> pb.AppendResponse:
         with self.rm.metrics.timed("Produce"):
             return await append(self.rm, request)
 
-    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+    async def Fetch(  # type: ignore[override]  # answers a wire.FetchReply (see below)
+        self, request: pb.FetchRequest, context: Any
+    ) -> FetchReply:
         name = "FetchFollower" if request.replica_id >= 0 else "FetchConsumer"
         with self.rm.metrics.timed(name):
             return await fetch(self.rm, request)
@@ -60,5 +70,23 @@ class StorageService(pb_grpc.StorageServicer):
 
 def add_storage_service(server: grpc.aio.Server, rm: ReplicaManager) -> StorageService:
     service = StorageService(rm)
-    pb_grpc.add_StorageServicer_to_server(service, server)
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["Storage"].methods:
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(service, method.name),
+            # Append reads into a wire.AppendCall (each record set copied once, to a bytearray);
+            # Fetch answers a wire.FetchReply (each record set copied once, when written)
+            request_deserializer=(
+                parse_append_request if method.name == "Append" else request_type.FromString
+            ),
+            response_serializer=(
+                fetch_response_bytes if method.name == "Fetch" else response_type.SerializeToString
+            ),
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("kafkapy.v1.Storage", handlers),)
+    )
+    server.add_registered_method_handlers("kafkapy.v1.Storage", handlers)
     return service

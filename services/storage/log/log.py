@@ -68,7 +68,7 @@ class AppendInfo:
 
 @dataclass
 class ReadInfo:
-    records: bytes  # whole batches, possibly empty
+    records: bytes | memoryview  # whole batches, possibly empty (a view of the read: no copy)
     first_offset: int | None  # base offset of the first returned batch
     log_start_offset: int
     log_end_offset: int
@@ -661,7 +661,7 @@ class Log:
         if offset == leo:
             return empty
         idx = self._segment_index_for(segments, offset)
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         first_offset: int | None = None
         budget = max(max_bytes, 0)
         while idx < len(segments):
@@ -690,7 +690,7 @@ class Log:
                 break
             if first_offset is None:
                 first_offset = _PREFIX.unpack_from(data, 0)[0]
-            chunks.append(data if cut == len(data) else data[:cut])
+            chunks.append(data if cut == len(data) else memoryview(data)[:cut])
             budget -= cut
             if cut < len(data) or position + cut < seg.size:
                 break

@@ -398,11 +398,12 @@ class ReplicaFetcher:
             return
         p = s.partition
         lg = p.log
-        if r.records:
-            headers = follower_batches(r.records)
+        records = r.records  # each read of a protobuf bytes field is a new copy
+        if records:
+            headers = follower_batches(records)
             if headers:
-                lg.append_as_follower(r.records, headers, self.rm.clock())
-                self.metrics.replication_bytes_in.labels(p.topic).inc(len(r.records))
+                lg.append_as_follower(records, headers, self.rm.clock())
+                self.metrics.replication_bytes_in.labels(p.topic).inc(len(records))
         # follower HW = min(leader HW, own LEO) (the log clamps it)
         lg.high_watermark = r.high_watermark
         if lg.log_start_offset < r.log_start_offset <= lg.high_watermark:

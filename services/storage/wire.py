@@ -1,0 +1,200 @@
+"""The record-carrying Storage messages, read and written straight in protobuf's wire format.
+
+``pb.FetchResponse`` would copy every record set three times (into the message, the response
+and ``SerializeToString``). ``FetchResult``s keep the log's bytes (or views of them) and
+``fetch_response_bytes`` writes ``kafkapy.v1.FetchResponse`` (field numbers from
+storage.proto) with each record set copied once; clients parse it as any FetchResponse.
+``parse_append_request`` reads ``kafkapy.v1.AppendRequest`` with each record set copied once,
+into the bytearray the log assigns offsets in (``FromString``, ``.records`` and ``bytearray()``
+made three copies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Buffer = bytes | bytearray | memoryview
+
+_SMALL = tuple(bytes((i,)) for i in range(128))
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < 128:
+        return _SMALL[value]
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class FetchResult:
+    """The fields of ``pb.PartitionFetchResult`` (``records`` may be a view)."""
+
+    __slots__ = (
+        "topic",
+        "partition",
+        "error_code",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "records",
+        "aborted_transactions",
+        "log_end_offset",
+    )
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.error_code = 0
+        self.high_watermark = -1
+        self.last_stable_offset = -1
+        self.log_start_offset = -1
+        self.records: Buffer = b""
+        self.aborted_transactions: list[Any] = []  # objects with producer_id, first_offset
+        self.log_end_offset = 0
+
+
+class FetchReply:
+    """What Storage.Fetch answers; serialized by ``fetch_response_bytes``."""
+
+    __slots__ = ("partitions",)
+
+    def __init__(self, partitions: list[FetchResult]) -> None:
+        self.partitions = partitions
+
+
+def _int(field: int, value: int) -> bytes:
+    return _SMALL[field << 3] + _varint(value) if value else b""
+
+
+def _result(r: FetchResult, out: list[Buffer]) -> None:
+    topic = r.topic.encode()
+    head = [
+        _SMALL[(1 << 3) | 2] + _varint(len(topic)) + topic if topic else b"",
+        _int(2, r.partition),
+        _int(3, r.error_code),
+        _int(4, r.high_watermark),
+        _int(5, r.last_stable_offset),
+        _int(6, r.log_start_offset),
+    ]
+    n = len(r.records)
+    if n:
+        head.append(_SMALL[(7 << 3) | 2] + _varint(n))
+    tail = []
+    for a in r.aborted_transactions:
+        body = _int(1, a.producer_id) + _int(2, a.first_offset)
+        tail.append(_SMALL[(8 << 3) | 2] + _varint(len(body)) + body)
+    tail.append(_int(9, r.log_end_offset))
+    head_b, tail_b = b"".join(head), b"".join(tail)
+    out += (_SMALL[(1 << 3) | 2], _varint(len(head_b) + n + len(tail_b)), head_b, r.records, tail_b)
+
+
+def fetch_response_bytes(reply: FetchReply | Any) -> bytes:
+    """The serialized FetchResponse (a protobuf message is serialized as usual)."""
+    if not isinstance(reply, FetchReply):
+        return reply.SerializeToString()  # type: ignore[no-any-return]
+    out: list[Buffer] = []
+    for r in reply.partitions:
+        _result(r, out)
+    return b"".join(out)
+
+
+# ---- AppendRequest --------------------------------------------------------------------------
+class WireError(ValueError):
+    """Bytes that are not a valid message."""
+
+
+class AppendPartition:
+    """``pb.PartitionAppend`` with ``records`` a private bytearray (offsets are set in place)."""
+
+    __slots__ = ("topic", "partition", "records", "current_leader_epoch")
+
+    def __init__(self) -> None:
+        self.topic = ""
+        self.partition = 0
+        self.records = bytearray()
+        self.current_leader_epoch = 0
+
+
+class AppendCall:
+    """``pb.AppendRequest`` as read by ``parse_append_request``."""
+
+    __slots__ = ("acks", "timeout_ms", "transactional_id", "partitions")
+
+    def __init__(self) -> None:
+        self.acks = 0
+        self.timeout_ms = 0
+        self.transactional_id = ""
+        self.partitions: list[AppendPartition] = []
+
+
+_SIGN = 1 << 63
+
+
+def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise WireError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value - (1 << 64) if value >= _SIGN else value), pos
+        shift += 7
+        if shift > 63:
+            raise WireError("varint longer than ten bytes")
+
+
+def _fields(buf: bytes, pos: int, end: int) -> Any:
+    """(number, varint value, start, stop) per field; a length-delimited value has value None."""
+    while pos < end:
+        key, pos = _read_varint(buf, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos, end)
+            yield number, value, pos, pos
+        elif wire == 2:
+            size, pos = _read_varint(buf, pos, end)
+            if size < 0 or pos + size > end:
+                raise WireError("length-delimited field runs past its message")
+            yield number, None, pos, pos + size
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+    if pos != end:
+        raise WireError("field runs past its message")
+
+
+def parse_append_request(data: bytes) -> AppendCall:
+    """A serialized AppendRequest; each partition's records copied once, into a bytearray."""
+    view = memoryview(data)
+    call = AppendCall()
+    for number, value, start, stop in _fields(data, 0, len(data)):
+        if value is not None:
+            if number == 1:
+                call.acks = value
+            elif number == 2:
+                call.timeout_ms = value
+        elif number == 3:
+            call.transactional_id = str(view[start:stop], "utf-8")
+        elif number == 4:
+            p = AppendPartition()
+            for n, v, s, e in _fields(data, start, stop):
+                if v is not None:
+                    if n == 2:
+                        p.partition = v
+                    elif n == 4:
+                        p.current_leader_epoch = v
+                elif n == 1:
+                    p.topic = str(view[s:e], "utf-8")
+                elif n == 3:
+                    p.records = bytearray(view[s:e])
+            call.partitions.append(p)
+    return call

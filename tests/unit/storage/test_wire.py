@@ -1,0 +1,101 @@
+"""storage.wire: hand-written FetchResponse / hand-read AppendRequest agree with protobuf."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage.wire import (
+    FetchReply,
+    FetchResult,
+    fetch_response_bytes,
+    parse_append_request,
+)
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+def _result(
+    topic: str,
+    partition: int,
+    code: int,
+    hw: int,
+    lso: int,
+    start: int,
+    records: bytes,
+    aborted: list[tuple[int, int]],
+    leo: int,
+) -> FetchResult:
+    r = FetchResult(topic, partition)
+    r.error_code, r.high_watermark, r.last_stable_offset = code, hw, lso
+    r.log_start_offset, r.records, r.log_end_offset = start, memoryview(records), leo
+    r.aborted_transactions = [
+        pb.AbortedTransaction(producer_id=a, first_offset=b) for a, b in aborted
+    ]
+    return r
+
+
+RESULTS = st.builds(
+    _result,
+    st.text(max_size=20),
+    INT32,
+    INT32,
+    INT64,
+    INT64,
+    INT64,
+    st.binary(max_size=300),
+    st.lists(st.tuples(INT64, INT64), max_size=3),
+    INT64,
+)
+
+
+@given(results=st.lists(RESULTS, max_size=5))
+def test_fetch_response_is_protobufs_own(results: list[FetchResult]) -> None:
+    expected = pb.FetchResponse(
+        partitions=[
+            pb.PartitionFetchResult(
+                topic=r.topic,
+                partition=r.partition,
+                error_code=r.error_code,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                records=bytes(r.records),
+                aborted_transactions=r.aborted_transactions,
+                log_end_offset=r.log_end_offset,
+            )
+            for r in results
+        ]
+    )
+    assert fetch_response_bytes(FetchReply(results)) == expected.SerializeToString()
+    assert fetch_response_bytes(expected) == expected.SerializeToString()
+
+
+@given(
+    acks=st.sampled_from([-1, 0, 1]),
+    timeout=INT32,
+    txn=st.text(max_size=10),
+    parts=st.lists(
+        st.tuples(st.text(max_size=20), INT32, st.binary(max_size=300), INT32), max_size=5
+    ),
+)
+def test_append_request_reads_like_protobuf(
+    acks: int, timeout: int, txn: str, parts: list[tuple[str, int, bytes, int]]
+) -> None:
+    msg = pb.AppendRequest(
+        acks=acks,
+        timeout_ms=timeout,
+        transactional_id=txn,
+        partitions=[
+            pb.PartitionAppend(topic=t, partition=p, records=r, current_leader_epoch=e)
+            for t, p, r, e in parts
+        ],
+    )
+    call = parse_append_request(msg.SerializeToString())
+    assert (call.acks, call.timeout_ms, call.transactional_id) == (acks, timeout, txn)
+    assert [
+        (p.topic, p.partition, bytes(p.records), p.current_leader_epoch) for p in call.partitions
+    ] == parts
+    assert all(isinstance(p.records, bytearray) for p in call.partitions)
