@@ -2,49 +2,22 @@
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass
-
 from pydantic import ValidationInfo, field_validator
 
-from services.common.settings import ConfigError, ServiceSettings, kafka_prop
+from services.common.listeners import ListenerAddress, ListenerSettings
+from services.common.listeners import parse_listener as _parse_listener
+from services.common.settings import ServiceSettings, kafka_prop
 
-_ANY_HOSTS = ("", "0.0.0.0", "::")
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    host: str
-    port: int
-
-    @property
-    def bind_target(self) -> str:
-        host = self.host or "0.0.0.0"
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+LISTENER_SCHEMES = ("GRPC",)
+Listener = ListenerAddress
 
 
-def parse_listener(value: str, prop: str = "listeners") -> Listener:
-    """``host:port`` or ``GRPC://host:port`` (exactly one; IPv6 hosts in brackets)."""
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if len(items) != 1:
-        raise ConfigError(
-            f"invalid setting {prop}: exactly one listener is supported, got {value!r}"
-        )
-    item = items[0]
-    scheme, sep, rest = item.partition("://")
-    if sep:
-        if scheme.upper() != "GRPC":
-            raise ConfigError(
-                f"invalid setting {prop}: listener scheme must be GRPC, got {scheme!r}"
-            )
-        item = rest
-    host, sep, port_s = item.rpartition(":")
-    if not sep or not port_s.isdigit() or int(port_s) > 65535:
-        raise ConfigError(f"invalid setting {prop}: expected host:port, got {value!r}")
-    return Listener(host.strip("[]"), int(port_s))
+def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
+    return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-class ControllerSettings(ServiceSettings):
+class ControllerSettings(ServiceSettings, ListenerSettings):
+    LISTENER_SCHEMES = LISTENER_SCHEMES
     controller_id: int = kafka_prop(..., "controller.id", "this controller's id (required)")
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0",
@@ -86,27 +59,3 @@ class ControllerSettings(ServiceSettings):
         if v < minimum:
             raise ValueError(f"must be >= {minimum}")
         return v
-
-    @field_validator("listeners", "advertised_listeners")
-    @classmethod
-    def _check_listener(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is not None:
-            try:
-                parse_listener(v, str(info.field_name))
-            except ConfigError as exc:
-                raise ValueError(str(exc).split(": ", 1)[-1]) from None
-        return v
-
-    @property
-    def listener(self) -> Listener:
-        return parse_listener(self.listeners, "listeners")
-
-    def advertised(self, bound_port: int) -> Listener:
-        """The address to register: advertised.listeners, else the bound one."""
-        adv = (
-            parse_listener(self.advertised_listeners, "advertised.listeners")
-            if self.advertised_listeners
-            else self.listener
-        )
-        host = adv.host if adv.host not in _ANY_HOSTS else socket.getfqdn()
-        return Listener(host, adv.port or bound_port)

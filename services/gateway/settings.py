@@ -2,50 +2,28 @@
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass
+from pydantic import field_validator
 
-from pydantic import ValidationInfo, field_validator
-
-from services.common.settings import ConfigError, ServiceSettings, kafka_prop
+from services.common.listeners import ListenerAddress, ListenerSettings
+from services.common.listeners import parse_listener as _parse_listener
+from services.common.settings import ServiceSettings, kafka_prop
 
 LISTENER_SCHEMES = ("PLAINTEXT",)
-_ANY_HOSTS = ("", "0.0.0.0", "::")
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerAddress:
-    host: str
-    port: int
 
 
 def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
-    """``host:port`` or ``PLAINTEXT://host:port`` (exactly one listener; IPv6 in brackets)."""
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if len(items) != 1:
-        raise ConfigError(f"invalid setting {prop}: exactly one listener is supported, got {value!r}")
-    item = items[0]
-    scheme, sep, rest = item.partition("://")
-    if sep:
-        if scheme.upper() not in LISTENER_SCHEMES:
-            raise ConfigError(f"invalid setting {prop}: listener scheme must be PLAINTEXT, got {scheme!r}")
-        item = rest
-    host, sep, port_s = item.rpartition(":")
-    if not sep:
-        raise ConfigError(f"invalid setting {prop}: expected host:port, got {value!r}")
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ConfigError(f"invalid setting {prop}: bad port in {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"invalid setting {prop}: port {port} out of range")
-    return ListenerAddress(host.strip("[]"), port)
+    return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-class GatewaySettings(ServiceSettings):
-    node_id: int = kafka_prop(..., "node.id", "this gateway's node id, as clients see it (required)")
+class GatewaySettings(ServiceSettings, ListenerSettings):
+    LISTENER_SCHEMES = LISTENER_SCHEMES
+    node_id: int = kafka_prop(
+        ..., "node.id", "this gateway's node id, as clients see it (required)"
+    )
     listeners: str = kafka_prop(
-        "PLAINTEXT://127.0.0.1:9092", "listeners", "Kafka listener, host:port or PLAINTEXT://host:port"
+        "PLAINTEXT://127.0.0.1:9092",
+        "listeners",
+        "Kafka listener, host:port or PLAINTEXT://host:port",
     )
     advertised_listeners: str | None = kafka_prop(
         None, "advertised.listeners", "address clients are told (default: the listener)"
@@ -55,10 +33,14 @@ class GatewaySettings(ServiceSettings):
         True, "auto.create.topics.enable", "create unknown topics named in Metadata requests"
     )
     socket_request_max_bytes: int = kafka_prop(
-        104857600, "socket.request.max.bytes", "largest request frame; bigger ones close the connection"
+        104857600,
+        "socket.request.max.bytes",
+        "largest request frame; bigger ones close the connection",
     )
     message_max_bytes: int = kafka_prop(
-        1048588, "message.max.bytes", "largest record batch (default of the topic's max.message.bytes)"
+        1048588,
+        "message.max.bytes",
+        "largest record batch (default of the topic's max.message.bytes)",
     )
     connections_max_idle_ms: int = kafka_prop(
         600000, "connections.max.idle.ms", "idle connections are closed after this long"
@@ -70,14 +52,16 @@ class GatewaySettings(ServiceSettings):
         1000, "kafkapy.producer.id.block.size", "producer ids claimed from ZooKeeper at a time"
     )
     max_inflight_requests: int = kafka_prop(
-        128, "kafkapy.connection.max.inflight.requests",
+        128,
+        "kafkapy.connection.max.inflight.requests",
         "requests handled concurrently per connection before reading pauses",
     )
     shutdown_timeout_ms: int = kafka_prop(
         15000, "kafkapy.shutdown.timeout.ms", "how long in-flight requests may run after SIGTERM"
     )
     auto_create_wait_ms: int = kafka_prop(
-        5000, "kafkapy.auto.create.wait.ms",
+        5000,
+        "kafkapy.auto.create.wait.ms",
         "how long a Metadata request waits for the controller when auto-creating a topic",
     )
 
@@ -89,8 +73,12 @@ class GatewaySettings(ServiceSettings):
         return v
 
     @field_validator(
-        "socket_request_max_bytes", "message_max_bytes", "connections_max_idle_ms",
-        "request_timeout_ms", "producer_id_block_size", "max_inflight_requests",
+        "socket_request_max_bytes",
+        "message_max_bytes",
+        "connections_max_idle_ms",
+        "request_timeout_ms",
+        "producer_id_block_size",
+        "max_inflight_requests",
     )
     @classmethod
     def _positive(cls, v: int) -> int:
@@ -104,26 +92,3 @@ class GatewaySettings(ServiceSettings):
         if v < 0:
             raise ValueError("must be >= 0")
         return v
-
-    @field_validator("listeners", "advertised_listeners")
-    @classmethod
-    def _listener(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is not None:
-            try:
-                parse_listener(v, str(info.field_name))
-            except ConfigError as exc:
-                raise ValueError(str(exc).split(": ", 1)[-1]) from None
-        return v
-
-    @property
-    def listener(self) -> ListenerAddress:
-        return parse_listener(self.listeners, "listeners")
-
-    def advertised(self, bound_port: int) -> ListenerAddress:
-        """The address clients are told: advertised.listeners, else the bound listener."""
-        if self.advertised_listeners is not None:
-            adv = parse_listener(self.advertised_listeners, "advertised.listeners")
-        else:
-            adv = self.listener
-        host = adv.host if adv.host not in _ANY_HOSTS else socket.getfqdn()
-        return ListenerAddress(host, adv.port or bound_port)

@@ -8,15 +8,15 @@ fields are generated from that table so the two never drift apart.
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationInfo, create_model, field_validator
 
 from services.common.errors import KafkaError
-from services.common.settings import ConfigError, ServiceSettings, kafka_prop
+from services.common.listeners import ListenerAddress, ListenerSettings
+from services.common.listeners import parse_listener as _parse_listener
+from services.common.settings import ServiceSettings, kafka_prop
 from services.common.topic_config import (
     LONG_MAX,
     TOPIC_CONFIGS,
@@ -32,51 +32,17 @@ BROKER_TOPIC_DEFAULTS: dict[str, TopicConfigDef] = {
 }
 _FIELD_TO_BROKER_PROP = {name.replace(".", "_"): name for name in BROKER_TOPIC_DEFAULTS}
 
-LISTENER_SCHEME = "GRPC"
-_ANY_HOSTS = ("", "0.0.0.0", "::")
+LISTENER_SCHEMES = ("GRPC",)
 
 
-@dataclass(frozen=True, slots=True)
-class ListenerAddress:
-    host: str
-    port: int
-
-    @property
-    def bind_target(self) -> str:
-        host = self.host or "0.0.0.0"
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
+    return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-def parse_listener(value: str, prop: str) -> ListenerAddress:
-    """``host:port`` or ``GRPC://host:port`` (one listener; IPv6 hosts in brackets)."""
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if len(items) != 1:
-        raise ConfigError(
-            f"invalid setting {prop}: exactly one listener is supported, got {value!r}"
-        )
-    item = items[0]
-    scheme, sep, rest = item.partition("://")
-    if sep:
-        if scheme.upper() != LISTENER_SCHEME:
-            raise ConfigError(
-                f"invalid setting {prop}: listener scheme must be GRPC, got {scheme!r}"
-            )
-        item = rest
-    host, sep, port_s = item.rpartition(":")
-    if not sep:
-        raise ConfigError(f"invalid setting {prop}: expected host:port, got {value!r}")
-    host = host.strip("[]")
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ConfigError(f"invalid setting {prop}: bad port in {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"invalid setting {prop}: port {port} out of range")
-    return ListenerAddress(host, port)
-
-
-class StorageSettingsBase(ServiceSettings):
+class StorageSettingsBase(ServiceSettings, ListenerSettings):
     """The storage node's own settings; the generated subclass adds the topic defaults."""
+
+    LISTENER_SCHEMES = LISTENER_SCHEMES
 
     broker_id: int = kafka_prop(..., "broker.id", "this storage node's id (required)")
     listeners: str = kafka_prop(
@@ -162,16 +128,6 @@ class StorageSettingsBase(ServiceSettings):
             raise ValueError("must be > 0")
         return v
 
-    @field_validator("listeners", "advertised_listeners")
-    @classmethod
-    def _listener(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is not None:
-            try:
-                parse_listener(v, str(info.field_name))
-            except ConfigError as exc:
-                raise ValueError(str(exc).split(": ", 1)[-1]) from None
-        return v
-
     @field_validator("log_dirs")
     @classmethod
     def _log_dirs(cls, v: str) -> str:
@@ -201,19 +157,6 @@ class StorageSettingsBase(ServiceSettings):
     @property
     def all_log_dirs(self) -> list[str]:
         return [d.strip() for d in self.log_dirs.split(",") if d.strip()]
-
-    @property
-    def listener(self) -> ListenerAddress:
-        return parse_listener(self.listeners, "listeners")
-
-    def advertised(self, bound_port: int) -> ListenerAddress:
-        """What to register: advertised.listeners, else the bound address (port 0 -> bound port)."""
-        if self.advertised_listeners is not None:
-            adv = parse_listener(self.advertised_listeners, "advertised.listeners")
-        else:
-            adv = self.listener
-        host = adv.host if adv.host not in _ANY_HOSTS else socket.getfqdn()
-        return ListenerAddress(host, adv.port or bound_port)
 
     def broker_topic_defaults(self) -> dict[str, Any]:
         """Broker-level topic defaults keyed by broker property name, typed.
