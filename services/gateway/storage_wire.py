@@ -12,10 +12,12 @@ bytes. The unit tests check both against the generated protobuf classes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
-Buffer = bytes | bytearray | memoryview
+from services.common.protowire import Buffer, WireError, iter_fields, varint
+
+__all__ = ["WireError", "varint"]
 
 # (field number << 3) | wire type; wire types: 0 varint, 2 length-delimited.
 _ACKS = b"\x08"  # AppendRequest.acks = 1
@@ -26,26 +28,6 @@ _TOPIC = b"\x0a"  # PartitionAppend.topic = 1
 _INDEX = b"\x10"  # PartitionAppend.partition = 2
 _RECORDS = b"\x1a"  # PartitionAppend.records = 3
 _EPOCH = b"\x20"  # PartitionAppend.current_leader_epoch = 4
-
-_SMALL = tuple(bytes((i,)) for i in range(128))
-
-
-def varint(value: int) -> bytes:
-    """A protobuf varint; negative int32/int64 values take ten bytes (two's complement)."""
-    if 0 <= value < 128:
-        return _SMALL[value]
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class WireError(ValueError):
-    """Bytes that are not a valid message."""
 
 
 class PartitionAppend(NamedTuple):
@@ -119,8 +101,6 @@ class FetchResponse(NamedTuple):
     partitions: list[PartitionFetchResult]
 
 
-_INT64_SIGN = 1 << 63
-_UINT64 = 1 << 64
 # PartitionFetchResult varint fields by number (2 partition ... 9 log_end_offset).
 _RESULT_INTS = {
     2: "partition",
@@ -132,65 +112,21 @@ _RESULT_INTS = {
 }
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise WireError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise WireError("varint longer than ten bytes")
-
-
-def _signed(value: int) -> int:
-    """int32/int64 fields: negative values arrive as 64-bit two's complement."""
-    return value - _UINT64 if value >= _INT64_SIGN else value
-
-
-def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, varint value or -1, start, end of a length-delimited value) per field;
-    fields of other wire types are skipped."""
-    while pos < end:
-        key, pos = _varint(buf, pos, end)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos, end)
-            yield number, value, pos, pos
-        elif wire == 2:
-            size, pos = _varint(buf, pos, end)
-            if pos + size > end:
-                raise WireError("length-delimited field runs past its message")
-            yield number, -1, pos, pos + size
-            pos += size
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise WireError(f"unsupported wire type {wire}")
-    if pos != end:
-        raise WireError("field runs past its message")
-
-
 def _fetch_result(buf: bytes, view: memoryview, pos: int, end: int) -> PartitionFetchResult:
     r = PartitionFetchResult()
-    for number, value, start, stop in _fields(buf, pos, end):
-        if number in _RESULT_INTS and value >= 0:
-            setattr(r, _RESULT_INTS[number], _signed(value))
-        elif number == 1 and value < 0:
+    for number, value, start, stop in iter_fields(buf, pos, end):
+        if value is not None:
+            if number in _RESULT_INTS:
+                setattr(r, _RESULT_INTS[number], value)
+        elif number == 1:
             r.topic = str(view[start:stop], "utf-8")
-        elif number == 7 and value < 0:
+        elif number == 7:
             r.records = view[start:stop]
-        elif number == 8 and value < 0:
+        elif number == 8:
             ids = {1: 0, 2: 0}
-            for n, v, _, _ in _fields(buf, start, stop):
-                if n in ids and v >= 0:
-                    ids[n] = _signed(v)
+            for n, v, _, _ in iter_fields(buf, start, stop):
+                if n in ids and v is not None:
+                    ids[n] = v
             r.aborted_transactions.append(AbortedTransaction(ids[1], ids[2]))
     return r
 
@@ -201,7 +137,7 @@ def parse_fetch_response(data: bytes) -> FetchResponse:
     return FetchResponse(
         [
             _fetch_result(data, view, start, stop)
-            for number, value, start, stop in _fields(data, 0, len(data))
-            if number == 1 and value < 0
+            for number, value, start, stop in iter_fields(data, 0, len(data))
+            if number == 1 and value is None
         ]
     )

@@ -13,22 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-Buffer = bytes | bytearray | memoryview
+from services.common.protowire import (
+    LENGTH_DELIMITED,
+    Buffer,
+    WireError,
+    int_field,
+    iter_fields,
+    tag,
+    varint,
+)
 
-_SMALL = tuple(bytes((i,)) for i in range(128))
-
-
-def _varint(value: int) -> bytes:
-    if 0 <= value < 128:
-        return _SMALL[value]
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+__all__ = ["WireError"]
 
 
 class FetchResult:
@@ -67,30 +62,32 @@ class FetchReply:
         self.partitions = partitions
 
 
-def _int(field: int, value: int) -> bytes:
-    return _SMALL[field << 3] + _varint(value) if value else b""
-
-
 def _result(r: FetchResult, out: list[Buffer]) -> None:
     topic = r.topic.encode()
     head = [
-        _SMALL[(1 << 3) | 2] + _varint(len(topic)) + topic if topic else b"",
-        _int(2, r.partition),
-        _int(3, r.error_code),
-        _int(4, r.high_watermark),
-        _int(5, r.last_stable_offset),
-        _int(6, r.log_start_offset),
+        tag(1, LENGTH_DELIMITED) + varint(len(topic)) + topic if topic else b"",
+        int_field(2, r.partition),
+        int_field(3, r.error_code),
+        int_field(4, r.high_watermark),
+        int_field(5, r.last_stable_offset),
+        int_field(6, r.log_start_offset),
     ]
     n = len(r.records)
     if n:
-        head.append(_SMALL[(7 << 3) | 2] + _varint(n))
+        head.append(tag(7, LENGTH_DELIMITED) + varint(n))
     tail = []
     for a in r.aborted_transactions:
-        body = _int(1, a.producer_id) + _int(2, a.first_offset)
-        tail.append(_SMALL[(8 << 3) | 2] + _varint(len(body)) + body)
-    tail.append(_int(9, r.log_end_offset))
+        body = int_field(1, a.producer_id) + int_field(2, a.first_offset)
+        tail.append(tag(8, LENGTH_DELIMITED) + varint(len(body)) + body)
+    tail.append(int_field(9, r.log_end_offset))
     head_b, tail_b = b"".join(head), b"".join(tail)
-    out += (_SMALL[(1 << 3) | 2], _varint(len(head_b) + n + len(tail_b)), head_b, r.records, tail_b)
+    out += (
+        tag(1, LENGTH_DELIMITED),
+        varint(len(head_b) + n + len(tail_b)),
+        head_b,
+        r.records,
+        tail_b,
+    )
 
 
 def fetch_response_bytes(reply: FetchReply | Any) -> bytes:
@@ -104,10 +101,6 @@ def fetch_response_bytes(reply: FetchReply | Any) -> bytes:
 
 
 # ---- AppendRequest --------------------------------------------------------------------------
-class WireError(ValueError):
-    """Bytes that are not a valid message."""
-
-
 class AppendPartition:
     """``pb.PartitionAppend`` with ``records`` a private bytearray (offsets are set in place)."""
 
@@ -132,51 +125,11 @@ class AppendCall:
         self.partitions: list[AppendPartition] = []
 
 
-_SIGN = 1 << 63
-
-
-def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise WireError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value - (1 << 64) if value >= _SIGN else value), pos
-        shift += 7
-        if shift > 63:
-            raise WireError("varint longer than ten bytes")
-
-
-def _fields(buf: bytes, pos: int, end: int) -> Any:
-    """(number, varint value, start, stop) per field; a length-delimited value has value None."""
-    while pos < end:
-        key, pos = _read_varint(buf, pos, end)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _read_varint(buf, pos, end)
-            yield number, value, pos, pos
-        elif wire == 2:
-            size, pos = _read_varint(buf, pos, end)
-            if size < 0 or pos + size > end:
-                raise WireError("length-delimited field runs past its message")
-            yield number, None, pos, pos + size
-            pos += size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            raise WireError(f"unsupported wire type {wire}")
-    if pos != end:
-        raise WireError("field runs past its message")
-
-
 def parse_append_request(data: bytes) -> AppendCall:
     """A serialized AppendRequest; each partition's records copied once, into a bytearray."""
     view = memoryview(data)
     call = AppendCall()
-    for number, value, start, stop in _fields(data, 0, len(data)):
+    for number, value, start, stop in iter_fields(data, 0, len(data)):
         if value is not None:
             if number == 1:
                 call.acks = value
@@ -186,7 +139,7 @@ def parse_append_request(data: bytes) -> AppendCall:
             call.transactional_id = str(view[start:stop], "utf-8")
         elif number == 4:
             p = AppendPartition()
-            for n, v, s, e in _fields(data, start, stop):
+            for n, v, s, e in iter_fields(data, start, stop):
                 if v is not None:
                     if n == 2:
                         p.partition = v
