@@ -17,18 +17,18 @@ from typing import Any
 from services.common import protocol
 from services.common.admin_http import AdminServer
 from services.common.logging import configure_logging, get_logger
+from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.runtime import run, stop_event_on_signals
+from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk, NodeExistsError, NoNodeError
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
 from services.gateway.handlers import HANDLERS, advertised_versions
-from services.gateway.metadata_cache import MetadataCache, ZkMetadataSync
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.server import KafkaServer
 from services.gateway.settings import GatewaySettings
-from services.gateway.storage_clients import StorageClients
 
 log = get_logger("gateway")
 

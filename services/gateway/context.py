@@ -9,14 +9,14 @@ from typing import Any
 
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
+from services.common.metadata_cache import MetadataCache
+from services.common.storage_client import StorageClients
 from services.common.zk.client import AsyncZk
 from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.controller_client import ControllerClient
-from services.gateway.metadata_cache import MetadataCache
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.settings import GatewaySettings
-from services.gateway.storage_clients import StorageClients
 
 log = get_logger("gateway")
 

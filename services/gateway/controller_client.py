@@ -15,9 +15,9 @@ import grpc
 
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
+from services.common.metadata_cache import MetadataCache
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
 from services.common.runtime import new_channel
-from services.gateway.metadata_cache import MetadataCache
 
 log = get_logger("gateway.controller")
 

@@ -10,7 +10,7 @@ from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body
-from services.gateway.storage_clients import rpc_error_code
+from services.gateway.storage_errors import rpc_error_code
 
 LATEST = -1
 EARLIEST = -2

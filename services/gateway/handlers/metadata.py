@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import INTERNAL_TOPICS, TopicInfo
 from services.common.protocol import ApiKey
 from services.common.zk.layout import Endpoint
 from services.gateway.context import GatewayServices, RequestContext
@@ -27,7 +28,6 @@ from services.gateway.handlers.base import (
     topic_name_error,
 )
 from services.gateway.handlers.create_topics import create_with_defaults
-from services.gateway.metadata_cache import INTERNAL_TOPICS, TopicInfo
 from services.gateway.routing import candidates, client_zone, leader_for, topic_hash
 
 _NONE = int(ErrorCode.NONE)

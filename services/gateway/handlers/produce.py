@@ -18,15 +18,15 @@ from collections.abc import Awaitable
 from typing import Any
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import INTERNAL_TOPICS
 from services.common.protocol import ApiKey
 from services.common.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
+from services.common.storage_wire import PartitionAppend, append_request
 from services.common.topic_config import TOPIC_CONFIGS
 from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
-from services.gateway.metadata_cache import INTERNAL_TOPICS
-from services.gateway.storage_clients import rpc_error_code
-from services.gateway.storage_wire import PartitionAppend, append_request
+from services.gateway.storage_errors import rpc_error_code
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")

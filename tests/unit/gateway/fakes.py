@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from services.common.metadata_cache import MetadataCache
 from services.common.protocol import SUPPORTED_VERSIONS
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.common.zk import layout
 from services.gateway.context import GatewayServices, RequestContext
-from services.gateway.metadata_cache import MetadataCache
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.settings import GatewaySettings
 

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.topic_config import TOPIC_CONFIGS, ConfigSource
@@ -19,7 +20,6 @@ from services.gateway.handlers import (
     describe_configs,
     incremental_alter_configs,
 )
-from services.gateway.metadata_cache import MetadataCache
 
 from .fakes import FakeController, add_brokers, add_topic, context, services, topic_result
 
@@ -277,8 +277,8 @@ async def test_describe_configs_topic_and_broker() -> None:
 
 async def test_alter_configs_answers_after_the_cache_follows_zookeeper(zk_connect: str) -> None:
     """Read-your-writes: once AlterConfigs answers, this gateway's cache holds the new config."""
+    from services.common.metadata_cache import ZkMetadataSync
     from services.common.zk.client import AsyncZk
-    from services.gateway.metadata_cache import ZkMetadataSync
 
     writer, reader = AsyncZk(zk_connect), AsyncZk(zk_connect)
     await writer.start()

@@ -10,12 +10,12 @@ import grpc
 import pytest
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
 from services.common.zk import layout
 from services.common.zk.server import free_port
 from services.gateway.controller_client import ControllerClient
-from services.gateway.metadata_cache import MetadataCache
 
 
 class Controller(controller_pb2_grpc.ControllerServicer):

@@ -8,10 +8,10 @@ from typing import Any
 import grpc
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.gateway.handlers import fetch
-from services.gateway.metadata_cache import MetadataCache
 
 from .fakes import FakeStorage, add_brokers, add_topic, context, services
 

@@ -7,11 +7,11 @@ import uuid
 from typing import Any
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache, parse_topic_id
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk import layout
 from services.gateway.handlers import metadata
-from services.gateway.metadata_cache import MetadataCache, parse_topic_id
 
 from .fakes import (
     TOPIC_ID,

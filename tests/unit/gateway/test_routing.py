@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.zk.layout import Endpoint
 from services.gateway.handlers import metadata
-from services.gateway.metadata_cache import MetadataCache
 from services.gateway.routing import candidates, client_zone, leader_for, topic_hash
 
 from .fakes import add_brokers, add_gateway, add_topic, context, services

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.settings import ConfigError
 from services.common.zk import layout
 from services.gateway.handlers import HANDLERS, advertised_versions, api_versions, describe_cluster
-from services.gateway.metadata_cache import MetadataCache
 from services.gateway.settings import GatewaySettings, parse_listener
 
 from .fakes import add_gateway, context, services

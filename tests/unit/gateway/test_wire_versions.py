@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache
 from services.common.protocol import (
     ApiKey,
     decode_request,
@@ -22,7 +23,6 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.gateway.context import GatewayServices
 from services.gateway.handlers import HANDLERS, advertised_versions
-from services.gateway.metadata_cache import MetadataCache
 
 from .fakes import (
     FakeController,

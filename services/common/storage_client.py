@@ -1,4 +1,5 @@
-"""Long-lived gRPC channels to the storage nodes, looked up by broker id."""
+"""Long-lived gRPC channels to the storage nodes, looked up by broker id (gateway and
+group coordinator alike)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ from typing import Any
 
 import grpc
 
-from services.common.errors import ErrorCode
+from services.common.metadata_cache import MetadataCache
 from services.common.rpc.kafkapy.v1 import storage_pb2, storage_pb2_grpc
 from services.common.runtime import new_channel
-from services.gateway.metadata_cache import MetadataCache
-from services.gateway.metrics import STORAGE_RPC_ERRORS
-from services.gateway.storage_wire import parse_fetch_response
+from services.common.storage_wire import parse_fetch_response
 
 
 def _append_bytes(request: bytes | storage_pb2.AppendRequest) -> bytes:
@@ -78,19 +77,4 @@ class StorageClients:
     async def close(self) -> None:
         channels = [c for _, c, _ in self._entries.values()]
         self._entries.clear()
-        await asyncio.gather(*(c.close() for c in channels), *self._closing,
-                             return_exceptions=True)
-
-
-def rpc_error_code(method: str, exc: BaseException) -> ErrorCode:
-    """Kafka error for a failed storage call: retriable where a metadata refresh may help."""
-    if isinstance(exc, grpc.aio.AioRpcError):
-        status = exc.code()
-        STORAGE_RPC_ERRORS.labels(method, status.name).inc()
-        if status == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return ErrorCode.REQUEST_TIMED_OUT
-        if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-    STORAGE_RPC_ERRORS.labels(method, type(exc).__name__).inc()
-    return ErrorCode.UNKNOWN_SERVER_ERROR
+        await asyncio.gather(*(c.close() for c in channels), *self._closing, return_exceptions=True)

@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 from services.common.logging import get_logger
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk, ZnodeStat
-from services.gateway.zk_watches import WatchSet
+from services.common.zk.watches import WatchSet
 
-log = get_logger("gateway.metadata")
+log = get_logger("metadata")
 
 # Kafka's internal topics (Topic.isInternal): clients cannot produce to them directly.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})

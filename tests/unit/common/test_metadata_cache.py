@@ -6,9 +6,9 @@ import asyncio
 import base64
 import uuid
 
+from services.common.metadata_cache import MetadataCache, ZkMetadataSync, parse_topic_id
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
-from services.gateway.metadata_cache import MetadataCache, ZkMetadataSync, parse_topic_id
 
 
 def _state(leader: int, epoch: int = 0, isr: list[int] | None = None) -> bytes:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
-from services.gateway.storage_wire import (
+from services.common.storage_wire import (
     PartitionAppend,
     WireError,
     append_request,

@@ -1,0 +1,22 @@
+"""Kafka error codes for failed storage RPCs (counted in the gateway's metrics)."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.common.errors import ErrorCode
+from services.gateway.metrics import STORAGE_RPC_ERRORS
+
+
+def rpc_error_code(method: str, exc: BaseException) -> ErrorCode:
+    """Kafka error for a failed storage call: retriable where a metadata refresh may help."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        status = exc.code()
+        STORAGE_RPC_ERRORS.labels(method, status.name).inc()
+        if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return ErrorCode.REQUEST_TIMED_OUT
+        if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    STORAGE_RPC_ERRORS.labels(method, type(exc).__name__).inc()
+    return ErrorCode.UNKNOWN_SERVER_ERROR
