@@ -31,6 +31,11 @@ LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 KAFKA_PY = "/kafka-py"
 GATEWAYS = f"{KAFKA_PY}/gateways"
 CONTROLLERS = f"{KAFKA_PY}/controllers"
+GROUP_COORDINATORS = f"{KAFKA_PY}/group-coordinators"
+GROUP_COORDINATOR_IDS = f"{GROUP_COORDINATORS}/ids"
+# The active controller's placement of __consumer_offsets partitions on group coordinators.
+GROUP_COORDINATOR_SHARDS = f"{GROUP_COORDINATORS}/shards"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
 PERSISTENT_PATHS = (
     "/consumers",
@@ -47,6 +52,7 @@ PERSISTENT_PATHS = (
     "/log_dir_event_notification",
     GATEWAYS,
     CONTROLLERS,
+    GROUP_COORDINATOR_IDS,
 )
 
 
@@ -89,6 +95,10 @@ def gateway_path(node_id: int) -> str:
 
 def controller_endpoint_path(controller_id: int) -> str:
     return f"{CONTROLLERS}/{controller_id}"
+
+
+def group_coordinator_path(node_id: int) -> str:
+    return f"{GROUP_COORDINATOR_IDS}/{node_id}"
 
 
 def now_ms_str() -> str:
@@ -271,3 +281,62 @@ def new_topic_id() -> bytes:
         candidate = bytes(raw)
         if int.from_bytes(candidate, "big") > 1 and not topic_id_to_str(candidate).startswith("-"):
             return candidate
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOwner:
+    """Who serves one ``__consumer_offsets`` partition. ``epoch`` goes up by one each time the
+    owner changes; it is also the producer epoch of the owner's appends (with ``producer_id``),
+    so storage rejects a former owner's writes once the new owner has written (fencing)."""
+
+    owner: int
+    epoch: int
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardMap:
+    """``/kafka-py/group-coordinators/shards``:
+    ``{"version":1,"partitions":50,"shards":{"0":{"owner":1,"epoch":3,"producer_id":4000},...}}``.
+    ``partitions`` is the partition count of ``__consumer_offsets`` (the group hash modulus)."""
+
+    partitions: int
+    shards: dict[int, ShardOwner]
+
+    def to_json(self) -> bytes:
+        return dumps(
+            {
+                "version": 1,
+                "partitions": self.partitions,
+                "shards": {
+                    str(p): {"owner": s.owner, "epoch": s.epoch, "producer_id": s.producer_id}
+                    for p, s in sorted(self.shards.items())
+                },
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ShardMap:
+        d = loads(data)
+        shards = {
+            int(p): ShardOwner(int(s["owner"]), int(s["epoch"]), int(s["producer_id"]))
+            for p, s in d.get("shards", {}).items()
+        }
+        return cls(int(d["partitions"]), shards)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit wrap-around), signed."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def group_partition(group_id: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of a group: Kafka's
+    ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`` (``Utils.abs`` maps
+    Integer.MIN_VALUE to 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
