@@ -9,10 +9,8 @@ finish (bounded by kafkapy.shutdown.timeout.ms), close, exit 0.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from services.common import protocol
 from services.common.admin_http import AdminServer
@@ -21,8 +19,9 @@ from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.runtime import run, stop_event_on_signals
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
-from services.common.zk.client import AsyncZk, NodeExistsError, NoNodeError
+from services.common.zk.client import AsyncZk
 from services.common.zk.producer_ids import ProducerIdManager
+from services.common.zk.registration import EphemeralRegistrar
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
 from services.gateway.handlers import HANDLERS, advertised_versions
@@ -42,29 +41,39 @@ class Gateway:
         listener = settings.listener
         self.services = GatewayServices(
             settings=settings,
-            endpoint=layout.Endpoint(settings.node_id, listener.host, listener.port,
-                                     settings.broker_rack),
+            endpoint=layout.Endpoint(
+                settings.node_id, listener.host, listener.port, settings.broker_rack
+            ),
             cache=self.cache,
             storage=StorageClients(self.cache),
             controller=ControllerClient(self.cache),
             offsets=OffsetsCache(),
-            producer_ids=ProducerIdManager(self.zk, settings.node_id,
-                                           settings.producer_id_block_size),
+            producer_ids=ProducerIdManager(
+                self.zk, settings.node_id, settings.producer_id_block_size
+            ),
             zk=self.zk,
         )
         self.cache.on_topic_removed(self.services.offsets.forget_topic)
         self.server = KafkaServer(
-            self.services, HANDLERS, advertised_versions(), max_request_bytes=settings.socket_request_max_bytes,
+            self.services,
+            HANDLERS,
+            advertised_versions(),
+            max_request_bytes=settings.socket_request_max_bytes,
             max_inflight=settings.max_inflight_requests,
-            idle_timeout_s=settings.connections_max_idle_ms / 1000.0)
+            idle_timeout_s=settings.connections_max_idle_ms / 1000.0,
+        )
+        self.registrar = EphemeralRegistrar(
+            self.zk,
+            layout.gateway_path(settings.node_id),
+            lambda: self.services.endpoint.to_json(),
+            settings.zookeeper_session_timeout_ms,
+            f"gateway node.id {settings.node_id}",
+        )
         self.admin: AdminServer | None = None
         self._stopping = False
-        self._session_lost = False
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     def ready(self) -> bool:
-        return (not self._stopping and self.zk.connected and self.cache.loaded
-                and self.server.bound)
+        return not self._stopping and self.zk.connected and self.cache.loaded and self.server.bound
 
     async def start(self) -> None:
         st = self.settings
@@ -73,63 +82,26 @@ class Gateway:
         protocol.precompile()
         await self.zk.start()
         await self.zk.ensure_layout()
-        self.zk.on_state(self._on_zk_state)
         await self.sync.start()
         listener = st.listener
         port = await self.server.start(listener.host, listener.port)
         adv = st.advertised(port)
         self.services.endpoint = layout.Endpoint(st.node_id, adv.host, adv.port, st.broker_rack)
-        await self._register()
-        log.info("gateway_started", listener=f"{listener.host}:{port}",
-                 advertised=f"{adv.host}:{adv.port}", rack=st.broker_rack,
-                 admin_port=self.admin.port)
-
-    async def _register(self) -> None:
-        """Create our ephemeral znode; wait out a previous incarnation's session if needed."""
-        path = layout.gateway_path(self.settings.node_id)
-        data = self.services.endpoint.to_json()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.zookeeper_session_timeout_ms / 1000.0 * 1.5 + 5.0
-        while True:
-            try:
-                await self.zk.create(path, data, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                existing = await self.zk.get_or_none(path)
-                if existing is not None and existing[1].ephemeralOwner == self.zk.session_id:
-                    await self.zk.set(path, data)
-                    return
-            if loop.time() > deadline:
-                raise RuntimeError(f"{path} is held by another session: is node.id "
-                                   f"{self.settings.node_id} used twice?")
-            log.info("waiting_for_old_registration", path=path)
-            await asyncio.sleep(0.5)
-
-    def _on_zk_state(self, state: str) -> None:
-        if self._stopping:
-            return
-        if state == "LOST":
-            self._session_lost = True
-            log.warning("zookeeper_session_lost")
-        elif state == "CONNECTED" and self._session_lost:
-            self._session_lost = False
-            task = asyncio.get_running_loop().create_task(self._register())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        await self.registrar.register()
+        log.info(
+            "gateway_started",
+            listener=f"{listener.host}:{port}",
+            advertised=f"{adv.host}:{adv.port}",
+            rack=st.broker_rack,
+            admin_port=self.admin.port,
+        )
 
     async def stop(self) -> None:
         self._stopping = True
         log.info("gateway_stopping")
-        try:
-            await self.zk.delete(layout.gateway_path(self.settings.node_id))
-        except NoNodeError:
-            pass
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper gone: the ephemeral goes with it
-            log.warning("deregister_failed", error=repr(exc))
+        await self.registrar.deregister()
         await self.server.drain(self.settings.shutdown_timeout_ms / 1000.0)
         await self.services.wait_background(2.0)
-        for task in list(self._tasks):
-            task.cancel()
         self.sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
