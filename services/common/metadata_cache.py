@@ -1,8 +1,9 @@
-"""The gateway's view of cluster metadata, kept up to date by ZooKeeper watches.
+"""A service's view of cluster metadata, kept up to date by ZooKeeper watches.
 
 What is cached: topics (assignment, topic id, partition states, config overrides), storage
-brokers (``/brokers/ids``), gateways and controller endpoints (``/kafka-py/...``), the active
-controller and the cluster id.
+brokers (``/brokers/ids``), gateways, controller and group coordinator endpoints and the
+placement of ``__consumer_offsets`` partitions on group coordinators (``/kafka-py/...``), the
+active controller and the cluster id.
 
 Consistency: a topic is published only once its assignment, the state of every assigned
 partition and its config znode have all been read. When partitions are added to a published
@@ -110,6 +111,8 @@ class MetadataCache:
         self.brokers: dict[int, layout.BrokerRegistration] = {}
         self.gateways: dict[int, layout.Endpoint] = {}
         self.controllers: dict[int, layout.Endpoint] = {}
+        self.group_coordinators: dict[int, layout.Endpoint] = {}
+        self.shard_map: layout.ShardMap | None = None  # __consumer_offsets partition owners
         self.version = 0
         self.loaded = False
         self._topics: dict[str, TopicInfo] = {}
@@ -136,6 +139,10 @@ class MetadataCache:
 
     def on_topic_removed(self, callback: Callable[[str], None]) -> None:
         self._removal_listeners.append(callback)
+
+    async def changed(self) -> None:
+        """Return after the next change of anything in the cache."""
+        await self._event().wait()
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:  # noqa: ASYNC109
         """Wait until ``predicate()`` is true (checked after every change); False on timeout."""
@@ -235,6 +242,21 @@ class MetadataCache:
     def apply_controller_endpoint(self, controller_id: int, data: bytes | None) -> None:
         self._apply_endpoint(self.controllers, controller_id, data)
 
+    def apply_group_coordinator(self, node_id: int, data: bytes | None) -> None:
+        self._apply_endpoint(self.group_coordinators, node_id, data)
+
+    def apply_shard_map(self, data: bytes | None) -> None:
+        shard_map = None
+        if data:
+            try:
+                shard_map = layout.ShardMap.from_json(data)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                log.warning("bad_shard_map", error=repr(exc))
+                return
+        if shard_map != self.shard_map:
+            self.shard_map = shard_map
+            self._bump()
+
     def apply_controller(self, data: bytes | None) -> None:
         controller_id = -1
         if data:
@@ -323,6 +345,8 @@ class ZkMetadataSync:
         self._watch_dir(layout.BROKER_IDS, c.apply_broker)
         self._watch_dir(layout.GATEWAYS, c.apply_gateway)
         self._watch_dir(layout.CONTROLLERS, c.apply_controller_endpoint)
+        self._watch_dir(layout.GROUP_COORDINATOR_IDS, c.apply_group_coordinator)
+        w.data(layout.GROUP_COORDINATOR_SHARDS, lambda d, s: c.apply_shard_map(d))
         w.children(layout.BROKER_TOPICS, self._on_topics)
         try:
             await asyncio.wait_for(w.wait_all_fired(), load_timeout_s)

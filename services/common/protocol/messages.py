@@ -169,6 +169,17 @@ def encode_response_chunks(
     return _chunks(_encode_pieces(codec, header, body))
 
 
+def encode_request_body(api_key: int, api_version: int, body: Mapping[str, Any]) -> bytes:
+    """A request body alone (no size prefix, no header): what the gateway forwards to a
+    coordinator inside an internal RPC."""
+    return b"".join(_encode_pieces(get_codec(api_key, api_version, "request"), b"", body)[1:])
+
+
+def encode_response_body(api_key: int, api_version: int, body: Mapping[str, Any]) -> bytes:
+    """A response body alone (no size prefix, no header)."""
+    return b"".join(_encode_pieces(get_codec(api_key, api_version, "response"), b"", body)[1:])
+
+
 def encode_request(
     api_key: int,
     api_version: int,
