@@ -1,0 +1,282 @@
+"""Committed offsets of a shard's groups: commit, fetch, delete, group deletion and the
+periodic expiry (Kafka's GroupMetadataManager offset paths, KIP-211 retention).
+
+A write takes a shard-wide sequence number before its append and is applied to memory only
+after the append succeeds, and only where no later write of the same partition was applied
+first, so memory always matches the order of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import count
+from typing import TYPE_CHECKING
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.group_coordinator.consumer_protocol import PROTOCOL_TYPE
+from services.group_coordinator.group import Group, GroupState, TopicPartition
+from services.group_coordinator.model import OffsetAndMetadata
+from services.group_coordinator.offsets_topic import (
+    group_metadata_key,
+    offset_commit_key,
+    offset_commit_value,
+)
+
+if TYPE_CHECKING:
+    from services.group_coordinator.groups import GroupShard
+
+log = get_logger("group_coordinator.offsets")
+
+S = GroupState
+Records = list[tuple[bytes, bytes | None]]
+
+# storeOffsets' mapping of append errors (GroupMetadataManager.storeOffsets).
+_COMMIT_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def store_error(exc: BaseException, mapping: dict[ErrorCode, ErrorCode]) -> ErrorCode:
+    """The Kafka error to answer for a failed append."""
+    if isinstance(exc, KafkaError):
+        return mapping.get(exc.code, exc.code)
+    log.error("offsets_append_failed", error=repr(exc))
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class ShardOffsets:
+    def __init__(self, shard: GroupShard) -> None:
+        self._shard = shard
+        self._seq = count()
+        self._expiry_timer: asyncio.TimerHandle | None = None
+
+    async def _append(self, records: Records) -> ErrorCode:
+        """Append in a task of its own (a caller that goes away cannot cut it short)."""
+
+        async def append() -> ErrorCode:
+            if self._shard.resigned:
+                return ErrorCode.NOT_COORDINATOR
+            try:
+                await self._shard.store.append(records)
+            except Exception as exc:
+                return store_error(exc, _COMMIT_ERRORS)
+            return ErrorCode.NONE
+
+        return await asyncio.shield(self._shard.spawn(append()))
+
+    # ---- OffsetCommit ----------------------------------------------------------------------
+    async def store_offsets(
+        self, group: Group, offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> dict[TopicPartition, ErrorCode]:
+        max_bytes = self._shard.config.offset_metadata_max_bytes
+        valid = {tp: o for tp, o in offsets.items() if len(o.metadata) <= max_bytes}
+        if not valid:
+            return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+        seq = next(self._seq)
+        records: Records = [
+            (offset_commit_key(group.group_id, t, p), offset_commit_value(o))
+            for (t, p), o in valid.items()
+        ]
+        group.pending_commits.update(valid.keys())
+        try:
+            error = await self._append(records)
+        finally:
+            group.pending_commits.subtract(valid.keys())
+            group.pending_commits += type(group.pending_commits)()
+        if error is ErrorCode.NONE and self._shard.live(group) and not group.is_(S.DEAD):
+            for tp, offset in valid.items():
+                if seq > group.offset_seq.get(tp, -1):
+                    group.offsets[tp] = offset
+                    group.offset_seq[tp] = seq
+        return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+
+    # ---- OffsetFetch -----------------------------------------------------------------------
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    ) -> list[tuple[TopicPartition, OffsetAndMetadata | None, ErrorCode]]:
+        """Committed offsets of ``partitions`` (None = every partition the group has)."""
+        group = self._shard.groups.get(group_id)
+        if group is None or group.is_(S.DEAD):
+            return [(tp, None, ErrorCode.NONE) for tp in partitions or ()]
+        wanted = list(group.offsets) if partitions is None else partitions
+        out: list[tuple[TopicPartition, OffsetAndMetadata | None, ErrorCode]] = []
+        for tp in wanted:
+            # Kafka answers UNSTABLE_OFFSET_COMMIT while a commit of the partition is being
+            # written; transactional offset commits will join these once transactions exist.
+            if require_stable and group.pending_commits[tp] > 0:
+                out.append((tp, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            else:
+                out.append((tp, group.offsets.get(tp), ErrorCode.NONE))
+        return out
+
+    # ---- OffsetDelete ----------------------------------------------------------------------
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """Kafka's handleDeleteOffsets: (group error, per-partition errors)."""
+        shard = self._shard
+        if shard.resigned:
+            return ErrorCode.NOT_COORDINATOR, {}
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, {}
+        group = shard.groups.get(group_id)
+        if group is None or group.is_(S.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        errors: dict[TopicPartition, ErrorCode] = {}
+        if group.is_(S.EMPTY):
+            eligible = list(dict.fromkeys(partitions))
+        elif group.protocol_type == PROTOCOL_TYPE:
+            eligible = []
+            for tp in dict.fromkeys(partitions):
+                if group.is_subscribed_to(tp[0]):
+                    errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    eligible.append(tp)
+        else:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        if not eligible:
+            return ErrorCode.NONE, errors
+        seq = next(self._seq)
+        # a tombstone for every eligible partition, so a retry after a failure is complete
+        error = await self._append([(offset_commit_key(group_id, t, p), None) for t, p in eligible])
+        if error is not ErrorCode.NONE:
+            return error, {}
+        removed = 0
+        if shard.live(group):
+            for tp in eligible:
+                if seq > group.offset_seq.get(tp, -1):
+                    removed += group.offsets.pop(tp, None) is not None
+                    group.offset_seq[tp] = seq
+            self._maybe_dead(group)
+        log.info(
+            f"The following partitions of group {group_id} were deleted: "
+            f"{', '.join(f'{t}-{p}' for t, p in eligible)}. "
+            f"A total of {removed} offsets were removed.",
+            group=group_id,
+        )
+        errors.update((tp, ErrorCode.NONE) for tp in eligible)
+        return ErrorCode.NONE, errors
+
+    def _maybe_dead(self, group: Group) -> None:
+        """An Empty group with no offsets left is Dead: drop it, tombstone its metadata."""
+        if not group.is_(S.EMPTY) or group.has_offsets():
+            return
+        log.info(
+            f"Group {group.group_id} transitioned to Dead in generation {group.generation_id}",
+            group=group.group_id,
+        )
+        group.transition_to(S.DEAD, self._shard.clock())
+        del self._shard.groups[group.group_id]
+        if group.generation_id > 0:  # generation 0: only offsets were ever stored
+            self._shard.spawn(self._tombstone_group(group.group_id))
+
+    async def _tombstone_group(self, group_id: str) -> None:
+        error = await self._append([(group_metadata_key(group_id), None)])
+        if error is not ErrorCode.NONE:
+            log.warning("group_tombstone_failed", group=group_id, error=error.name)
+
+    # ---- DeleteGroups ----------------------------------------------------------------------
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        """Kafka's handleDeleteGroups; a group stays Dead while its tombstones are written and
+        becomes Empty again if that fails."""
+        shard = self._shard
+        errors: dict[str, ErrorCode] = {}
+        eligible: list[Group] = []
+        for group_id in dict.fromkeys(group_ids):
+            group = shard.groups.get(group_id)
+            if shard.resigned:
+                errors[group_id] = ErrorCode.NOT_COORDINATOR
+            elif group is None or group.is_(S.DEAD):
+                errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif group.is_(S.EMPTY):
+                group.transition_to(S.DEAD, shard.clock())
+                eligible.append(group)
+            else:
+                errors[group_id] = ErrorCode.NON_EMPTY_GROUP
+        if not eligible:
+            return errors
+        records: Records = []
+        for group in eligible:
+            records += [(offset_commit_key(group.group_id, t, p), None) for t, p in group.offsets]
+            if group.generation_id > 0:
+                records.append((group_metadata_key(group.group_id), None))
+        error = await self._append(records) if records else ErrorCode.NONE
+        removed = 0
+        for group in eligible:
+            errors[group.group_id] = error
+            if not shard.live(group):
+                continue
+            if error is ErrorCode.NONE:
+                removed += len(group.offsets)
+                group.offsets.clear()
+                del shard.groups[group.group_id]
+            else:
+                group.state = S.EMPTY  # nothing was deleted: the group is back as it was
+        if error is ErrorCode.NONE:
+            log.info(
+                "The following groups were deleted: "
+                f"{', '.join(g.group_id for g in eligible)}. "
+                f"A total of {removed} offsets were removed.",
+            )
+        return errors
+
+    # ---- expiry ----------------------------------------------------------------------------
+    def start_expiry(self) -> None:
+        self._expiry_timer = self._shard.call_later(
+            self._shard.config.offsets_retention_check_interval_ms, self._on_expiry_timer
+        )
+
+    def stop_expiry(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+
+    def _on_expiry_timer(self) -> None:
+        self._expiry_timer = None
+        task = self._shard.spawn(self.expire_offsets())
+        task.add_done_callback(lambda _: None if self._shard.resigned else self.start_expiry())
+
+    async def expire_offsets(self) -> int:
+        """Remove expired offsets (tombstones) and the groups left Empty without offsets;
+        returns the number of offsets removed."""
+        shard = self._shard
+        if shard.resigned:
+            return 0
+        now = shard.clock()
+        records: Records = []
+        removed = 0
+        for group in list(shard.groups.values()):
+            expired = group.expired_offsets(now, shard.config.offsets_retention_ms)
+            if expired:
+                seq = next(self._seq)
+                for tp in expired:
+                    del group.offsets[tp]
+                    group.offset_seq[tp] = seq
+                removed += len(expired)
+                records += [(offset_commit_key(group.group_id, t, p), None) for t, p in expired]
+            if group.is_(S.EMPTY) and not group.has_offsets():
+                log.info(
+                    f"Group {group.group_id} transitioned to Dead in generation "
+                    f"{group.generation_id}",
+                    group=group.group_id,
+                )
+                group.transition_to(S.DEAD, now)
+                del shard.groups[group.group_id]
+                if group.generation_id > 0:
+                    records.append((group_metadata_key(group.group_id), None))
+        if records:
+            error = await self._append(records)
+            if error is not ErrorCode.NONE:
+                # memory already forgot them; the log keeps them until a later owner expires
+                # them again on its own schedule (as Kafka, whose tombstones are acks=0)
+                log.error("expired_offsets_tombstones_failed", error=error.name)
+        log.info(f"Removed {removed} expired offsets in {shard.clock() - now} milliseconds.")
+        return removed
