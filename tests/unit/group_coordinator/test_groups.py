@@ -12,40 +12,17 @@ from typing import Any
 import pytest
 
 from services.common.errors import ErrorCode, KafkaError
-
-
-def _offsets_topic_stand_in() -> None:
-    """Until services/group_coordinator/offsets_topic.py (written in parallel) exists, give
-    the four record encoders a stand-in; these tests only compare keys and count records."""
-    import importlib.util
-    import sys
-    import types
-
-    name = "services.group_coordinator.offsets_topic"
-    if name in sys.modules or importlib.util.find_spec(name) is not None:
-        return
-    fake = types.ModuleType(name)
-    fake.offset_commit_key = lambda g, t, p: f"offset:{g}:{t}:{p}".encode()  # type: ignore[attr-defined]
-    fake.group_metadata_key = lambda g: f"group:{g}".encode()  # type: ignore[attr-defined]
-    fake.offset_commit_value = lambda o: repr(o).encode()  # type: ignore[attr-defined]
-    fake.group_metadata_value = lambda m: repr(m).encode()  # type: ignore[attr-defined]
-    sys.modules[name] = fake
-
-
-_offsets_topic_stand_in()
-
-from services.group_coordinator.offsets_topic import group_metadata_key, offset_commit_key  # noqa: E402
-
-from services.common.protocol import default_dict, message_spec  # noqa: E402
-from services.group_coordinator import api  # noqa: E402
-from services.group_coordinator.config import GroupConfig  # noqa: E402
-from services.group_coordinator.groups import GroupShard  # noqa: E402
-from services.group_coordinator.model import (  # noqa: E402
+from services.common.protocol import default_dict, message_spec
+from services.group_coordinator import api
+from services.group_coordinator.config import GroupConfig
+from services.group_coordinator.groups import GroupShard
+from services.group_coordinator.model import (
     GroupMetadata,
     MemberMetadata,
     OffsetAndMetadata,
     ShardSnapshot,
 )
+from services.group_coordinator.offsets_topic import group_metadata_key, offset_commit_key
 
 E = ErrorCode
 CONFIG = GroupConfig(

@@ -1,0 +1,267 @@
+"""One ``__consumer_offsets`` partition as its owning coordinator writes and reads it, through
+the partition's leader storage node.
+
+Writes are idempotent-producer batches: ``producer_id`` of the shard and ``producer_epoch`` =
+the shard epoch (``layout.ShardOwner``). The first write of a new owner (``fence``) makes
+storage reject every later write of a former owner (INVALID_PRODUCER_EPOCH); the shard is
+loaded only after it, so nothing a former owner wrote can be missed. Appends are serialized
+(one batch in flight, sequences in order); a batch whose outcome is unknown (timeout, lost
+connection) is sent again, with the same sequence, before any new one, so storage's
+duplicate detection settles it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+import grpc
+
+from services.common.errors import ErrorCode, KafkaError
+from services.common.logging import get_logger
+from services.common.metadata_cache import MetadataCache
+from services.common.records.batch import iter_headers
+from services.common.rpc.kafkapy.v1 import storage_pb2
+from services.common.storage_client import StorageClients
+from services.common.storage_wire import PartitionAppend, append_request
+from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardOwner
+from services.group_coordinator.offsets_topic import (
+    ShardReplay,
+    build_records_batch,
+    group_metadata_key,
+)
+
+log = get_logger("group_coordinator.shard_log")
+
+# Storage answers after which the same batch may be sent again once metadata has moved on.
+_RETRY_ON_NEW_LEADER = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+# This owner has been fenced (a newer epoch wrote) or its producer state is gone.
+_FENCED = frozenset(
+    {
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+    }
+)
+_NEW_LEADER_WAIT_S = 0.5
+
+
+class ShardFencedError(KafkaError):
+    """A newer owner of the shard has written: this coordinator must resign it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.NOT_COORDINATOR, message)
+
+
+class ShardLog:
+    """The ShardStore of one owned shard (see ``groups.ShardStore``)."""
+
+    def __init__(
+        self,
+        partition: int,
+        owner: ShardOwner,
+        cache: MetadataCache,
+        storage: StorageClients,
+        *,
+        commit_timeout_ms: int,
+        request_timeout_ms: int,
+        load_buffer_bytes: int,
+        on_fenced: Callable[[int], None],
+    ) -> None:
+        self.partition = partition
+        self.owner = owner
+        self._cache = cache
+        self._storage = storage
+        self._commit_timeout_s = commit_timeout_ms / 1000.0
+        self._request_timeout_s = request_timeout_ms / 1000.0
+        self._load_buffer = load_buffer_bytes
+        self._on_fenced = on_fenced
+        self._lock = asyncio.Lock()
+        self._next_sequence = 0
+        self._in_doubt: bytes | None = None  # a batch whose outcome is not known yet
+        self._in_doubt_count = 0
+        self.fenced = False
+
+    # ---- loading ------------------------------------------------------------------------
+    async def load(self, replay: ShardReplay) -> None:
+        """Replay the whole partition into ``replay``, then fence: write once with this owner's
+        epoch (a tombstone of group "", which cannot exist), so storage refuses any later
+        write of a former owner, and replay what was written up to that fence.
+
+        The fence's sequence continues this epoch's last batch in the log (0 for a new epoch),
+        so a restarted owner whose epoch did not change writes on where it left off."""
+        end = await self._replay_range(replay, 0, None)
+        fence_offset = await self._append([(group_metadata_key(""), None)], self._request_timeout_s)
+        await self._replay_range(replay, end, fence_offset + 1)
+
+    async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        await self._append(records, self._commit_timeout_s)
+
+    async def _append(self, records: Sequence[tuple[bytes, bytes | None]], timeout_s: float) -> int:
+        if self.fenced:
+            raise ShardFencedError(f"__consumer_offsets-{self.partition}: this owner was fenced")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with self._lock:
+            if self._in_doubt is not None:
+                await self._send(self._in_doubt, deadline)
+                self._next_sequence += self._in_doubt_count
+                self._in_doubt = None
+            batch = build_records_batch(
+                records,
+                producer_id=self.owner.producer_id,
+                producer_epoch=self.owner.epoch,
+                base_sequence=self._next_sequence,
+                timestamp_ms=int(time.time() * 1000),
+            )
+            self._in_doubt, self._in_doubt_count = batch, len(records)
+            offset = await self._send(batch, deadline)
+            self._in_doubt = None
+            self._next_sequence += len(records)
+            return offset
+
+    async def _send(self, batch: bytes, deadline: float) -> int:
+        """Append ``batch`` (acks=all) until storage answers definitely; its base offset."""
+        loop = asyncio.get_running_loop()
+        part = PartitionAppend(CONSUMER_OFFSETS_TOPIC, self.partition, batch)
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "offsets partition write timed out")
+            info = self._cache.partition(CONSUMER_OFFSETS_TOPIC, self.partition)
+            stub = self._storage.stub(info.leader) if info is not None else None
+            if stub is None:
+                await self._wait_new_leader(info.leader if info else -1, remaining)
+                continue
+            request = append_request(-1, max(1, int(remaining * 1000)), None, [part])
+            try:
+                response = await stub.Append(request, timeout=remaining + 1.0)
+            except grpc.aio.AioRpcError as exc:
+                log.info("offsets_append_retry", partition=self.partition, status=exc.code().name)
+                await self._wait_new_leader(info.leader if info else -1, remaining)
+                continue
+            result = response.partitions[0]
+            code = _code(result.error_code)
+            if code == ErrorCode.NONE:
+                return int(result.base_offset)
+            if code in _RETRY_ON_NEW_LEADER:
+                await self._wait_new_leader(info.leader if info else -1, remaining)
+                continue
+            if code in _FENCED:
+                self.fenced = True
+                self._on_fenced(self.partition)
+                raise ShardFencedError(
+                    f"__consumer_offsets-{self.partition} epoch {self.owner.epoch} fenced: "
+                    f"{code.name} {result.error_message}"
+                )
+            raise KafkaError(code, result.error_message or code.name)
+
+    async def _wait_new_leader(self, old_leader: int, remaining: float) -> None:
+        def moved() -> bool:
+            info = self._cache.partition(CONSUMER_OFFSETS_TOPIC, self.partition)
+            return info is not None and info.leader != old_leader and info.leader >= 0
+
+        if not await self._cache.wait_for(moved, min(_NEW_LEADER_WAIT_S, remaining)):
+            await asyncio.sleep(0)  # same leader: it may have recovered; try it again
+
+    # ---- reads ---------------------------------------------------------------------------
+    async def _replay_range(self, replay: ShardReplay, start: int, end: int | None) -> int:
+        """Feed ``replay`` the batches from ``start`` up to ``end`` (exclusive; None = up to
+        the high watermark), read in chunks of ``offsets.load.buffer.size`` bytes (one whole
+        batch at least); tracks this epoch's last sequence. Returns the offset reached."""
+        loop = asyncio.get_running_loop()
+        offset = start
+        deadline = loop.time() + self._request_timeout_s
+        while end is None or offset < end:
+            info = self._cache.partition(CONSUMER_OFFSETS_TOPIC, self.partition)
+            stub = self._storage.stub(info.leader) if info is not None else None
+            if stub is None:
+                await self._wait_or_fail(info.leader if info else -1, deadline)
+                continue
+            try:
+                response = await stub.Fetch(
+                    self._fetch_request(offset), timeout=self._request_timeout_s
+                )
+            except grpc.aio.AioRpcError:
+                await self._wait_or_fail(info.leader if info else -1, deadline)
+                continue
+            result = response.partitions[0]
+            code = _code(result.error_code)
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE and offset < result.log_start_offset:
+                offset = result.log_start_offset
+                continue
+            if code in _RETRY_ON_NEW_LEADER:
+                await self._wait_or_fail(info.leader if info else -1, deadline)
+                continue
+            if code != ErrorCode.NONE:
+                raise KafkaError(code, f"loading __consumer_offsets-{self.partition}: {code.name}")
+            records = memoryview(result.records)
+            if not records:
+                if end is None and offset >= result.high_watermark:
+                    return offset
+                await self._wait_or_fail(-2, deadline)  # not replicated that far yet
+                continue
+            deadline = loop.time() + self._request_timeout_s
+            self._track_sequence(records)
+            next_offset = replay.apply(records)
+            if next_offset <= offset:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    f"__consumer_offsets-{self.partition}: no whole batch at offset {offset}",
+                )
+            offset = next_offset
+        return offset
+
+    def _fetch_request(self, offset: int) -> storage_pb2.FetchRequest:
+        return storage_pb2.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=self._load_buffer,
+            isolation_level=0,
+            partitions=[
+                storage_pb2.PartitionFetch(
+                    topic=CONSUMER_OFFSETS_TOPIC,
+                    partition=self.partition,
+                    fetch_offset=offset,
+                    partition_max_bytes=self._load_buffer,
+                    current_leader_epoch=-1,
+                )
+            ],
+        )
+
+    def _track_sequence(self, records: memoryview) -> None:
+        """Continue after the last batch this producer id wrote with this epoch."""
+        for header in iter_headers(records):
+            if (
+                header.producer_id == self.owner.producer_id
+                and header.producer_epoch == self.owner.epoch
+            ):
+                self._next_sequence = header.last_sequence + 1
+
+    async def _wait_or_fail(self, old_leader: int, deadline: float) -> None:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"__consumer_offsets-{self.partition} could not be read",
+            )
+        await self._wait_new_leader(old_leader, remaining)
+        await asyncio.sleep(min(0.05, max(remaining, 0)))
+
+
+def _code(value: int) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
