@@ -50,6 +50,12 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     p.add_argument("--controllers", type=int, default=2)
     p.add_argument("--gateways", type=int, default=1)
     p.add_argument(
+        "--group-coordinators",
+        type=int,
+        default=2,
+        help="group coordinator processes (consumer groups; 0 = none)",
+    )
+    p.add_argument(
         "--zones",
         default="zone-a,zone-b,zone-c",
         help="comma-separated zones given to storage nodes and gateways in turn",
@@ -78,6 +84,7 @@ def process_table(procs: list[ProcessInfo], host: str) -> list[str]:
             "gateway": "kafka",
             "storage": "grpc",
             "controller": "grpc",
+            "group_coordinator": "grpc",
         }.get(p.role, p.role)
         admin = f"admin http://{host}:{p.admin_port}" if p.admin_port else ""
         rows.append(
@@ -100,6 +107,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
     for name in ("storage_nodes", "controllers", "gateways"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.group_coordinators < 0:
+        raise UsageError("--group-coordinators must be at least 0")
     for name in ("port", "zk_port"):
         if not 0 <= getattr(args, name) <= 65535:
             raise UsageError(
@@ -127,6 +136,7 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         gateways=args.gateways,
         storage_nodes=args.storage_nodes,
         controllers=args.controllers,
+        group_coordinators=args.group_coordinators,
         zones=zones,
         gateway_port=args.port,
         zk_port=args.zk_port,
@@ -146,7 +156,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     say(
         f"starting ZooKeeper, {args.controllers} controller(s), {args.storage_nodes} storage "
-        f"node(s), {args.gateways} gateway(s); data dir {data_dir}"
+        f"node(s), {args.group_coordinators} group coordinator(s), {args.gateways} gateway(s); "
+        f"data dir {data_dir}"
     )
     try:
         try:

@@ -28,7 +28,7 @@ import services
 from services.cli.probes import http_ready, kafka_answers, port_free
 from services.common.zk.server import ZooKeeperError, ZooKeeperProcess, free_port
 
-ROLES = ("controller", "storage", "gateway")
+ROLES = ("controller", "storage", "group_coordinator", "gateway")
 ZOOKEEPER = "zookeeper"
 STATE_FILE = "cluster.json"
 PIDS_FILE = "pids.json"
@@ -144,6 +144,7 @@ class LocalCluster:
         gateways: int = 1,
         storage_nodes: int = 3,
         controllers: int = 2,
+        group_coordinators: int = 2,
         zones: Sequence[str] = ("zone-a", "zone-b", "zone-c"),
         gateway_port: int = 9092,
         zk_port: int = 2181,
@@ -154,6 +155,8 @@ class LocalCluster:
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one gateway, storage node and controller")
+        if group_coordinators < 0:
+            raise ValueError("group_coordinators must be >= 0")
         if not zones:
             raise ValueError("zones must not be empty")
         unknown = set(extra or {}) - set(ROLES)
@@ -165,7 +168,12 @@ class LocalCluster:
         self.zk_session_timeout_ms = zk_session_timeout_ms
         self.extra = {role: list((extra or {}).get(role, ())) for role in ROLES}
         self.env = dict(env or {})
-        self._counts = {"controller": controllers, "storage": storage_nodes, "gateway": gateways}
+        self._counts = {
+            "controller": controllers,
+            "storage": storage_nodes,
+            "group_coordinator": group_coordinators,
+            "gateway": gateways,
+        }
         self._requested = {"gateway": gateway_port, ZOOKEEPER: zk_port}
         self._services: dict[str, list[_Service]] = {role: [] for role in ROLES}
         self._zk: ZooKeeperProcess | None = None
@@ -213,8 +221,9 @@ class LocalCluster:
 
     # ---- lifecycle --------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Self:
-        """Start ZooKeeper, then launch controllers, storage nodes and gateways (in that order)
-        and wait until every one is ready; on failure everything started is stopped again."""
+        """Start ZooKeeper, then launch controllers, storage nodes, group coordinators and
+        gateways (in that order) and wait until every one is ready; on failure everything
+        started is stopped again."""
         if self._started:
             raise LocalClusterError("the cluster is already started")
         if self._interrupted:  # interrupt() came before start(): honour it
@@ -500,7 +509,13 @@ class LocalCluster:
         ]
         session = ["--zookeeper.session.timeout.ms", str(self.zk_session_timeout_ms)]
         if svc.role == "controller":
-            flags = ["--controller.id", str(svc.index), "--listeners", listen, *common, *session]
+            # __consumer_offsets wants 3 replicas (Kafka's default); a smaller cluster gets what
+            # it can host, as Kafka's own test clusters configure it.
+            offsets_rf = min(3, self._counts["storage"])
+            flags = [
+                "--controller.id", str(svc.index), "--listeners", listen, *common, *session,
+                "--offsets.topic.replication.factor", str(offsets_rf),
+            ]  # fmt: skip
         elif svc.role == "storage":
             flags = [
                 "--broker.id",
@@ -514,6 +529,11 @@ class LocalCluster:
                 *common,
                 *session,
             ]
+        elif svc.role == "group_coordinator":
+            flags = [
+                "--node.id", str(svc.index), "--listeners", listen, "--broker.rack", str(svc.zone),
+                *common, *session,
+            ]  # fmt: skip
         else:
             flags = [
                 "--node.id",

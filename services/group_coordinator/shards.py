@@ -100,7 +100,9 @@ class ShardManager:
             return
         shard_map = self._cache.shard_map
         wanted = {
-            p: s for p, s in (shard_map.shards.items() if shard_map else ()) if s.owner == self.node_id
+            p: s
+            for p, s in (shard_map.shards.items() if shard_map else ())
+            if s.owner == self.node_id
         }
         for p, owned in list(self._owned.items()):
             if wanted.get(p) != owned.owner:
@@ -169,9 +171,7 @@ class ShardManager:
             if self._owned.get(partition) is not owned:
                 return
             snapshot = replay.snapshot()
-            groups = GroupShard(
-                partition, owned.log, self._config, coordinator_id=self.node_id
-            )
+            groups = GroupShard(partition, owned.log, self._config, coordinator_id=self.node_id)
             groups.load(snapshot)
             owned.groups = groups
             owned.loaded_at = time.monotonic()

@@ -57,6 +57,7 @@ def _small(tmp_path: Path, **kw: object) -> FakeCluster:
         "gateways": 1,
         "storage_nodes": 2,
         "controllers": 1,
+        "group_coordinators": 1,
         "gateway_port": 0,
         "zk_port": 0,
     }
@@ -66,7 +67,7 @@ def _small(tmp_path: Path, **kw: object) -> FakeCluster:
 
 def test_start_stop_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKESVC_CHILD", "1")  # each service also forks a child in its group
-    cluster = _small(tmp_path, storage_nodes=3, controllers=2)
+    cluster = _small(tmp_path, storage_nodes=3, controllers=2, group_coordinators=2)
     with cluster:
         pids = cluster.pids()
         assert set(pids) == {
@@ -76,6 +77,8 @@ def test_start_stop_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.Mo
             "storage-0",
             "storage-1",
             "storage-2",
+            "group_coordinator-0",
+            "group_coordinator-1",
             "gateway-0",
         }
         host, port = cluster.bootstrap.split(":")
@@ -229,6 +232,7 @@ def test_next_start_reaps_processes_of_a_killed_supervisor(tmp_path: Path) -> No
         "import sys, time\n"
         "from tests.integration.test_cli_local_cluster import FakeCluster\n"
         f"c = FakeCluster({str(data)!r}, gateways=1, storage_nodes=1, controllers=1,"
+        " group_coordinators=1,"
         " gateway_port=0, zk_port=0).start()\n"
         "print(' '.join(str(p) for p in c.pids().values()), flush=True)\n"
         "time.sleep(600)\n"
@@ -244,14 +248,14 @@ def test_next_start_reaps_processes_of_a_killed_supervisor(tmp_path: Path) -> No
     try:
         assert child.stdout is not None
         orphans = [int(p) for p in child.stdout.readline().split()]
-        assert len(orphans) == 4
+        assert len(orphans) == 5  # zookeeper, controller, storage, group coordinator, gateway
     finally:
         child.kill()  # the supervisor dies without stopping anything
         child.wait()
     assert all(_alive(p) for p in orphans)
     with _small(tmp_path, storage_nodes=1) as cluster:
         assert not any(_alive(p) for p in orphans)
-        assert len(cluster.pids()) == 4
+        assert len(cluster.pids()) == 5
 
 
 def test_interrupt_before_start_is_honoured_once(tmp_path: Path) -> None:
@@ -261,4 +265,6 @@ def test_interrupt_before_start_is_honoured_once(tmp_path: Path) -> None:
         cluster.start()
     assert cluster.pids() == {}
     with cluster.start():
-        assert len(cluster.pids()) == 5
+        assert (
+            len(cluster.pids()) == 6
+        )  # zookeeper, controller, 2 storage, group coordinator, gateway

@@ -19,7 +19,12 @@ import sys
 import threading
 from pathlib import Path
 
-ID_FLAG = {"controller": "controller.id", "storage": "broker.id", "gateway": "node.id"}
+ID_FLAG = {
+    "controller": "controller.id",
+    "storage": "broker.id",
+    "group_coordinator": "node.id",
+    "gateway": "node.id",
+}
 
 
 def _flags(argv: list[str]) -> dict[str, str]:

@@ -1,0 +1,90 @@
+"""The ``GroupCoordinator`` gRPC service: Kafka request bodies forwarded by gateways.
+
+A request the coordinator cannot handle at all (an API or version it does not serve, a body
+that does not decode) is answered with ``ForwardResponse.error_code`` and a message; everything
+else is answered inside the Kafka response (per group / partition / member errors), as a broker
+would. JoinGroup may wait up to the rebalance timeout: no server-side deadline is imposed; if the
+gateway cancels the call, the member simply stays pending, as in Kafka when a connection drops.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from services.common.errors import ErrorCode
+from services.common.logging import get_logger
+from services.common.protocol import (
+    ApiKey,
+    ProtocolError,
+    decode_request_body,
+    encode_response_body,
+)
+from services.common.rpc.kafkapy.v1 import group_coordinator_pb2 as pb
+from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
+from services.group_coordinator import api
+from services.group_coordinator.metrics import CoordinatorMetrics
+
+log = get_logger("group_coordinator.server")
+
+# Kafka's request names (the ``request`` label of the request metrics).
+REQUEST_NAMES = {
+    ApiKey.OFFSET_COMMIT: "OffsetCommit",
+    ApiKey.OFFSET_FETCH: "OffsetFetch",
+    ApiKey.JOIN_GROUP: "JoinGroup",
+    ApiKey.HEARTBEAT: "Heartbeat",
+    ApiKey.LEAVE_GROUP: "LeaveGroup",
+    ApiKey.SYNC_GROUP: "SyncGroup",
+    ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
+    ApiKey.LIST_GROUPS: "ListGroups",
+    ApiKey.DELETE_GROUPS: "DeleteGroups",
+    ApiKey.OFFSET_DELETE: "OffsetDelete",
+}
+
+
+class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorServicer):
+    def __init__(self, shards: api.ShardLookup, metrics: CoordinatorMetrics) -> None:
+        self._shards = shards
+        self._metrics = metrics
+        self.accepting = True
+
+    async def Forward(  # noqa: N802 - gRPC method name
+        self, request: pb.ForwardRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForwardResponse:
+        key, version = request.api_key, request.api_version
+        if not self.accepting:
+            return _refused(ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down")
+        if not api.supports(key, version):
+            return _refused(
+                ErrorCode.UNSUPPORTED_VERSION, f"api key {key} version {version} is not served"
+            )
+        try:
+            body, _ = decode_request_body(key, version, request.request)
+        except ProtocolError as exc:
+            log.warning("forwarded_request_malformed", api_key=key, api_version=version)
+            return _refused(ErrorCode.INVALID_REQUEST, f"malformed request body: {exc}")
+        started = time.monotonic()
+        response = await api.handle(
+            self._shards,
+            key,
+            version,
+            body,
+            client_id=request.client_id,
+            client_host=request.client_host,
+        )
+        self._metrics.request_ms.labels(REQUEST_NAMES[ApiKey(key)]).observe(
+            (time.monotonic() - started) * 1000
+        )
+        try:
+            encoded = encode_response_body(key, version, response)
+        except ProtocolError:
+            log.exception("response_encoding_failed", api_key=key, api_version=version)
+            encoded = encode_response_body(
+                key, version, api.error_response(key, version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
+            )
+        return pb.ForwardResponse(error_code=0, response=encoded)
+
+
+def _refused(code: ErrorCode, message: str) -> pb.ForwardResponse:
+    return pb.ForwardResponse(error_code=int(code), error_message=message)
