@@ -212,10 +212,19 @@ def _control_description(record: Record) -> str:
         return f" controlType: invalid ({exc.message or exc.code.name})"
 
 
+RecordDecoder = Callable[[bytes | None, bytes | None], tuple[str, str]]
+
+
 def format_record(
-    header: BatchHeader, record: Record, *, print_data: bool, skip_metadata: bool = False
+    header: BatchHeader,
+    record: Record,
+    *,
+    print_data: bool,
+    skip_metadata: bool = False,
+    decoder: RecordDecoder | None = None,
 ) -> str | None:
-    """One ``| offset: ...`` line; None when nothing is to be printed for it."""
+    """One ``| offset: ...`` line; None when nothing is to be printed for it. ``decoder``
+    turns key and value into text (``--offsets-decoder``); without one they print as UTF-8."""
     parts: list[str] = []
     if not skip_metadata:
         key_size = -1 if record.key is None else len(record.key)
@@ -230,10 +239,13 @@ def format_record(
             parts.append(_control_description(record))
     if print_data and not header.is_control:
         prefix = "| " if skip_metadata else " "
-        if record.key is not None:
+        if decoder is not None:
+            key_text, value_text = decoder(record.key, record.value)
+            parts.append(f"{prefix}key: {key_text} payload: {value_text}")
+        elif record.key is not None:
             parts.append(f"{prefix}key: {_text(record.key)}")
             prefix = " "
-        if record.value is not None:
+        if record.value is not None and decoder is None:
             parts.append(f"{prefix}payload: {_text(record.value)}")
     return "".join(parts) if parts else None
 
@@ -247,6 +259,7 @@ def dump_segment(
     deep_iteration: bool = False,
     skip_record_metadata: bool = False,
     check_indexes: bool = True,
+    decoder: RecordDecoder | None = None,
 ) -> DumpResult:
     """Print the batches (and with ``print_records`` the records) of one ``.log`` segment.
 
@@ -281,6 +294,7 @@ def dump_segment(
                             record,
                             print_data=print_records,
                             skip_metadata=skip_record_metadata,
+                            decoder=decoder,
                         )
                         if line is not None:
                             out.write(line + "\n")
@@ -571,6 +585,11 @@ def build_parser(prog: str = "kafka-py dump-log") -> argparse.ArgumentParser:
         "--print-data-log", action="store_true", help="print record keys and payloads"
     )
     parser.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode records as __consumer_offsets keys and values (implies --print-data-log)",
+    )
+    parser.add_argument(
         "--deep-iteration", action="store_true", help="print record metadata (no payloads)"
     )
     parser.add_argument(
@@ -595,6 +614,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 1
     files = [Path(name) for item in args.files for name in item.split(",") if name]
     explicit = {f.resolve() for f in files}
+    decoder: RecordDecoder | None = None
+    if args.offsets_decoder:
+        from services.group_coordinator.offsets_topic import describe_record
+
+        decoder = describe_record
     status = 0
     for path in files:
         print(f"Dumping {path}", flush=True)
@@ -606,12 +630,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
                 dump_segment(
                     path,
-                    print_records=args.print_data_log,
+                    print_records=args.print_data_log or decoder is not None,
                     out=sys.stdout,
                     err=sys.stderr,
                     deep_iteration=args.deep_iteration,
                     skip_record_metadata=args.skip_record_metadata,
                     check_indexes=not (siblings & explicit),
+                    decoder=decoder,
                 )
             elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                 dump = dump_offset_index if path.suffix == INDEX_SUFFIX else dump_time_index

@@ -391,3 +391,33 @@ def test_main_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "--files" in capsys.readouterr().err
     assert main(["--help"]) == 0
+
+
+def test_offsets_decoder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.group_coordinator.model import OffsetAndMetadata
+    from services.group_coordinator.offsets_topic import (
+        group_metadata_key,
+        offset_commit_key,
+        offset_commit_value,
+    )
+
+    batch = build_batch(
+        [
+            Record(
+                key=offset_commit_key("g", "t", 0), value=offset_commit_value(OffsetAndMetadata(5))
+            ),
+            Record(key=group_metadata_key("g"), value=None),
+            Record(key=b"not an offsets key", value=b"x"),
+        ]
+    )
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batch)
+    assert main(["--files", str(path), "--offsets-decoder"]) == 0  # implies --print-data-log
+    out = capsys.readouterr().out.splitlines()
+    records = [line for line in out if line.startswith("| offset:")]
+    assert len(records) == 3
+    assert records[0].endswith(
+        "key: offset_commit::group=g,partition=t-0 payload: offset=5,metadata=,commitTimestamp=0"
+    )
+    assert records[1].endswith("key: group_metadata::group=g payload: <DELETE>")
+    assert "key: <unreadable key> payload: malformed __consumer_offsets key" in records[2]
