@@ -29,6 +29,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.controller import zkstore
+from services.controller.coordinator_shards import ShardPlacer
 from services.controller.deletion import TopicDeleter
 from services.controller.elections import NO_LEADER, initial_leader_isr, next_leader_isr
 from services.controller.links import BrokerLinks, OrderResult
@@ -87,6 +88,7 @@ class ActiveController:
         )
         self.metrics = metrics
         self.deleter = TopicDeleter(self)
+        self.shards = ShardPlacer(zk, self.guard, settings.controller_id)
         self._on_moved = on_moved
         self.watch_topic = watch_topic
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -171,6 +173,7 @@ class ActiveController:
             "topics": self._on_topic_change,
             "delete_topics": self.deleter.on_delete_topics_change,
             "isr_change": self._on_isr_change_notification,
+            "coordinators": self.place_shards,
         }
         if kind == "topic" and arg is not None:
             self.enqueue(
@@ -258,6 +261,13 @@ class ActiveController:
         for broker_id in sorted(self.ctx.brokers):
             self.send_full_state(broker_id, new_parts=created)
         await self.deleter.on_delete_topics_change()
+        await self.place_shards()
+
+    async def place_shards(self) -> None:
+        """Place the ``__consumer_offsets`` shards on the live group coordinators."""
+        topic = self.ctx.topics.get(layout.CONSUMER_OFFSETS_TOPIC)
+        gone = topic is None or topic.name in self.ctx.topics_to_delete
+        await self.shards.reconcile(None if gone else len(topic.assignment))
 
     async def _add_topic(self, topic: TopicState, fresh_id: bool) -> None:
         """Put a topic read from ZooKeeper into the context; give it a topic id if it has none."""
@@ -501,6 +511,8 @@ class ActiveController:
                     "new topic found in ZooKeeper", topic=name, partitions=len(got[0].assignment)
                 )
         await self._bring_online(added, {t.name: sorted(t.assignment) for t in added})
+        if any(t.name == layout.CONSUMER_OFFSETS_TOPIC for t in added):
+            await self.place_shards()
 
     async def _on_partition_modification(self, name: str) -> None:
         topic = self.ctx.topics.get(name)
@@ -516,6 +528,8 @@ class ActiveController:
         topic.assignment.update(added)
         await self.reload_states([(topic, p) for p in added])
         await self._bring_online([topic], {name: sorted(added)})
+        if name == layout.CONSUMER_OFFSETS_TOPIC:
+            await self.place_shards()
 
     async def _bring_online(
         self, topics: Sequence[TopicState], parts: dict[str, list[int]]

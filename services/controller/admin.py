@@ -220,6 +220,60 @@ class AdminOps:
         result.topic_id = topic_id
         return _Pending(result, self._acks(acks))
 
+    # ---- internal topics ------------------------------------------------------------------
+    async def create_internal_topic(
+        self, req: pb.CreateInternalTopicRequest
+    ) -> pb.CreateInternalTopicResponse:
+        """``__consumer_offsets`` with the offsets.topic.* settings (Kafka creates it on the
+        first FindCoordinator). Already there, or being created: NONE."""
+        if req.name != layout.CONSUMER_OFFSETS_TOPIC:
+            return pb.CreateInternalTopicResponse(
+                error_code=int(ErrorCode.INVALID_REQUEST),
+                error_message=f"{req.name} is not an internal topic this controller creates",
+            )
+        pending: _Pending = await self.c.call(
+            "CreateInternalTopic", lambda: self._create_offsets_topic()
+        )
+        code = pending.result.error_code
+        return pb.CreateInternalTopicResponse(
+            error_code=code, error_message=pending.result.error_message if code else ""
+        )
+
+    async def _create_offsets_topic(self) -> _Pending:
+        name = layout.CONSUMER_OFFSETS_TOPIC
+        if name in self.ctx.topics:
+            return _Pending(pb.TopicResult(name=name))
+        settings = self.c.settings
+        rf = settings.offsets_topic_replication_factor
+        alive = len(self.ctx.brokers)
+        if alive < rf:
+            return _Pending(
+                _code(
+                    name,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"Number of alive brokers '{alive}' does not meet the required replication "
+                    f"factor '{rf}' for the offsets topic (configured via "
+                    "'offsets.topic.replication.factor'). This error can be ignored if the "
+                    "cluster is starting up and not all brokers are up yet.",
+                )
+            )
+        spec = pb.TopicSpec(
+            name=name,
+            num_partitions=settings.offsets_topic_num_partitions,
+            replication_factor=rf,
+            configs={
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(settings.offsets_topic_segment_bytes),
+            },
+        )
+        try:
+            return await self._create_topic(spec, validate_only=False)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return _Pending(pb.TopicResult(name=name))
+            return _Pending(_error(name, exc))
+
     # ---- CreatePartitions -----------------------------------------------------------------
     async def create_partitions(
         self, req: pb.CreatePartitionsRequest

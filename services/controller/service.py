@@ -81,6 +81,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             lambda code, msg: pb.CreatePartitionsResponse(topics=_topic_results(names, code, msg)),
         )
 
+    async def CreateInternalTopic(
+        self, request: pb.CreateInternalTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreateInternalTopicResponse:
+        return await self._serve(
+            "CreateInternalTopic",
+            lambda a: a.create_internal_topic(request),
+            lambda code, msg: pb.CreateInternalTopicResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
     async def AlterConfigs(
         self, request: pb.AlterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AlterConfigsResponse:

@@ -42,6 +42,17 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
         "unclean.leader.election.enable",
         "elect an out-of-sync replica when no ISR member is alive (topics may override)",
     )
+    offsets_topic_num_partitions: int = kafka_prop(
+        50,
+        "offsets.topic.num.partitions",
+        "partitions of __consumer_offsets (do not change after deployment)",
+    )
+    offsets_topic_replication_factor: int = kafka_prop(
+        3, "offsets.topic.replication.factor", "replication factor of __consumer_offsets"
+    )
+    offsets_topic_segment_bytes: int = kafka_prop(
+        104857600, "offsets.topic.segment.bytes", "segment size of __consumer_offsets"
+    )
     controller_socket_timeout_ms: int = kafka_prop(
         30000, "controller.socket.timeout.ms", "deadline of one order sent to a storage node"
     )
@@ -52,10 +63,19 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
         "default_replication_factor",
         "controller_socket_timeout_ms",
         "zookeeper_session_timeout_ms",
+        "offsets_topic_num_partitions",
+        "offsets_topic_segment_bytes",
     )
     @classmethod
     def _check_int(cls, v: int, info: ValidationInfo) -> int:
         minimum = 0 if info.field_name == "controller_id" else 1
         if v < minimum:
             raise ValueError(f"must be >= {minimum}")
+        return v
+
+    @field_validator("offsets_topic_replication_factor")
+    @classmethod
+    def _check_rf(cls, v: int) -> int:
+        if not 1 <= v <= 32767:
+            raise ValueError("must be between 1 and 32767")
         return v

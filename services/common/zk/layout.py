@@ -287,11 +287,14 @@ def new_topic_id() -> bytes:
 class ShardOwner:
     """Who serves one ``__consumer_offsets`` partition. ``epoch`` goes up by one each time the
     owner changes; it is also the producer epoch of the owner's appends (with ``producer_id``),
-    so storage rejects a former owner's writes once the new owner has written (fencing)."""
+    so storage rejects a former owner's writes once the new owner has written (fencing).
+    ``session`` is the czxid of the owner's registration znode: an owner that registers again
+    (a restarted process) is a new owner, with a new epoch."""
 
     owner: int
     epoch: int
     producer_id: int
+    session: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +312,12 @@ class ShardMap:
                 "version": 1,
                 "partitions": self.partitions,
                 "shards": {
-                    str(p): {"owner": s.owner, "epoch": s.epoch, "producer_id": s.producer_id}
+                    str(p): {
+                        "owner": s.owner,
+                        "epoch": s.epoch,
+                        "producer_id": s.producer_id,
+                        "session": s.session,
+                    }
                     for p, s in sorted(self.shards.items())
                 },
             }
@@ -319,7 +327,9 @@ class ShardMap:
     def from_json(cls, data: bytes) -> ShardMap:
         d = loads(data)
         shards = {
-            int(p): ShardOwner(int(s["owner"]), int(s["epoch"]), int(s["producer_id"]))
+            int(p): ShardOwner(
+                int(s["owner"]), int(s["epoch"]), int(s["producer_id"]), int(s.get("session", 0))
+            )
             for p, s in d.get("shards", {}).items()
         }
         return cls(int(d["partitions"]), shards)

@@ -1,0 +1,138 @@
+"""Placement of the ``__consumer_offsets`` partitions ("shards") on group coordinators.
+
+The active controller is the only writer of ``/kafka-py/group-coordinators/shards``. Rules of
+``place_shards``: every shard gets a live owner; a shard stays with its owner while that owner
+is live with the same registration and holds no more than its fair share (ceil(shards/live));
+the rest go to the least loaded live coordinator (lowest id first). Any change of owner - a
+restarted owner (new registration znode) counts as a new one - bumps the shard's epoch, which
+is also the producer epoch its owner writes with, so storage fences the former owner. A new
+shard gets epoch 0 and its own producer id, kept for its life (a new one only if the int16
+epoch would overflow). With no live coordinator the map is left as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+from services.common.logging import get_logger
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk
+from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardMap, ShardOwner
+from services.common.zk.producer_ids import claim_block
+from services.controller.zkstore import Create, EpochGuard, SetData
+
+log = get_logger("controller.shards")
+
+MAX_EPOCH = 32767  # producer epochs are int16
+
+
+def place_shards(
+    current: ShardMap | None,
+    live: Mapping[int, int],
+    partitions: int,
+    new_producer_id: Callable[[], int],
+) -> ShardMap | None:
+    """The map that should be written (None = leave it as it is). ``live`` maps each live
+    coordinator id to its registration's czxid."""
+    if not live or partitions <= 0:
+        return None
+    old = dict(current.shards) if current is not None else {}
+    fair = math.ceil(partitions / len(live))
+    load = dict.fromkeys(live, 0)
+    kept: dict[int, ShardOwner] = {}
+    for p in range(partitions):
+        s = old.get(p)
+        if s is not None and live.get(s.owner) == s.session and load[s.owner] < fair:
+            kept[p] = s
+            load[s.owner] += 1
+    shards: dict[int, ShardOwner] = {}
+    for p in range(partitions):
+        if p in kept:
+            shards[p] = kept[p]
+            continue
+        owner = min(load, key=lambda c: (load[c], c))
+        load[owner] += 1
+        prev = old.get(p)
+        if prev is None or prev.epoch + 1 > MAX_EPOCH:
+            shards[p] = ShardOwner(owner, 0, new_producer_id(), live[owner])
+        else:
+            shards[p] = ShardOwner(owner, prev.epoch + 1, prev.producer_id, live[owner])
+    return ShardMap(partitions, shards)
+
+
+class ShardPlacer:
+    """Reads the live coordinators and the offsets topic, writes the placement (epoch-guarded)."""
+
+    def __init__(self, zk: AsyncZk, guard: EpochGuard, controller_id: int) -> None:
+        self._zk = zk
+        self._guard = guard
+        self._controller_id = controller_id
+        self.placed: ShardMap | None = None  # what this controller last read or wrote
+
+    async def _live(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for child in await self._zk.get_children(layout.GROUP_COORDINATOR_IDS):
+            try:
+                node_id = int(child)
+            except ValueError:
+                continue
+            got = await self._zk.get_or_none(f"{layout.GROUP_COORDINATOR_IDS}/{child}")
+            if got is not None:
+                out[node_id] = got[1].czxid
+        return out
+
+    async def reconcile(self, partitions: int | None) -> None:
+        """``partitions`` = the partition count of ``__consumer_offsets`` (None: no topic)."""
+        got = await self._zk.get_or_none(layout.GROUP_COORDINATOR_SHARDS)
+        current = ShardMap.from_json(got[0]) if got is not None and got[0] else None
+        self.placed = current
+        if partitions is None:
+            return
+        live = await self._live()
+        fresh: list[int] = []
+
+        def reserve() -> int:
+            # placeholders -1, -2, ... become ids of one block claimed below (only if needed)
+            fresh.append(-1)
+            return -len(fresh)
+
+        wanted = place_shards(current, live, partitions, reserve)
+        if wanted is None or wanted == current:
+            return
+        if fresh:
+            block = await claim_block(self._zk, self._controller_id, len(fresh))
+            wanted = ShardMap(
+                wanted.partitions,
+                {
+                    p: (
+                        ShardOwner(s.owner, s.epoch, block.first - s.producer_id - 1, s.session)
+                        if s.producer_id < 0
+                        else s
+                    )
+                    for p, s in wanted.shards.items()
+                },
+            )
+        data = wanted.to_json()
+        if got is None:
+            op: Create | SetData = Create(layout.GROUP_COORDINATOR_SHARDS, data)
+        else:
+            op = SetData(layout.GROUP_COORDINATOR_SHARDS, data, got[1].version)
+        await self._guard.commit([op])
+        self.placed = wanted
+        old = current.shards if current is not None else {}
+        moves = [(p, old.get(p), s) for p, s in sorted(wanted.shards.items()) if old.get(p) != s]
+        for p, before, after in moves:
+            log.info(
+                f"shard {p} of {CONSUMER_OFFSETS_TOPIC} moved from "
+                f"{before.owner if before else 'nobody'} to {after.owner}, epoch {after.epoch}",
+                partition=p,
+                owner=after.owner,
+                epoch=after.epoch,
+            )
+        log.info(
+            "coordinator shards placed",
+            partitions=partitions,
+            moved=len(moves),
+            per_coordinator={c: sum(s.owner == c for s in wanted.shards.values()) for c in live},
+        )

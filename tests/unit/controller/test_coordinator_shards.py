@@ -1,0 +1,88 @@
+"""Placement of the __consumer_offsets shards on group coordinators (pure rules)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+from services.common.zk.layout import ShardMap, ShardOwner
+from services.controller.coordinator_shards import MAX_EPOCH, place_shards
+
+
+def ids() -> itertools.count[int]:
+    return itertools.count(1000)
+
+
+def owners(m: ShardMap) -> Counter[int]:
+    return Counter(s.owner for s in m.shards.values())
+
+
+def test_fresh_placement_is_balanced_with_epoch_0_and_one_producer_id_per_shard() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 50, ids().__next__)
+    assert m is not None and m.partitions == 50
+    assert owners(m) == {1: 25, 2: 25}
+    assert all(s.epoch == 0 for s in m.shards.values())
+    assert len({s.producer_id for s in m.shards.values()}) == 50
+    assert all(s.session == {1: 11, 2: 22}[s.owner] for s in m.shards.values())
+
+
+def test_nothing_changes_while_owners_live() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 10, ids().__next__)
+    assert place_shards(m, {1: 11, 2: 22}, 10, ids().__next__) == m
+
+
+def test_dead_owner_moves_everything_to_the_survivor_with_new_epochs() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 10, ids().__next__)
+    assert m is not None
+    after = place_shards(m, {2: 22}, 10, ids().__next__)
+    assert after is not None and owners(after) == {2: 10}
+    for p, s in after.shards.items():
+        before = m.shards[p]
+        if before.owner == 2:
+            assert s == before  # kept: same epoch
+        else:
+            assert s.epoch == before.epoch + 1 and s.producer_id == before.producer_id
+
+
+def test_a_new_coordinator_takes_its_fair_share_only() -> None:
+    m = place_shards(None, {1: 11}, 9, ids().__next__)
+    after = place_shards(m, {1: 11, 2: 22, 3: 33}, 9, ids().__next__)
+    assert after is not None and owners(after) == {1: 3, 2: 3, 3: 3}
+    assert m is not None
+    moved = [p for p in range(9) if after.shards[p] != m.shards[p]]
+    assert len(moved) == 6
+    assert all(after.shards[p].epoch == 1 for p in moved)
+
+
+def test_a_reregistered_owner_is_a_new_owner() -> None:
+    m = place_shards(None, {1: 11}, 4, ids().__next__)
+    after = place_shards(m, {1: 99}, 4, ids().__next__)
+    assert after is not None
+    assert all(s.owner == 1 and s.epoch == 1 and s.session == 99 for s in after.shards.values())
+
+
+def test_no_live_coordinator_leaves_the_map_alone() -> None:
+    m = place_shards(None, {1: 11}, 4, ids().__next__)
+    assert place_shards(m, {}, 4, ids().__next__) is None
+
+
+def test_partition_growth_places_only_the_new_shards() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 4, ids().__next__)
+    after = place_shards(m, {1: 11, 2: 22}, 6, ids().__next__)
+    assert after is not None and m is not None
+    assert all(after.shards[p] == m.shards[p] for p in range(4))
+    assert {after.shards[4].epoch, after.shards[5].epoch} == {0}
+    assert owners(after) == {1: 3, 2: 3}
+
+
+def test_epoch_overflow_takes_a_new_producer_id() -> None:
+    m = ShardMap(1, {0: ShardOwner(1, MAX_EPOCH, 5, 11)})
+    after = place_shards(m, {2: 22}, 1, iter([77]).__next__)
+    assert after is not None and after.shards[0] == ShardOwner(2, 0, 77, 22)
+
+
+def test_map_json_round_trip_keeps_sessions_and_reads_old_maps() -> None:
+    m = ShardMap(2, {0: ShardOwner(1, 3, 7, 11), 1: ShardOwner(2, 0, 8, 22)})
+    assert ShardMap.from_json(m.to_json()) == m
+    old = b'{"version":1,"partitions":1,"shards":{"0":{"owner":1,"epoch":2,"producer_id":9}}}'
+    assert ShardMap.from_json(old).shards[0] == ShardOwner(1, 2, 9, 0)
