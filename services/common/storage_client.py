@@ -1,10 +1,11 @@
-"""Long-lived gRPC channels to the storage nodes, looked up by broker id (gateway and
-group coordinator alike)."""
+"""Long-lived gRPC channels by node id (``ChannelPool``); the storage nodes' (``StorageClients``),
+used by gateways and group coordinators alike."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -12,6 +13,8 @@ from services.common.metadata_cache import MetadataCache
 from services.common.rpc.kafkapy.v1 import storage_pb2, storage_pb2_grpc
 from services.common.runtime import new_channel
 from services.common.storage_wire import parse_fetch_response
+
+S = TypeVar("S")
 
 
 def _append_bytes(request: bytes | storage_pb2.AppendRequest) -> bytes:
@@ -43,33 +46,37 @@ class StorageStub:
         return getattr(self._generated, name)
 
 
-class StorageClients:
-    """One channel per registered storage node; re-created when its address changes."""
+class ChannelPool(Generic[S]):
+    """One long-lived channel (and stub) per node id; re-created when the node's address
+    changes, dropped when it is gone. ``address_of`` reads the address from the metadata."""
 
-    def __init__(self, cache: MetadataCache) -> None:
-        self._cache = cache
-        self._entries: dict[int, tuple[str, grpc.aio.Channel, Any]] = {}
+    def __init__(
+        self, address_of: Callable[[int], str | None], make_stub: Callable[[grpc.aio.Channel], S]
+    ) -> None:
+        self._address_of = address_of
+        self._make_stub = make_stub
+        self._entries: dict[int, tuple[str, grpc.aio.Channel, S]] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    def stub(self, broker_id: int) -> Any | None:
-        """The Storage stub of ``broker_id``, or None when it is not registered."""
-        reg = self._cache.brokers.get(broker_id)
-        entry = self._entries.get(broker_id)
-        if reg is None:
+    def stub(self, node_id: int) -> S | None:
+        """The stub of ``node_id``, or None when it is not registered."""
+        address = self._address_of(node_id)
+        entry = self._entries.get(node_id)
+        if address is None:
             if entry is not None:
-                self._drop(broker_id)
+                self._drop(node_id)
             return None
-        if entry is not None and entry[0] == reg.address:
+        if entry is not None and entry[0] == address:
             return entry[2]
         if entry is not None:
-            self._drop(broker_id)
-        channel = new_channel(reg.address)
-        stub = StorageStub(channel)
-        self._entries[broker_id] = (reg.address, channel, stub)
+            self._drop(node_id)
+        channel = new_channel(address)
+        stub = self._make_stub(channel)
+        self._entries[node_id] = (address, channel, stub)
         return stub
 
-    def _drop(self, broker_id: int) -> None:
-        _, channel, _ = self._entries.pop(broker_id)
+    def _drop(self, node_id: int) -> None:
+        _, channel, _ = self._entries.pop(node_id)
         task = asyncio.get_running_loop().create_task(channel.close(grace=5.0))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
@@ -78,3 +85,14 @@ class StorageClients:
         channels = [c for _, c, _ in self._entries.values()]
         self._entries.clear()
         await asyncio.gather(*(c.close() for c in channels), *self._closing, return_exceptions=True)
+
+
+class StorageClients(ChannelPool[Any]):
+    """Storage stubs by broker id (``/brokers/ids``)."""
+
+    def __init__(self, cache: MetadataCache) -> None:
+        def address_of(broker_id: int) -> str | None:
+            reg = cache.brokers.get(broker_id)
+            return reg.address if reg is not None else None
+
+        super().__init__(address_of, StorageStub)

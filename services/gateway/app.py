@@ -24,6 +24,7 @@ from services.common.zk.producer_ids import ProducerIdManager
 from services.common.zk.registration import EphemeralRegistrar
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
+from services.gateway.coordinators import CoordinatorClients
 from services.gateway.handlers import HANDLERS, advertised_versions
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.server import KafkaServer
@@ -48,6 +49,7 @@ class Gateway:
             storage=StorageClients(self.cache),
             controller=ControllerClient(self.cache),
             offsets=OffsetsCache(),
+            coordinators=CoordinatorClients(self.cache),
             producer_ids=ProducerIdManager(
                 self.zk, settings.node_id, settings.producer_id_block_size
             ),
@@ -105,6 +107,8 @@ class Gateway:
         self.sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
+        if self.services.coordinators is not None:
+            await self.services.coordinators.close()
         try:
             await self.zk.stop()
         except Exception as exc:  # noqa: BLE001 - closing anyway

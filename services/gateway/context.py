@@ -15,6 +15,7 @@ from services.common.zk.client import AsyncZk
 from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.controller_client import ControllerClient
+from services.gateway.coordinators import CoordinatorClients
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.settings import GatewaySettings
 
@@ -29,10 +30,13 @@ class GatewayServices:
     storage: StorageClients
     controller: ControllerClient
     offsets: OffsetsCache
+    coordinators: CoordinatorClients | None = None
     producer_ids: ProducerIdManager | None = None
     zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
     # topic auto-creations in flight -> their controller call (Metadata error code per topic)
     creating: dict[str, asyncio.Task[dict[str, ErrorCode]]] = field(default_factory=dict)
+    # the CreateInternalTopic call for __consumer_offsets in flight (at most one per gateway)
+    offsets_topic_creation: asyncio.Future[Any] | None = None
     _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     @property

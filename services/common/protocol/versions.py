@@ -4,6 +4,9 @@ Edit `_ADVERTISED` to change what clients may use; each range is capped at the v
 schemas cover. Ceilings chosen for the current gateway: Fetch stops at v12 (v13+ addresses topics
 by id); Produce at v9 (first flexible version; v10+ adds leader-discovery tags); ListOffsets at v7
 (MAX_TIMESTAMP; v8+ is tiered storage); Metadata at v12 (v13 adds a top-level error code).
+Group APIs: the classic protocol only - OffsetCommit and OffsetFetch stop at v8 (v9+ carry
+KIP-848 member epochs), FindCoordinator at v4 (v5+ is KIP-890 / share groups), DescribeGroups at
+v5 and ListGroups at v4 (later versions add KIP-1043 fields).
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 

@@ -18,6 +18,8 @@ from services.gateway.handlers import (
     describe_cluster,
     describe_configs,
     fetch,
+    find_coordinator,
+    group_requests,
     incremental_alter_configs,
     init_producer_id,
     list_offsets,
@@ -42,6 +44,8 @@ HANDLERS: dict[int, ApiHandler] = {
         describe_configs.HANDLER,
         describe_cluster.HANDLER,
         init_producer_id.HANDLER,
+        find_coordinator.HANDLER,
+        *group_requests.HANDLERS,
     )
 }
 

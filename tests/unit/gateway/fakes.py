@@ -148,3 +148,34 @@ def topic_result(name: str, code: int = 0, partitions: int = 1, rf: int = 1,
                  message: str = "") -> Any:
     return cpb.TopicResult(name=name, error_code=code, error_message=message,
                            num_partitions=partitions, replication_factor=rf)
+
+
+class FakeCoordinators:
+    """Stands in for CoordinatorClients: every group is on coordinator 0, and ``answer`` makes
+    the forwarded response (default: the API's all-clear shape)."""
+
+    def __init__(self, answer: Callable[[int, int, dict[str, Any]], Any] | None = None) -> None:
+        from services.gateway.coordinators import Route
+
+        self._route = Route(0, 0)
+        self.calls: list[tuple[int, int, int, dict[str, Any], str, str, float]] = []
+        self.answer = answer
+
+    def route(self, group_id: str) -> Any:
+        return self._route
+
+    async def forward(self, coordinator: int, api_key: int, api_version: int,
+                      body: dict[str, Any], *, client_id: str, client_host: str,
+                      timeout_s: float) -> dict[str, Any]:
+        from services.common.errors import ErrorCode
+        from services.group_coordinator.api import error_response
+
+        self.calls.append((coordinator, api_key, api_version, body, client_id, client_host,
+                           timeout_s))
+        if self.answer is not None:
+            result = self.answer(api_key, api_version, body)
+            return await result if asyncio.iscoroutine(result) else result  # type: ignore[no-any-return]
+        return error_response(api_key, api_version, body, ErrorCode.NONE)
+
+    async def close(self) -> None:
+        return None

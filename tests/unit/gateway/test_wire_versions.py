@@ -26,6 +26,7 @@ from services.gateway.handlers import HANDLERS, advertised_versions
 
 from .fakes import (
     FakeController,
+    FakeCoordinators,
     FakeStorage,
     add_brokers,
     add_gateway,
@@ -63,6 +64,10 @@ def _services() -> GatewayServices:
     add_topic(cache, "a", {0: [11]})
     svc = services(cache, controller=FakeController(_controller))
     svc.producer_ids = _Ids()  # type: ignore[assignment]
+    svc.coordinators = FakeCoordinators()  # type: ignore[assignment]
+    add_topic(cache, "__consumer_offsets", {0: [11]})
+    cache.apply_shard_map(b'{"version":1,"partitions":1,"shards":{"0":{"owner":0,"epoch":0,"producer_id":1}}}')
+    cache.apply_group_coordinator(0, b'{"host":"127.0.0.1","port":1}')
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
 
     async def fetch(request: Any) -> Any:
@@ -112,6 +117,31 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "include_synonyms": True, "include_documentation": True},
     ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False},
     ApiKey.INIT_PRODUCER_ID: {"transactional_id": None, "transaction_timeout": 1000},
+    ApiKey.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
+    ApiKey.JOIN_GROUP: {"group_id": "g", "session_timeout": 10000, "rebalance_timeout": 30000,
+                        "member_id": "m", "group_instance_id": None, "protocol_type": "consumer",
+                        "protocols": [{"name": "range", "metadata": b"x"}], "reason": None},
+    ApiKey.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m",
+                        "group_instance_id": None, "protocol_type": "consumer",
+                        "protocol_name": "range", "assignments": []},
+    ApiKey.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m",
+                       "group_instance_id": None},
+    ApiKey.LEAVE_GROUP: {"group_id": "g", "member_id": "m", "members": [
+        {"member_id": "m", "group_instance_id": None, "reason": None}]},
+    ApiKey.OFFSET_COMMIT: {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                           "group_instance_id": None, "retention_time": -1, "topics": [
+                               {"name": "a", "partitions": [{"partition_index": 0,
+                                                             "committed_offset": 1,
+                                                             "committed_leader_epoch": -1,
+                                                             "committed_metadata": ""}]}]},
+    ApiKey.OFFSET_FETCH: {"group_id": "g", "topics": [{"name": "a", "partition_indexes": [0]}],
+                          "require_stable": False,
+                          "groups": [{"group_id": "g", "topics": None}]},
+    ApiKey.DESCRIBE_GROUPS: {"groups": ["g"], "include_authorized_operations": False},
+    ApiKey.LIST_GROUPS: {"states_filter": []},
+    ApiKey.DELETE_GROUPS: {"groups_names": ["g"]},
+    ApiKey.OFFSET_DELETE: {"group_id": "g", "topics": [
+        {"name": "a", "partitions": [{"partition_index": 0}]}]},
 }
 
 CASES = [(int(key), v) for key, (lo, hi) in sorted(advertised_versions().items())

@@ -38,6 +38,17 @@ def test_supported_versions_table() -> None:
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.FIND_COORDINATOR: (0, 4),
+        ApiKey.JOIN_GROUP: (0, 9),
+        ApiKey.SYNC_GROUP: (0, 5),
+        ApiKey.HEARTBEAT: (0, 4),
+        ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 8),
+        ApiKey.OFFSET_FETCH: (1, 8),
+        ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.LIST_GROUPS: (0, 4),
+        ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.OFFSET_DELETE: (0, 0),
     }
     for key, (low, high) in SUPPORTED_VERSIONS.items():
         assert set(range(low, high + 1)) <= set(known_versions(key)), key
@@ -61,7 +72,9 @@ def test_is_supported_and_entries() -> None:
     assert is_supported(ApiKey.METADATA, 12)
     assert not is_supported(ApiKey.METADATA, 13)
     assert not is_supported(ApiKey.METADATA, 0)
-    assert not is_supported(ApiKey.JOIN_GROUP, 5)
+    assert is_supported(ApiKey.JOIN_GROUP, 5)
+    assert not is_supported(ApiKey.OFFSET_COMMIT, 9)  # KIP-848 member epochs: not served
+    assert not is_supported(ApiKey.SASL_HANDSHAKE, 1)
     assert not is_supported(4242, 0)
     assert is_supported(ApiKey.JOIN_GROUP, 5, {ApiKey.JOIN_GROUP: (0, 9)})
     entries = api_versions_entries()

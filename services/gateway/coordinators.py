@@ -1,0 +1,105 @@
+"""Routing group requests to the group coordinator that owns the group's shard.
+
+A group lives in ``__consumer_offsets`` partition ``abs(javaHashCode(group)) % partitions``; the
+controller's shard map names the coordinator serving that partition. Requests travel as Kafka
+request bodies inside ``GroupCoordinator.Forward`` (KIP-590's Envelope, in spirit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from services.common.errors import ErrorCode
+from services.common.logging import get_logger
+from services.common.metadata_cache import MetadataCache
+from services.common.protocol import decode_response_body, encode_request_body
+from services.common.rpc.kafkapy.v1 import group_coordinator_pb2 as pb
+from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
+from services.common.storage_client import ChannelPool
+from services.common.zk.layout import group_partition
+
+log = get_logger("gateway.coordinators")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a group's requests go: its shard and the owning coordinator (or why not)."""
+
+    partition: int
+    coordinator: int
+    error: ErrorCode = ErrorCode.NONE
+
+
+class ForwardError(Exception):
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class CoordinatorClients(ChannelPool[Any]):
+    """GroupCoordinator stubs by coordinator id, plus the group -> coordinator routing."""
+
+    def __init__(self, cache: MetadataCache) -> None:
+        def address_of(node_id: int) -> str | None:
+            ep = cache.group_coordinators.get(node_id)
+            return ep.address if ep is not None else None
+
+        super().__init__(address_of, group_coordinator_pb2_grpc.GroupCoordinatorStub)
+        self._cache = cache
+
+    def route(self, group_id: str) -> Route:
+        """COORDINATOR_NOT_AVAILABLE until the shard is placed on a registered coordinator."""
+        shard_map = self._cache.shard_map
+        if shard_map is None or shard_map.partitions <= 0:
+            return Route(-1, -1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        p = group_partition(group_id, shard_map.partitions)
+        owner = shard_map.shards.get(p)
+        if owner is None or owner.owner not in self._cache.group_coordinators:
+            return Route(p, -1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return Route(p, owner.owner)
+
+    async def forward(
+        self,
+        coordinator: int,
+        api_key: int,
+        api_version: int,
+        body: Mapping[str, Any],
+        *,
+        client_id: str,
+        client_host: str,
+        timeout_s: float,
+    ) -> dict[str, Any]:
+        """The coordinator's response body; ForwardError when there is none (NOT_COORDINATOR
+        when the coordinator cannot be reached: clients then look it up again)."""
+        stub = self.stub(coordinator)
+        if stub is None:
+            raise ForwardError(ErrorCode.NOT_COORDINATOR, f"coordinator {coordinator} is gone")
+        request = pb.ForwardRequest(
+            api_key=api_key,
+            api_version=api_version,
+            request=encode_request_body(api_key, api_version, body),
+            client_id=client_id,
+            client_host=client_host,
+        )
+        try:
+            response = await stub.Forward(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            log.info("forward_failed", coordinator=coordinator, api_key=api_key, status=code.name)
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise ForwardError(ErrorCode.REQUEST_TIMED_OUT) from None
+            raise ForwardError(ErrorCode.NOT_COORDINATOR, code.name) from None
+        if response.error_code:
+            raise ForwardError(_code(response.error_code), response.error_message)
+        return decode_response_body(api_key, api_version, response.response)[0]
+
+
+def _code(value: int) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
