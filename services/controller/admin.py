@@ -268,11 +268,13 @@ class AdminOps:
             },
         )
         try:
-            return await self._create_topic(spec, validate_only=False)
+            pending = await self._create_topic(spec, validate_only=False)
         except KafkaError as exc:
             if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 return _Pending(pb.TopicResult(name=name))
             return _Pending(_error(name, exc))
+        await self.c.place_shards()
+        return pending
 
     # ---- CreatePartitions -----------------------------------------------------------------
     async def create_partitions(

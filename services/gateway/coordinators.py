@@ -3,6 +3,12 @@
 A group lives in ``__consumer_offsets`` partition ``abs(javaHashCode(group)) % partitions``; the
 controller's shard map names the coordinator serving that partition. Requests travel as Kafka
 request bodies inside ``GroupCoordinator.Forward`` (KIP-590's Envelope, in spirit).
+
+Failures, as clients expect them: a shard not placed (or placed on a coordinator that is not
+registered) is COORDINATOR_NOT_AVAILABLE; a coordinator that cannot be reached, or that does not
+answer before the deadline, is NOT_COORDINATOR - the one error every group API's client handles
+by looking the coordinator up again (Java's consumer treats e.g. REQUEST_TIMED_OUT on JoinGroup,
+SyncGroup or Heartbeat as fatal).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import grpc
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
-from services.common.protocol import decode_response_body, encode_request_body
+from services.common.protocol import ProtocolError, decode_response_body, encode_request_body
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2 as pb
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
 from services.common.storage_client import ChannelPool
@@ -90,12 +96,20 @@ class CoordinatorClients(ChannelPool[Any]):
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             log.info("forward_failed", coordinator=coordinator, api_key=api_key, status=code.name)
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise ForwardError(ErrorCode.REQUEST_TIMED_OUT) from None
             raise ForwardError(ErrorCode.NOT_COORDINATOR, code.name) from None
         if response.error_code:
             raise ForwardError(_code(response.error_code), response.error_message)
-        return decode_response_body(api_key, api_version, response.response)[0]
+        try:
+            return decode_response_body(api_key, api_version, response.response)[0]
+        except ProtocolError as exc:
+            log.error(
+                "forward_bad_response",
+                coordinator=coordinator,
+                api_key=api_key,
+                api_version=api_version,
+                error=str(exc),
+            )
+            raise ForwardError(ErrorCode.UNKNOWN_SERVER_ERROR, "malformed response") from None
 
 
 def _code(value: int) -> ErrorCode:

@@ -10,6 +10,7 @@ gateway cancels the call, the member simply stays pending, as in Kafka when a co
 from __future__ import annotations
 
 import time
+from typing import Any, Protocol
 
 import grpc
 
@@ -43,8 +44,28 @@ REQUEST_NAMES = {
 }
 
 
+# How long a request waits for its group's shard to be taken and loaded (see ShardManager.settle).
+SETTLE_TIMEOUT_S = 5.0
+
+
+def group_ids(api_key: int, body: dict[str, Any]) -> list[str]:
+    """The groups a request names."""
+    if api_key == ApiKey.DESCRIBE_GROUPS:
+        return [str(g) for g in body.get("groups") or ()]
+    if api_key == ApiKey.DELETE_GROUPS:
+        return [str(g) for g in body.get("groups_names") or ()]
+    if api_key == ApiKey.OFFSET_FETCH and "groups" in body and "group_id" not in body:
+        return [str(g.get("group_id", "")) for g in body.get("groups") or ()]
+    group = body.get("group_id")
+    return [group] if isinstance(group, str) and group else []
+
+
+class ShardSettler(api.ShardLookup, Protocol):
+    async def settle(self, group_ids: list[str], timeout_s: float) -> None: ...
+
+
 class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorServicer):
-    def __init__(self, shards: api.ShardLookup, metrics: CoordinatorMetrics) -> None:
+    def __init__(self, shards: ShardSettler, metrics: CoordinatorMetrics) -> None:
         self._shards = shards
         self._metrics = metrics
         self.accepting = True
@@ -65,6 +86,7 @@ class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorService
             log.warning("forwarded_request_malformed", api_key=key, api_version=version)
             return _refused(ErrorCode.INVALID_REQUEST, f"malformed request body: {exc}")
         started = time.monotonic()
+        await self._shards.settle(group_ids(key, body), SETTLE_TIMEOUT_S)
         response = await api.handle(
             self._shards,
             key,

@@ -29,6 +29,7 @@ from services.group_coordinator.shard_log import ShardFencedError, ShardLog
 log = get_logger("group_coordinator.shards")
 
 LOAD_RETRY_S = 0.5
+SETTLE_POLL_S = 0.01
 
 
 @dataclass(slots=True)
@@ -76,6 +77,32 @@ class ShardManager:
         if owned.groups is None:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return owned.groups
+
+    async def settle(self, group_ids: list[str], timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until the shards of ``group_ids`` that the shard map
+        places here are taken and loaded, so a request arriving just after a placement or
+        during a load is served instead of bouncing with NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS (loads take milliseconds; clients back off much longer)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for group_id in group_ids:
+            partition = self.partition_of(group_id)
+            if partition is None:
+                continue
+            while (remaining := deadline - loop.time()) > 0:
+                owned = self._owned.get(partition)
+                if owned is not None:
+                    if owned.groups is None and owned.task is not None and not owned.task.done():
+                        await asyncio.wait([owned.task], timeout=remaining)
+                    break
+                if not self._still_placed_here_now(partition):
+                    break
+                await asyncio.sleep(min(SETTLE_POLL_S, remaining))  # reconcile() takes it soon
+
+    def _still_placed_here_now(self, partition: int) -> bool:
+        shard_map = self._cache.shard_map
+        owner = shard_map.shards.get(partition) if shard_map is not None else None
+        return owner is not None and owner.owner == self.node_id and self._active
 
     def loaded_shards(self) -> list[GroupShard]:
         return [o.groups for _, o in sorted(self._owned.items()) if o.groups is not None]

@@ -4,8 +4,9 @@ group consumer, and admin createTopics/fetchTopicMetadata/deleteTopics.
 kafkajs ships only the gzip codec (snappy/lz4/zstd need third-party codec packages), and it cannot
 send null header values (`Buffer.byteLength(null)` throws in its header sizing), so its records
 use a non-null placeholder there. Records it produced are verified with confluent-kafka.
-The kafkajs consumer needs the consumer-group protocol; when the gateway does not advertise the
-group APIs the test raises GroupApisMissing, which is the only failure its xfail accepts.
+The kafkajs consumer uses the consumer-group protocol (FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, OffsetCommit/OffsetFetch, LeaveGroup); a failure names any group API the gateway does
+not advertise.
 """
 
 from __future__ import annotations
@@ -130,7 +131,6 @@ def test_kafkajs_idempotent_producer(
     assert_partition_logs(records, got)
 
 
-@pytest.mark.xfail(raises=GroupApisMissing, strict=True, reason="consumer groups: later issue")
 def test_kafkajs_group_consumer(
     bootstrap: str, topic: TopicFactory, api_usage: ApiUsage, tmp_path: Path
 ) -> None:

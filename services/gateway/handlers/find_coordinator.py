@@ -1,24 +1,27 @@
-"""FindCoordinator (v0-4; v4 batches keys).
+"""FindCoordinator (v0-4; v4 batches keys, one answer per key).
 
 Groups (key type 0): the coordinator of a group is the group coordinator process that owns the
 group's ``__consumer_offsets`` partition, but clients are always pointed at a GATEWAY - the one
 that zone-aware routing makes "leader" of that partition for this client - which forwards the
 group requests. As in Kafka, the first lookup creates ``__consumer_offsets`` (through the
-controller) and is answered COORDINATOR_NOT_AVAILABLE until its shard is placed on a live
-coordinator; clients retry. Transactions (key type 1) answer COORDINATOR_NOT_AVAILABLE: there is
-no transaction coordinator yet.
+controller) and is answered COORDINATOR_NOT_AVAILABLE until its shard is placed on a registered
+coordinator; clients retry. Any string is a group key, the empty one included (Kafka hashes it
+like any other: partition 0). Transactions (key type 1) answer COORDINATOR_NOT_AVAILABLE: there
+is no transaction coordinator yet. Other key types: INVALID_REQUEST for every key.
+
+Error messages as Kafka's: v0-3 carry the error's default message; v4 answers a lookup failure
+without one, and a request it rejects (an unknown key type) with the default message per key.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
-from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC
+from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, Endpoint
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body
@@ -28,31 +31,45 @@ from services.gateway.routing import candidates, client_zone, leader_for, topic_
 log = get_logger("gateway.find_coordinator")
 
 GROUP, TRANSACTION = 0, 1
-_NOT_AVAILABLE = "The coordinator is not available."
+BATCHED_VERSION = 4
+
+# Kafka's default messages (Errors.message()) of the codes this handler answers.
+MESSAGES = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    ErrorCode.INVALID_REQUEST: (
+        "This most likely occurs because of a request being malformed by the client library or "
+        "the message was sent to an incompatible broker. See the broker logs for more details."
+    ),
+    ErrorCode.UNKNOWN_SERVER_ERROR: (
+        "The server experienced an unexpected error when processing the request."
+    ),
+    ErrorCode.UNSUPPORTED_VERSION: "The version of API is not supported.",
+}
+
+Lookup = tuple[ErrorCode, Endpoint | None]
 
 
-def _answer(key: str, code: ErrorCode, node: Any = None, message: str | None = None) -> Body:
-    if node is None:
-        return {
-            "key": key,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-            "error_code": int(code),
-            "error_message": message or (_NOT_AVAILABLE if code else None),
-        }
+def _entry(key: str, code: ErrorCode, node: Endpoint | None, message: str | None) -> Body:
+    """One coordinator answer (Kafka's Node.noNode() = -1, "", -1 when there is none)."""
     return {
         "key": key,
-        "node_id": node.node_id,
-        "host": node.host,
-        "port": node.port,
-        "error_code": 0,
-        "error_message": None,
+        "node_id": node.node_id if node is not None else -1,
+        "host": node.host if node is not None else "",
+        "port": node.port if node is not None else -1,
+        "error_code": int(code),
+        "error_message": message,
     }
 
 
+def _default_message(code: ErrorCode) -> str | None:
+    if code == ErrorCode.NONE:
+        return None
+    return MESSAGES.get(code, code.name)
+
+
 def _create_offsets_topic(s: GatewayServices) -> None:
-    """Ask the controller for __consumer_offsets, at most one call in flight."""
+    """Ask the controller for __consumer_offsets in the background, at most one call in flight
+    per gateway (failures are logged; the next lookup asks again)."""
     if s.offsets_topic_creation is not None and not s.offsets_topic_creation.done():
         return
 
@@ -68,9 +85,9 @@ def _create_offsets_topic(s: GatewayServices) -> None:
             log.warning("offsets_topic_creation_failed", error=repr(exc))
             return
         if resp.error_code:
-            log.info(
+            log.warning(
                 "offsets_topic_not_created",
-                error=ErrorCode(resp.error_code).name,
+                error_code=resp.error_code,
                 message=resp.error_message,
             )
         else:
@@ -79,48 +96,53 @@ def _create_offsets_topic(s: GatewayServices) -> None:
     s.offsets_topic_creation = s.spawn(create(), "create __consumer_offsets")
 
 
-def find_group_coordinator(ctx: RequestContext, key: str) -> Body:
+def find_group_coordinator(ctx: RequestContext, key: str) -> Lookup:
+    """The gateway that serves ``key``'s group for this client, or why there is none."""
     s = ctx.services
     if s.cache.topic(CONSUMER_OFFSETS_TOPIC) is None:
         _create_offsets_topic(s)
-        return _answer(key, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
     if s.coordinators is None:
-        return _answer(key, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
     route = s.coordinators.route(key)
     if route.error != ErrorCode.NONE:
-        return _answer(key, route.error)
+        return route.error, None
     gateways = live_gateways(s)
     ids = candidates(gateways, client_zone(ctx.client_id, s.endpoint.rack))
     chosen = leader_for(topic_hash(CONSUMER_OFFSETS_TOPIC), route.partition, ids)
-    return _answer(key, ErrorCode.NONE, gateways[chosen])
-
-
-def _find(ctx: RequestContext, key_type: int, key: str) -> Body:
-    if key_type == GROUP:
-        return find_group_coordinator(ctx, key)
-    if key_type == TRANSACTION:
-        return _answer(key, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    return _answer(key, ErrorCode.INVALID_REQUEST, message=f"Unknown coordinator type {key_type}")
+    return ErrorCode.NONE, gateways[chosen]
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
-    key_type = int(req.get("key_type", GROUP))
-    if ctx.api_version >= 4:
-        keys = req.get("coordinator_keys") or []
-        return {"throttle_time": 0, "coordinators": [_find(ctx, key_type, k) for k in keys]}
-    one = _find(ctx, key_type, req.get("key", ""))
-    one.pop("key")
+    key_type = int(req.get("key_type") or GROUP)
+    if key_type not in (GROUP, TRANSACTION):
+        return error_response(req, ctx.api_version, ErrorCode.INVALID_REQUEST)
+
+    def lookup(key: str) -> Lookup:
+        if key_type == GROUP:
+            return find_group_coordinator(ctx, key)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+
+    if ctx.api_version >= BATCHED_VERSION:
+        entries = []
+        for key in req.get("coordinator_keys") or []:
+            code, node = lookup(key)
+            entries.append(_entry(key, code, node, None))
+        return {"throttle_time": 0, "coordinators": entries}
+    code, node = lookup(req.get("key") or "")
+    one = _entry("", code, node, _default_message(code))
+    del one["key"]
     return {"throttle_time": 0, **one}
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    if version >= 4:
-        return {
-            "throttle_time": 0,
-            "coordinators": [_answer(k, code) for k in req.get("coordinator_keys") or []],
-        }
-    one = _answer("", code)
-    one.pop("key")
+    """``code`` for the whole request (every key on v4), with Kafka's default message."""
+    message = _default_message(code)
+    if version >= BATCHED_VERSION:
+        keys = req.get("coordinator_keys") or []
+        return {"throttle_time": 0, "coordinators": [_entry(k, code, None, message) for k in keys]}
+    one = _entry("", code, None, message)
+    del one["key"]
     return {"throttle_time": 0, **one}
 
 

@@ -1,13 +1,22 @@
 """The group APIs, forwarded to the group coordinator that owns each group's shard.
 
-JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch (v1-7), OffsetDelete name
-one group; DescribeGroups, DeleteGroups and OffsetFetch v8 name several, possibly on different
-coordinators: they are split per coordinator and the answers merged back in request order.
-ListGroups asks every coordinator. As Kafka's KafkaApis does, OffsetCommit and OffsetDelete
-answer UNKNOWN_TOPIC_OR_PARTITION here for topics the cluster does not have. A coordinator that
-cannot be reached answers NOT_COORDINATOR (clients look the coordinator up again); a group
-whose shard is not placed yet, COORDINATOR_NOT_AVAILABLE. Error shapes per API and version come
-from the coordinator's own ``error_response``.
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch (v1-7) and OffsetDelete
+name one group; DescribeGroups, DeleteGroups and OffsetFetch v8 name several, possibly on
+different coordinators: they are split per coordinator (one request each, concurrently) and the
+answers merged back in request order. ListGroups asks every registered coordinator and merges;
+a coordinator that fails reports its error in the top-level error code, next to the groups of
+the others (COORDINATOR_NOT_AVAILABLE also while a shard of an existing ``__consumer_offsets``
+has no registered owner, as Kafka answers while partitions load: admin clients retry).
+
+As Kafka's KafkaApis does, OffsetCommit and OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION here
+for partitions the cluster does not have, and an OffsetCommit with nothing left to commit is
+answered without asking the coordinator. Failures (see ``services.gateway.coordinators``) are
+answered in each API's and version's shape (``services.common.group_errors``).
+
+Deadlines: JoinGroup may wait for the whole rebalance, so its call may last its rebalance
+timeout (v0: the session timeout) plus ``request.timeout.ms``; the others
+``request.timeout.ms``. A request in flight does not stop the connection from reading the next
+ones; responses still leave in request order (``services.gateway.server``).
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.errors import ErrorCode
+from services.common.group_errors import error_response as group_error_response
 from services.common.protocol import ApiKey
+from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC
 from services.gateway.context import RequestContext
 from services.gateway.coordinators import CoordinatorClients, ForwardError
-from services.gateway.handlers.base import ApiHandler, Body
-from services.group_coordinator.api import error_response as group_error_response
+from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 
 NAMES = {
     ApiKey.OFFSET_COMMIT: "OffsetCommit",
@@ -35,86 +45,125 @@ NAMES = {
     ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.OFFSET_DELETE: "OffsetDelete",
 }
+OFFSET_FETCH_BATCHED_VERSION = 8
 _UNKNOWN_TOPIC = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+Target = int | ErrorCode  # a coordinator id, or why the group cannot be routed
 
 
 def client_host(peer: str) -> str:
-    """The client's address as Kafka stores it (``InetAddress.toString``: ``/127.0.0.1``)."""
+    """The client's address as Kafka reports it (``InetAddress.toString``: ``/127.0.0.1``)."""
     host = peer.rsplit(":", 1)[0] if ":" in peer else peer
     return "/" + host
 
 
-def _timeout_s(ctx: RequestContext, body: Body) -> float:
+def forward_timeout_s(ctx: RequestContext, body: Body) -> float:
+    """How long the coordinator may take: JoinGroup's rebalance timeout (v0: its session
+    timeout) plus ``request.timeout.ms``; ``request.timeout.ms`` for everything else."""
     base = ctx.services.request_timeout_s
-    if ctx.api_key == ApiKey.JOIN_GROUP:
-        wait = body.get("rebalance_timeout", -1) if ctx.api_version >= 1 else -1
-        if wait is None or wait < 0:
-            wait = body.get("session_timeout", 0)
-        return base + max(int(wait), 0) / 1000.0
-    return base
+    if ctx.api_key != ApiKey.JOIN_GROUP:
+        return base
+    wait = body.get("rebalance_timeout") if ctx.api_version >= 1 else None
+    if wait is None or wait < 0:
+        wait = body.get("session_timeout") or 0
+    return base + max(int(wait), 0) / 1000.0
 
 
-def _clients(ctx: RequestContext) -> CoordinatorClients | None:
-    return ctx.services.coordinators
-
-
-async def _forward_one(ctx: RequestContext, group_id: str, body: Body) -> Body:
-    """One group's request to its coordinator; errors in the API's shape."""
-    key, version = ctx.api_key, ctx.api_version
-    clients = _clients(ctx)
+def _target(clients: CoordinatorClients | None, group_id: str) -> Target:
     if clients is None:
-        return group_error_response(key, version, body, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     route = clients.route(group_id)
-    if route.error != ErrorCode.NONE:
-        return group_error_response(key, version, body, route.error)
+    return route.error if route.error != ErrorCode.NONE else route.coordinator
+
+
+async def _ask(ctx: RequestContext, target: Target, req: Body) -> Body:
+    """``req`` answered by ``target`` (any failure: the error in the API's shape)."""
+    key, version = ctx.api_key, ctx.api_version
+    clients = ctx.services.coordinators
+    if isinstance(target, ErrorCode) or clients is None:
+        code = target if isinstance(target, ErrorCode) else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return group_error_response(key, version, req, code)
     try:
         return await clients.forward(
-            route.coordinator,
+            target,
             key,
             version,
-            body,
+            req,
             client_id=ctx.client_id or "",
             client_host=client_host(ctx.peer),
-            timeout_s=_timeout_s(ctx, body),
+            timeout_s=forward_timeout_s(ctx, req),
         )
     except ForwardError as exc:
-        return group_error_response(key, version, body, exc.code)
+        return group_error_response(key, version, req, exc.code)
 
 
 # ---- one group ------------------------------------------------------------------------------
 async def _single(ctx: RequestContext, req: Body) -> Body:
-    return await _forward_one(ctx, req.get("group_id") or "", req)
+    group_id = req.get("group_id") or ""
+    return await _ask(ctx, _target(ctx.services.coordinators, group_id), req)
 
 
-def _known_topics(ctx: RequestContext, req: Body) -> tuple[Body, list[Body]]:
-    """``req`` without topics the cluster lacks, and the UNKNOWN_TOPIC answers for those."""
+def _split_unknown(ctx: RequestContext, req: Body) -> tuple[Body, list[tuple[str, int]]]:
+    """``req`` keeping only partitions the cluster has; the (topic, partition)s it lacks."""
     cache = ctx.services.cache
-    known, unknown = [], []
+    topics, unknown = [], []
     for t in req.get("topics") or []:
-        (known if cache.topic(t.get("name", "")) is not None else unknown).append(t)
-    answers = [
-        {
-            "name": t.get("name", ""),
-            "partitions": [
-                {"partition_index": p.get("partition_index", 0), "error_code": _UNKNOWN_TOPIC}
-                for p in t.get("partitions") or []
-            ],
-        }
-        for t in unknown
-    ]
-    return {**req, "topics": known}, answers
+        name = t.get("name") or ""
+        known = []
+        for p in t.get("partitions") or []:
+            if cache.partition(name, p.get("partition_index", -1)) is not None:
+                known.append(p)
+            else:
+                unknown.append((name, p.get("partition_index", -1)))
+        if known:
+            topics.append({**t, "partitions": known})
+    return {**req, "topics": topics}, unknown
 
 
-async def _with_known_topics(ctx: RequestContext, req: Body) -> Body:
-    """OffsetCommit / OffsetDelete: unknown topics are answered here, the rest forwarded."""
-    filtered, unknown = _known_topics(ctx, req)
-    resp = await _forward_one(ctx, req.get("group_id") or "", filtered)
-    if unknown:
-        resp["topics"] = list(resp.get("topics") or []) + unknown
+def _add_partition_errors(resp: Body, unknown: list[tuple[str, int]]) -> None:
+    """Add UNKNOWN_TOPIC_OR_PARTITION answers to ``resp["topics"]`` (merged per topic)."""
+    topics: list[Body] = list(resp.get("topics") or [])
+    by_name = {t.get("name"): t for t in topics}
+    for name, index in unknown:
+        entry = by_name.get(name)
+        if entry is None:
+            entry = by_name[name] = {"name": name, "partitions": []}
+            topics.append(entry)
+        entry["partitions"] = [
+            *(entry.get("partitions") or []),
+            {"partition_index": index, "error_code": _UNKNOWN_TOPIC},
+        ]
+    resp["topics"] = topics
+
+
+async def _offset_commit(ctx: RequestContext, req: Body) -> Body:
+    filtered, unknown = _split_unknown(ctx, req)
+    if filtered["topics"]:
+        resp = await _single(ctx, filtered)
+    else:  # nothing the coordinator could commit: Kafka answers without asking it
+        resp = group_error_response(ctx.api_key, ctx.api_version, filtered, ErrorCode.NONE)
+    _add_partition_errors(resp, unknown)
+    return resp
+
+
+async def _offset_delete(ctx: RequestContext, req: Body) -> Body:
+    """The coordinator is always asked (it reports the group's own errors); a group error
+    answers no partitions, as Kafka's OffsetDelete does."""
+    filtered, unknown = _split_unknown(ctx, req)
+    resp = await _single(ctx, filtered)
+    if not resp.get("error_code"):
+        _add_partition_errors(resp, unknown)
     return resp
 
 
 # ---- several groups -------------------------------------------------------------------------
+def _merged(ctx: RequestContext, **values: Any) -> Body:
+    """A response of the request's API and version holding ``values`` (exactly its fields)."""
+    resp = group_error_response(ctx.api_key, ctx.api_version, {}, ErrorCode.NONE)
+    resp.update((k, v) for k, v in values.items() if k in resp)
+    return resp
+
+
 async def _split(
     ctx: RequestContext,
     groups: Sequence[Any],
@@ -122,39 +171,30 @@ async def _split(
     make_request: Callable[[list[Any]], Body],
     entries_of: Callable[[Body], list[Body]],
 ) -> list[Body]:
-    """Send each coordinator its groups (one request each); the answer entries in the order
-    of ``groups``. Unroutable groups get their error entries from ``error_response``."""
-    clients = _clients(ctx)
-    by_target: dict[int | ErrorCode, list[Any]] = {}
+    """Send each coordinator its groups (one request each, concurrently); the answer entries
+    in the order of ``groups``. A group missing from its coordinator's answer is answered
+    UNKNOWN_SERVER_ERROR."""
+    clients = ctx.services.coordinators
+    by_target: dict[Target, list[Any]] = {}
     for g in groups:
-        if clients is None:
-            target: int | ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE
-        else:
-            route = clients.route(group_of(g))
-            target = route.error if route.error != ErrorCode.NONE else route.coordinator
-        by_target.setdefault(target, []).append(g)
-
-    async def ask(target: int | ErrorCode, part: list[Any]) -> list[Body]:
-        req = make_request(part)
-        key, version = ctx.api_key, ctx.api_version
-        if isinstance(target, ErrorCode):
-            return entries_of(group_error_response(key, version, req, target))
-        assert clients is not None
-        try:
-            resp = await clients.forward(
-                target, key, version, req, client_id=ctx.client_id or "",
-                client_host=client_host(ctx.peer), timeout_s=_timeout_s(ctx, req),
-            )  # fmt: skip
-        except ForwardError as exc:
-            return entries_of(group_error_response(key, version, req, exc.code))
-        return entries_of(resp)
-
-    answers = await asyncio.gather(*(ask(t, part) for t, part in by_target.items()))
+        by_target.setdefault(_target(clients, group_of(g)), []).append(g)
+    answers = await asyncio.gather(
+        *(_ask(ctx, target, make_request(part)) for target, part in by_target.items())
+    )
     by_group: dict[str, Body] = {}
-    for entries in answers:
-        for e in entries:
-            by_group.setdefault(e.get("group_id", ""), e)
-    return [by_group[group_of(g)] for g in groups if group_of(g) in by_group]
+    for resp in answers:
+        for entry in entries_of(resp):
+            by_group.setdefault(entry.get("group_id") or "", entry)
+    out: list[Body] = []
+    for g in groups:
+        answered = by_group.get(group_of(g))
+        if answered is None:
+            failed = group_error_response(
+                ctx.api_key, ctx.api_version, make_request([g]), ErrorCode.UNKNOWN_SERVER_ERROR
+            )
+            answered = entries_of(failed)[0]
+        out.append(answered)
+    return out
 
 
 async def _describe_groups(ctx: RequestContext, req: Body) -> Body:
@@ -165,7 +205,7 @@ async def _describe_groups(ctx: RequestContext, req: Body) -> Body:
         lambda part: {**req, "groups": part},
         lambda resp: list(resp.get("groups") or []),
     )
-    return {"throttle_time": 0, "groups": groups}
+    return _merged(ctx, groups=groups)
 
 
 async def _delete_groups(ctx: RequestContext, req: Body) -> Body:
@@ -177,44 +217,49 @@ async def _delete_groups(ctx: RequestContext, req: Body) -> Body:
         lambda part: {**req, "groups_names": part},
         lambda resp: list(resp.get("results") or []),
     )
-    return {"throttle_time": 0, "results": results}
+    return _merged(ctx, results=results)
 
 
 async def _offset_fetch(ctx: RequestContext, req: Body) -> Body:
-    if ctx.api_version < 8:
+    if ctx.api_version < OFFSET_FETCH_BATCHED_VERSION:
         return await _single(ctx, req)
     groups = await _split(
         ctx,
         list(req.get("groups") or []),
-        lambda g: g.get("group_id", ""),
+        lambda g: g.get("group_id") or "",
         lambda part: {**req, "groups": part},
         lambda resp: list(resp.get("groups") or []),
     )
-    return {"throttle_time": 0, "groups": groups}
+    return _merged(ctx, groups=groups)
+
+
+def _unserved_shards(ctx: RequestContext) -> bool:
+    """``__consumer_offsets`` exists but some of its shards have no registered owner."""
+    cache = ctx.services.cache
+    if cache.topic(CONSUMER_OFFSETS_TOPIC) is None:
+        return False
+    shard_map = cache.shard_map
+    if shard_map is None:
+        return True
+    return any(
+        (owner := shard_map.shards.get(p)) is None or owner.owner not in cache.group_coordinators
+        for p in range(shard_map.partitions)
+    )
 
 
 async def _list_groups(ctx: RequestContext, req: Body) -> Body:
-    clients = _clients(ctx)
-    coordinators = sorted(ctx.services.cache.group_coordinators) if clients else []
-    error = ErrorCode.NONE
+    coordinators = sorted(ctx.services.cache.group_coordinators)
+    answers = await asyncio.gather(*(_ask(ctx, c, req) for c in coordinators))
+    error = ErrorCode.COORDINATOR_NOT_AVAILABLE if _unserved_shards(ctx) else ErrorCode.NONE
     groups: list[Body] = []
-
-    async def ask(node_id: int) -> Body:
-        assert clients is not None
-        try:
-            return await clients.forward(
-                node_id, ctx.api_key, ctx.api_version, req, client_id=ctx.client_id or "",
-                client_host=client_host(ctx.peer), timeout_s=ctx.services.request_timeout_s,
-            )  # fmt: skip
-        except ForwardError as exc:
-            return {"error_code": int(exc.code), "groups": []}
-
-    for resp in await asyncio.gather(*(ask(c) for c in coordinators)):
-        code = int(resp.get("error_code", 0))
+    for resp in answers:
+        code = int(resp.get("error_code") or 0)
+        if code == ErrorCode.NOT_COORDINATOR:  # unreachable: there is no "right" coordinator
+            code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if code and error == ErrorCode.NONE:
-            error = ErrorCode(code)
+            error = as_error_code(code)
         groups.extend(resp.get("groups") or [])
-    return {"throttle_time": 0, "error_code": int(error), "groups": groups}
+    return _merged(ctx, error_code=int(error), groups=groups)
 
 
 def _handler(key: ApiKey, handle: Callable[[RequestContext, Body], Any]) -> ApiHandler:
@@ -229,8 +274,8 @@ HANDLERS = [
     _handler(ApiKey.SYNC_GROUP, _single),
     _handler(ApiKey.HEARTBEAT, _single),
     _handler(ApiKey.LEAVE_GROUP, _single),
-    _handler(ApiKey.OFFSET_COMMIT, _with_known_topics),
-    _handler(ApiKey.OFFSET_DELETE, _with_known_topics),
+    _handler(ApiKey.OFFSET_COMMIT, _offset_commit),
+    _handler(ApiKey.OFFSET_DELETE, _offset_delete),
     _handler(ApiKey.OFFSET_FETCH, _offset_fetch),
     _handler(ApiKey.DESCRIBE_GROUPS, _describe_groups),
     _handler(ApiKey.DELETE_GROUPS, _delete_groups),

@@ -99,11 +99,17 @@ ControllerFn = Callable[[str, Any], Awaitable[Any]]
 
 
 class FakeController:
-    """``call_items`` like ControllerClient, answered by ``fn(method, request)``."""
+    """``call`` and ``call_items`` like ControllerClient, answered by ``fn(method, request)``."""
 
     def __init__(self, fn: ControllerFn | None = None) -> None:
         self.fn = fn
         self.requests: list[tuple[str, Any]] = []
+
+    async def call(self, method: str, request: Any, deadline: float) -> Any:
+        self.requests.append((method, request))
+        assert self.fn is not None
+        remaining = deadline - asyncio.get_running_loop().time()
+        return await asyncio.wait_for(self.fn(method, request), max(remaining, 0))
 
     async def call_items(self, method: str, items: Sequence[Any], build: Callable[..., Any],
                          item_key: Callable[[Any], Any], results: Callable[[Any], Iterable[Any]],
