@@ -337,6 +337,8 @@ class ClusterUp:
             "1",
             "--gateways",
             "1",
+            "--group-coordinators",
+            "1",
         ]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli", *argv],
@@ -437,7 +439,13 @@ def test_cluster_up_runs_stops_cleanly_and_keeps_data(
     first = cluster_up()
     bootstrap = first.wait_ready()
     pids = first.pids()
-    assert set(pids) == {"zookeeper", "controller-0", "storage-0", "gateway-0"}
+    assert set(pids) == {
+        "zookeeper",
+        "controller-0",
+        "storage-0",
+        "group_coordinator-0",
+        "gateway-0",
+    }
     assert any(
         line.startswith("data dir: ") and str(tmp_path / "data") in line for line in first.seen
     )

@@ -19,7 +19,7 @@ import asyncio
 
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
-from services.common.protocol import ApiKey
+from services.common.protocol import ApiKey, message_spec
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, Endpoint
 from services.gateway.context import GatewayServices, RequestContext
@@ -130,9 +130,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             entries.append(_entry(key, code, node, None))
         return {"throttle_time": 0, "coordinators": entries}
     code, node = lookup(req.get("key") or "")
-    one = _entry("", code, node, _default_message(code))
-    del one["key"]
-    return {"throttle_time": 0, **one}
+    return _single(ctx.api_version, _entry("", code, node, _default_message(code)))
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
@@ -141,9 +139,13 @@ def error_response(req: Body, version: int, code: ErrorCode) -> Body:
     if version >= BATCHED_VERSION:
         keys = req.get("coordinator_keys") or []
         return {"throttle_time": 0, "coordinators": [_entry(k, code, None, message) for k in keys]}
-    one = _entry("", code, None, message)
-    del one["key"]
-    return {"throttle_time": 0, **one}
+    return _single(version, _entry("", code, None, message))
+
+
+def _single(version: int, entry: Body) -> Body:
+    """A v0-3 response: ``entry``'s fields that ``version`` has (v0: no throttle, no message)."""
+    names = message_spec(ApiKey.FIND_COORDINATOR, version, "response").field_names
+    return {k: v for k, v in {"throttle_time": 0, **entry}.items() if k in names}
 
 
 HANDLER = ApiHandler(ApiKey.FIND_COORDINATOR, "FindCoordinator", handle, error_response)

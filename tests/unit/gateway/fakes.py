@@ -174,7 +174,7 @@ class FakeCoordinators:
                       body: dict[str, Any], *, client_id: str, client_host: str,
                       timeout_s: float) -> dict[str, Any]:
         from services.common.errors import ErrorCode
-        from services.group_coordinator.api import error_response
+        from services.common.group_errors import error_response
 
         self.calls.append((coordinator, api_key, api_version, body, client_id, client_host,
                            timeout_s))
