@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from services.common.errors import ErrorCode
+from services.common.group_errors import error_response
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
 from services.common.protocol.schema import EntitySpec
@@ -93,42 +94,6 @@ async def handle(
     return _fit(message_spec(api_key, api_version, "response"), response)
 
 
-def error_response(
-    api_key: int, api_version: int, body: dict[str, Any], code: ErrorCode
-) -> dict[str, Any]:
-    """The whole-request answer ``code`` (coordinator unreachable, request failed)."""
-    spec = message_spec(api_key, api_version, "response")
-    error = int(code)
-    out: dict[str, Any]
-    if api_key == ApiKey.OFFSET_COMMIT:
-        out = {"topics": _partition_errors(_commit_partitions(body), error)}
-    elif api_key == ApiKey.OFFSET_FETCH:
-        if api_version >= 8:
-            groups = [g.get("group_id", "") for g in body.get("groups") or ()]
-            out = {"groups": [_fetch_group(g, [], error) for g in groups]}
-        elif api_version < 2:
-            out = {"topics": _fetch_topics(_fetch_error_rows(body.get("topics"), error))}
-        else:
-            out = {"topics": [], "error_code": error}
-    elif api_key == ApiKey.JOIN_GROUP:
-        out = _join_response(api_version, JoinResult(code, ""))
-    elif api_key == ApiKey.SYNC_GROUP:
-        out = _sync_response(SyncResult(code))
-    elif api_key == ApiKey.DESCRIBE_GROUPS:
-        out = {"groups": [_describe_error(g, error) for g in body.get("groups") or ()]}
-    elif api_key == ApiKey.DELETE_GROUPS:
-        names = dict.fromkeys(body.get("groups_names") or ())
-        out = {"results": [{"group_id": g, "error_code": error} for g in names]}
-    elif api_key in (ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.LIST_GROUPS):
-        out = {"error_code": error, "members": [], "groups": []}
-    elif api_key == ApiKey.OFFSET_DELETE:
-        out = {"error_code": error, "topics": []}
-    else:
-        raise ValueError(f"api {api_key} is not a group coordinator request")
-    out["throttle_time"] = 0
-    return _fit(spec, out)
-
-
 # ---- shaping ---------------------------------------------------------------------------------
 def _fit(spec: EntitySpec, data: dict[str, Any]) -> dict[str, Any]:
     """``data`` cut to the fields of ``spec`` (recursively)."""
@@ -159,16 +124,6 @@ def _by_topic(rows: Iterable[tuple[TopicPartition, dict[str, Any]]]) -> list[dic
 
 
 # ---- OffsetCommit ----------------------------------------------------------------------------
-def _commit_partitions(body: dict[str, Any]) -> list[TopicPartition]:
-    return [
-        (t.get("name", ""), p.get("partition_index", 0))
-        for t in body.get("topics") or ()
-        for p in t.get("partitions") or ()
-    ]
-
-
-def _partition_errors(partitions: Iterable[TopicPartition], error: int) -> list[dict[str, Any]]:
-    return _by_topic((tp, {"error_code": error}) for tp in dict.fromkeys(partitions))
 
 
 async def _offset_commit(
@@ -222,12 +177,6 @@ def _fetch_row(
         "metadata": offset.metadata if offset else NO_METADATA,
         "error_code": error,
     }
-
-
-def _fetch_error_rows(
-    topics: list[dict[str, Any]] | None, error: int
-) -> list[tuple[TopicPartition, dict[str, Any]]]:
-    return [_fetch_row(tp, None, error) for tp in _requested(topics) or ()]
 
 
 def _fetch_topics(rows: list[tuple[TopicPartition, dict[str, Any]]]) -> list[dict[str, Any]]:
