@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import uvloop
@@ -70,6 +70,23 @@ def stop_event_on_signals() -> asyncio.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+class Service(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve_until_signalled(service: Service) -> int:
+    """Start ``service``, wait for SIGTERM/SIGINT, stop it (also when starting failed)."""
+    stop = stop_event_on_signals()
+    try:
+        await service.start()
+        await stop.wait()
+    finally:
+        await service.stop()
+    return 0
 
 
 def new_grpc_server() -> tuple[grpc.aio.Server, health.aio.HealthServicer]:

@@ -16,7 +16,7 @@ from services.common import protocol
 from services.common.admin_http import AdminServer
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
-from services.common.runtime import run, stop_event_on_signals
+from services.common.runtime import run, serve_until_signalled
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
@@ -121,14 +121,7 @@ class Gateway:
 async def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.load(sys.argv[1:] if argv is None else argv)
     configure_logging("gateway", settings.node_id, settings.log_format, settings.log_level)
-    stop = stop_event_on_signals()
-    gateway = Gateway(settings)
-    try:
-        await gateway.start()
-        await stop.wait()
-    finally:
-        await gateway.stop()
-    return 0
+    return await serve_until_signalled(Gateway(settings))
 
 
 def cli() -> None:

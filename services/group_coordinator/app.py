@@ -24,7 +24,7 @@ from services.common.admin_http import AdminServer
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
-from services.common.runtime import new_grpc_server, run, set_serving, stop_event_on_signals
+from services.common.runtime import new_grpc_server, run, serve_until_signalled, set_serving
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
@@ -149,14 +149,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(
         "group-coordinator", settings.node_id, settings.log_format, settings.log_level
     )
-    stop = stop_event_on_signals()
-    app = GroupCoordinatorApp(settings)
-    try:
-        await app.start()
-        await stop.wait()
-    finally:
-        await app.stop()
-    return 0
+    return await serve_until_signalled(GroupCoordinatorApp(settings))
 
 
 def cli() -> None:
