@@ -146,8 +146,12 @@ def test_kill_group_coordinator_moves_shards_and_keeps_offsets(cluster: LocalClu
             30,
         )
         assert moved[2] > epoch, f"epoch must grow when the owner changes: {epoch} -> {moved[2]}"
-        log_text = cluster.log_path(ROLE, survivor).read_text()
-        assert re.search(rf"Elected as the group coordinator for partition {partition}\b", log_text)
+        elected = rf"Elected as the group coordinator for partition {partition}\b"
+        wait_for(
+            "the survivor to load the shard",
+            lambda: re.search(elected, cluster.log_path(ROLE, survivor).read_text()),
+            30,
+        )
 
         produce(bootstrap, 300, 150)
         consume(consumer, 450, seen, 60)
