@@ -266,8 +266,11 @@ class ActiveController:
     async def place_shards(self) -> None:
         """Place the ``__consumer_offsets`` shards on the live group coordinators."""
         topic = self.ctx.topics.get(layout.CONSUMER_OFFSETS_TOPIC)
-        gone = topic is None or topic.name in self.ctx.topics_to_delete
-        await self.shards.reconcile(None if gone else len(topic.assignment))
+        if topic is None or topic.name in self.ctx.topics_to_delete:
+            await self.shards.reconcile(None)  # gone or going: the map stays as it is
+        else:
+            await self.shards.reconcile(len(topic.assignment))
+        self.metrics.update_shards(self.shards.placed)
 
     async def _add_topic(self, topic: TopicState, fresh_id: bool) -> None:
         """Put a topic read from ZooKeeper into the context; give it a topic id if it has none."""

@@ -217,8 +217,15 @@ class AdminOps:
             config=configs,
         )
         acks = self.c.send_states([(name, p) for p in sorted(assignment)], is_new=True)
+        await self._place_shards_of(name)
         result.topic_id = topic_id
         return _Pending(result, self._acks(acks))
+
+    async def _place_shards_of(self, name: str) -> None:
+        """``__consumer_offsets`` appeared or grew: place its shards now (the ZooKeeper watch
+        finds the change already in the context)."""
+        if name == layout.CONSUMER_OFFSETS_TOPIC:
+            await self.c.place_shards()
 
     # ---- internal topics ------------------------------------------------------------------
     async def create_internal_topic(
@@ -268,13 +275,11 @@ class AdminOps:
             },
         )
         try:
-            pending = await self._create_topic(spec, validate_only=False)
+            return await self._create_topic(spec, validate_only=False)
         except KafkaError as exc:
             if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 return _Pending(pb.TopicResult(name=name))
             return _Pending(_error(name, exc))
-        await self.c.place_shards()
-        return pending
 
     # ---- CreatePartitions -----------------------------------------------------------------
     async def create_partitions(
@@ -374,6 +379,7 @@ class AdminOps:
             raise
         log.info("created partitions", topic=name, partitions=old, count=new, assignment=added)
         acks = self.c.send_states([(name, p) for p in sorted(added)], is_new=True)
+        await self._place_shards_of(name)
         return _Pending(result, self._acks(acks))
 
     # ---- DeleteTopics ---------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
 
+from services.common.zk.layout import ShardMap
 from services.controller.model import ControllerContext
 
 _ELECTION_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
@@ -37,6 +40,12 @@ class ControllerMetrics:
             buckets=_ELECTION_BUCKETS_MS,
             registry=registry,
         )
+        self.coordinator_shards = Gauge(
+            "kafkapy_controller_coordinator_shards",
+            "__consumer_offsets partitions placed on each group coordinator (active controller)",
+            ["coordinator"],
+            registry=registry,
+        )
 
     def update(self, ctx: ControllerContext | None) -> None:
         """Refresh the gauges from the active controller's context (None = standby: all 0)."""
@@ -44,3 +53,13 @@ class ControllerMetrics:
         self.offline_partitions.set(ctx.offline_partition_count() if ctx else 0)
         self.topics.set(len(ctx.topics) if ctx else 0)
         self.partitions.set(ctx.partition_count() if ctx else 0)
+        if ctx is None:
+            self.coordinator_shards.clear()
+
+    def update_shards(self, placed: ShardMap | None) -> None:
+        """One series per coordinator owning shards in ``placed`` (None: no map, no series)."""
+        self.coordinator_shards.clear()
+        if placed is None:
+            return
+        for owner, count in Counter(s.owner for s in placed.shards.values()).items():
+            self.coordinator_shards.labels(coordinator=str(owner)).set(count)

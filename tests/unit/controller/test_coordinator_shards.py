@@ -86,3 +86,34 @@ def test_map_json_round_trip_keeps_sessions_and_reads_old_maps() -> None:
     assert ShardMap.from_json(m.to_json()) == m
     old = b'{"version":1,"partitions":1,"shards":{"0":{"owner":1,"epoch":2,"producer_id":9}}}'
     assert ShardMap.from_json(old).shards[0] == ShardOwner(1, 2, 9, 0)
+
+
+def no_ids() -> int:
+    raise AssertionError("no shard is new: no producer id may be allocated")
+
+
+def test_existing_shards_never_take_a_new_producer_id() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 6, ids().__next__)
+    assert m is not None
+    for live in ({1: 11}, {1: 11, 2: 22, 3: 33}, {1: 12, 3: 33}):
+        after = place_shards(m, live, 6, no_ids)
+        assert after is not None
+        assert [after.shards[p].producer_id for p in range(6)] == [
+            m.shards[p].producer_id for p in range(6)
+        ]
+        m = after
+
+
+def test_excess_goes_to_the_least_loaded_lowest_id_first() -> None:
+    m = ShardMap(4, {p: ShardOwner(1, 5, 100 + p, 11) for p in range(4)})
+    after = place_shards(m, {3: 33, 1: 11, 2: 22}, 4, no_ids)
+    assert after is not None
+    # fair share ceil(4/3) = 2: owner 1 keeps its lowest two; 2 then 3 take one each
+    assert [after.shards[p].owner for p in range(4)] == [1, 1, 2, 3]
+    assert [after.shards[p].epoch for p in range(4)] == [5, 5, 6, 6]
+
+
+def test_a_shard_of_a_stale_map_beyond_the_partition_count_is_dropped() -> None:
+    m = ShardMap(3, {p: ShardOwner(1, 0, 100 + p, 11) for p in range(3)})
+    after = place_shards(m, {1: 11}, 2, no_ids)
+    assert after is not None and sorted(after.shards) == [0, 1] and after.partitions == 2
