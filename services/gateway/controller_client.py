@@ -16,7 +16,7 @@ import grpc
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
-from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
+from services.common.rpc.kafkapy.v1 import controller_pb2, controller_pb2_grpc
 from services.common.runtime import new_channel
 
 log = get_logger("gateway.controller")
@@ -25,10 +25,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 K = TypeVar("K", bound=Hashable)
 
-_RETRIABLE = frozenset({
-    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.ABORTED,
-})
+_RETRIABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ABORTED,
+    }
+)
 _BACKOFF_S = 0.1
 
 
@@ -119,6 +123,7 @@ class ControllerClient:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return out
+
                 def moved(previous: int = controller) -> bool:
                     return self._cache.controller_id != previous
 
@@ -127,7 +132,27 @@ class ControllerClient:
                     await asyncio.sleep(min(_BACKOFF_S, max(deadline - loop.time(), 0)))
         return out
 
+    async def create_internal_topic(
+        self, name: str, deadline: float
+    ) -> controller_pb2.CreateInternalTopicResponse:
+        """Have the active controller create internal topic ``name`` (an existing one is no
+        error); a NOT_CONTROLLER answer is re-sent once the controller changes. Raises
+        TimeoutError at ``deadline``, ControllerError on a non-retriable failure."""
+        answers = await self.call_items(
+            "CreateInternalTopic",
+            [name],
+            lambda names: controller_pb2.CreateInternalTopicRequest(name=names[0]),
+            lambda n: n,
+            lambda resp: [resp],
+            lambda _resp: name,
+            deadline,
+        )
+        if name not in answers:
+            raise TimeoutError
+        return answers[name]
+
     async def close(self) -> None:
         entry, self._entry = self._entry, None
-        await asyncio.gather(*([entry[1].close()] if entry else []), *self._closing,
-                             return_exceptions=True)
+        await asyncio.gather(
+            *([entry[1].close()] if entry else []), *self._closing, return_exceptions=True
+        )

@@ -20,7 +20,6 @@ import asyncio
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
-from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, Endpoint
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
@@ -76,11 +75,7 @@ def _create_offsets_topic(s: GatewayServices) -> None:
     async def create() -> None:
         deadline = asyncio.get_running_loop().time() + s.request_timeout_s
         try:
-            resp = await s.controller.call(
-                "CreateInternalTopic",
-                cpb.CreateInternalTopicRequest(name=CONSUMER_OFFSETS_TOPIC),
-                deadline,
-            )
+            resp = await s.controller.create_internal_topic(CONSUMER_OFFSETS_TOPIC, deadline)
         except (TimeoutError, ControllerError) as exc:
             log.warning("offsets_topic_creation_failed", error=repr(exc))
             return

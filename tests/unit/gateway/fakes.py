@@ -12,6 +12,7 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.common.zk import layout
 from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.controller_client import ControllerClient
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.settings import GatewaySettings
 
@@ -22,28 +23,39 @@ def settings(**overrides: Any) -> GatewaySettings:
     return GatewaySettings.load([], env={}, **{"node_id": 1, **overrides})
 
 
-def add_topic(cache: MetadataCache, name: str, partitions: dict[int, Sequence[int]],
-              leaders: dict[int, int] | None = None, config: dict[str, str] | None = None,
-              topic_id: str | None = TOPIC_ID, epoch: int = 3) -> None:
+def add_topic(
+    cache: MetadataCache,
+    name: str,
+    partitions: dict[int, Sequence[int]],
+    leaders: dict[int, int] | None = None,
+    config: dict[str, str] | None = None,
+    topic_id: str | None = TOPIC_ID,
+    epoch: int = 3,
+) -> None:
     """Publish a topic the way the ZooKeeper watches would (assignment, states, config)."""
     cache.apply_topic_names(set(cache._raw) | {name})
-    cache.apply_assignment(name, layout.topic_assignment_json(
-        {p: list(r) for p, r in partitions.items()}, topic_id))
+    cache.apply_assignment(
+        name, layout.topic_assignment_json({p: list(r) for p, r in partitions.items()}, topic_id)
+    )
     for p, replicas in partitions.items():
         leader = (leaders or {}).get(p, replicas[0] if replicas else -1)
-        cache.apply_partition_state(name, p, layout.PartitionStateZk(
-            leader, epoch, list(replicas), 1).to_json(), version=1)
+        cache.apply_partition_state(
+            name, p, layout.PartitionStateZk(leader, epoch, list(replicas), 1).to_json(), version=1
+        )
     cache.apply_topic_config(name, layout.topic_config_json(config or {}) if config else None)
 
 
 def add_brokers(cache: MetadataCache, *ids: int) -> None:
     for i in ids:
-        cache.apply_broker(i, layout.BrokerRegistration(i, "127.0.0.1", 7000 + i, f"z{i}").to_json())
+        cache.apply_broker(
+            i, layout.BrokerRegistration(i, "127.0.0.1", 7000 + i, f"z{i}").to_json()
+        )
 
 
 def add_gateway(cache: MetadataCache, node_id: int, rack: str | None, port: int = 0) -> None:
-    cache.apply_gateway(node_id, layout.Endpoint(node_id, "127.0.0.1", port or 9000 + node_id,
-                                                 rack).to_json())
+    cache.apply_gateway(
+        node_id, layout.Endpoint(node_id, "127.0.0.1", port or 9000 + node_id, rack).to_json()
+    )
 
 
 class FakeStorageNode:
@@ -62,10 +74,18 @@ class FakeStorageNode:
         self.calls.append(("Append", request))
         if self.append_handler is not None:
             return await self.append_handler(request)
-        return spb.AppendResponse(partitions=[
-            spb.PartitionAppendResult(topic=p.topic, partition=p.partition, base_offset=100 + i,
-                                      log_append_time_ms=-1, log_start_offset=0)
-            for i, p in enumerate(request.partitions)])
+        return spb.AppendResponse(
+            partitions=[
+                spb.PartitionAppendResult(
+                    topic=p.topic,
+                    partition=p.partition,
+                    base_offset=100 + i,
+                    log_append_time_ms=-1,
+                    log_start_offset=0,
+                )
+                for i, p in enumerate(request.partitions)
+            ]
+        )
 
     async def Fetch(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
         self.calls.append(("Fetch", request))
@@ -111,26 +131,41 @@ class FakeController:
         remaining = deadline - asyncio.get_running_loop().time()
         return await asyncio.wait_for(self.fn(method, request), max(remaining, 0))
 
-    async def call_items(self, method: str, items: Sequence[Any], build: Callable[..., Any],
-                         item_key: Callable[[Any], Any], results: Callable[[Any], Iterable[Any]],
-                         result_key: Callable[[Any], Any], deadline: float) -> dict[Any, Any]:
+    async def call_items(
+        self,
+        method: str,
+        items: Sequence[Any],
+        build: Callable[..., Any],
+        item_key: Callable[[Any], Any],
+        results: Callable[[Any], Iterable[Any]],
+        result_key: Callable[[Any], Any],
+        deadline: float,
+    ) -> dict[Any, Any]:
         request = build(items)
         self.requests.append((method, request))
         assert self.fn is not None
         try:
-            resp = await asyncio.wait_for(self.fn(method, request),
-                                          deadline - asyncio.get_running_loop().time())
+            resp = await asyncio.wait_for(
+                self.fn(method, request), deadline - asyncio.get_running_loop().time()
+            )
         except TimeoutError:
             return {}
         return {result_key(r): r for r in results(resp)}
+
+    # the real client's calls built on call_items run unchanged over the fake
+    create_internal_topic = ControllerClient.create_internal_topic
 
     async def close(self) -> None:
         return None
 
 
-def services(cache: MetadataCache | None = None, *, rack: str | None = "z1",
-             controller: FakeController | None = None, **settings_overrides: Any
-             ) -> GatewayServices:
+def services(
+    cache: MetadataCache | None = None,
+    *,
+    rack: str | None = "z1",
+    controller: FakeController | None = None,
+    **settings_overrides: Any,
+) -> GatewayServices:
     cache = cache or MetadataCache()
     cache.loaded = True
     st = settings(broker_rack=rack, **settings_overrides)
@@ -144,16 +179,30 @@ def services(cache: MetadataCache | None = None, *, rack: str | None = "z1",
     )
 
 
-def context(svc: GatewayServices, api_key: int, version: int, client_id: str | None = "test"
-            ) -> RequestContext:
-    return RequestContext(svc, api_key, version, 7, client_id, "127.0.0.1:1",
-                          {int(k): v for k, v in SUPPORTED_VERSIONS.items()})
+def context(
+    svc: GatewayServices, api_key: int, version: int, client_id: str | None = "test"
+) -> RequestContext:
+    return RequestContext(
+        svc,
+        api_key,
+        version,
+        7,
+        client_id,
+        "127.0.0.1:1",
+        {int(k): v for k, v in SUPPORTED_VERSIONS.items()},
+    )
 
 
-def topic_result(name: str, code: int = 0, partitions: int = 1, rf: int = 1,
-                 message: str = "") -> Any:
-    return cpb.TopicResult(name=name, error_code=code, error_message=message,
-                           num_partitions=partitions, replication_factor=rf)
+def topic_result(
+    name: str, code: int = 0, partitions: int = 1, rf: int = 1, message: str = ""
+) -> Any:
+    return cpb.TopicResult(
+        name=name,
+        error_code=code,
+        error_message=message,
+        num_partitions=partitions,
+        replication_factor=rf,
+    )
 
 
 class FakeCoordinators:
@@ -170,14 +219,23 @@ class FakeCoordinators:
     def route(self, group_id: str) -> Any:
         return self._route
 
-    async def forward(self, coordinator: int, api_key: int, api_version: int,
-                      body: dict[str, Any], *, client_id: str, client_host: str,
-                      timeout_s: float) -> dict[str, Any]:
+    async def forward(
+        self,
+        coordinator: int,
+        api_key: int,
+        api_version: int,
+        body: dict[str, Any],
+        *,
+        client_id: str,
+        client_host: str,
+        timeout_s: float,
+    ) -> dict[str, Any]:
         from services.common.errors import ErrorCode
         from services.common.group_errors import error_response
 
-        self.calls.append((coordinator, api_key, api_version, body, client_id, client_host,
-                           timeout_s))
+        self.calls.append(
+            (coordinator, api_key, api_version, body, client_id, client_host, timeout_s)
+        )
         if self.answer is not None:
             result = self.answer(api_key, api_version, body)
             return await result if asyncio.iscoroutine(result) else result  # type: ignore[no-any-return]

@@ -27,8 +27,14 @@ class Controller(controller_pb2_grpc.ControllerServicer):
         names = [t.name for t in request.topics]
         self.seen.append(names)
         code = 0 if self.active else ErrorCode.NOT_CONTROLLER
-        return cpb.CreateTopicsResponse(topics=[cpb.TopicResult(name=n, error_code=code)
-                                                for n in names])
+        return cpb.CreateTopicsResponse(
+            topics=[cpb.TopicResult(name=n, error_code=code) for n in names]
+        )
+
+    async def CreateInternalTopic(self, request: Any, context: Any) -> Any:  # noqa: N802
+        self.seen.append([request.name])
+        code = 0 if self.active else ErrorCode.NOT_CONTROLLER
+        return cpb.CreateInternalTopicResponse(error_code=code)
 
 
 @pytest.fixture
@@ -54,12 +60,14 @@ def _request(items: Any) -> Any:
 
 async def _create(client: ControllerClient, names: list[str], within_s: float) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + within_s
-    return await client.call_items("CreateTopics", names, _request, lambda n: n,
-                                   lambda r: r.topics, lambda r: r.name, deadline)
+    return await client.call_items(
+        "CreateTopics", names, _request, lambda n: n, lambda r: r.topics, lambda r: r.name, deadline
+    )
 
 
 async def test_not_controller_items_follow_the_new_controller(
-        controllers: tuple[MetadataCache, Controller, Controller]) -> None:
+    controllers: tuple[MetadataCache, Controller, Controller],
+) -> None:
     cache, standby, active = controllers
     cache.apply_controller(layout.controller_json(1))  # stale: 1 is a standby
     client = ControllerClient(cache)
@@ -74,7 +82,8 @@ async def test_not_controller_items_follow_the_new_controller(
 
 
 async def test_waits_for_a_controller_to_be_known(
-        controllers: tuple[MetadataCache, Controller, Controller]) -> None:
+    controllers: tuple[MetadataCache, Controller, Controller],
+) -> None:
     cache, _, active = controllers
     client = ControllerClient(cache)
     asyncio.get_running_loop().call_later(0.1, cache.apply_controller, layout.controller_json(2))
@@ -97,3 +106,35 @@ async def test_unreachable_controller_times_out() -> None:
     finally:
         await client.close()
     assert out == {} and 0.4 < loop.time() - start < 2.0
+
+
+async def test_create_internal_topic_follows_the_new_controller(
+    controllers: tuple[MetadataCache, Controller, Controller],
+) -> None:
+    cache, standby, active = controllers
+    cache.apply_controller(layout.controller_json(1))  # stale: 1 is a standby
+    client = ControllerClient(cache)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.1, cache.apply_controller, layout.controller_json(2))
+    try:
+        resp = await client.create_internal_topic("__consumer_offsets", loop.time() + 5.0)
+    finally:
+        await client.close()
+    assert resp.error_code == 0
+    assert standby.seen and {tuple(s) for s in standby.seen} == {("__consumer_offsets",)}
+    assert active.seen == [["__consumer_offsets"]]
+
+
+async def test_create_internal_topic_times_out_on_a_standby(
+    controllers: tuple[MetadataCache, Controller, Controller],
+) -> None:
+    cache, standby, active = controllers
+    cache.apply_controller(layout.controller_json(1))  # never moves to the active one
+    client = ControllerClient(cache)
+    loop = asyncio.get_running_loop()
+    try:
+        with pytest.raises(TimeoutError):
+            await client.create_internal_topic("__consumer_offsets", loop.time() + 0.3)
+    finally:
+        await client.close()
+    assert standby.seen and not active.seen
