@@ -267,9 +267,9 @@ class ActiveController:
         """Place the ``__consumer_offsets`` shards on the live group coordinators."""
         topic = self.ctx.topics.get(layout.CONSUMER_OFFSETS_TOPIC)
         if topic is None or topic.name in self.ctx.topics_to_delete:
-            await self.shards.reconcile(None)  # gone or going: the map stays as it is
+            await self.shards.reconcile(None)  # gone or going: owners resign
         else:
-            await self.shards.reconcile(len(topic.assignment))
+            await self.shards.reconcile(len(topic.assignment), topic.topic_id)
         self.metrics.update_shards(self.shards.placed)
 
     async def _add_topic(self, topic: TopicState, fresh_id: bool) -> None:
@@ -500,7 +500,8 @@ class ActiveController:
     # ---- topic changes --------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
         names = set(await self.zk.get_children(layout.BROKER_TOPICS))
-        for name in sorted(set(self.ctx.topics) - names):
+        removed = set(self.ctx.topics) - names
+        for name in sorted(removed):
             log.warning("topic removed from ZooKeeper by someone else", topic=name)
             self.ctx.topics.pop(name, None)
             self.ctx.topics_to_delete.discard(name)
@@ -514,7 +515,7 @@ class ActiveController:
                     "new topic found in ZooKeeper", topic=name, partitions=len(got[0].assignment)
                 )
         await self._bring_online(added, {t.name: sorted(t.assignment) for t in added})
-        if any(t.name == layout.CONSUMER_OFFSETS_TOPIC for t in added):
+        if layout.CONSUMER_OFFSETS_TOPIC in removed | {t.name for t in added}:
             await self.place_shards()
 
     async def _on_partition_modification(self, name: str) -> None:

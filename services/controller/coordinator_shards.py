@@ -7,7 +7,11 @@ the rest go to the least loaded live coordinator (lowest id first). Any change o
 restarted owner (new registration znode) counts as a new one - bumps the shard's epoch, which
 is also the producer epoch its owner writes with, so storage fences the former owner. A new
 shard gets epoch 0 and its own producer id, kept for its life (a new one only if the int16
-epoch would overflow). With no live coordinator the map is left as it is.
+epoch would reach 32767). With no live coordinator the map is left as it is.
+
+A map of another ``__consumer_offsets`` (the topic was deleted and created again) starts over.
+While the topic is queued for deletion or gone, the map is emptied: owners resign, as Kafka's
+coordinators do when their partitions are deleted (StopReplica with delete).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from services.controller.zkstore import Create, EpochGuard, SetData
 
 log = get_logger("controller.shards")
 
-MAX_EPOCH = 32767  # producer epochs are int16
+MAX_EPOCH = 32766  # producer epochs are int16, kept below Short.MAX_VALUE
 
 
 def place_shards(
@@ -32,12 +36,14 @@ def place_shards(
     live: Mapping[int, int],
     partitions: int,
     new_producer_id: Callable[[], int],
+    topic_id: str = "",
 ) -> ShardMap | None:
     """The map that should be written (None = leave it as it is). ``live`` maps each live
-    coordinator id to its registration's czxid."""
+    coordinator id to its registration's czxid; ``topic_id`` is the topic's (a map recorded
+    for another topic id is not reused; one without any is adopted)."""
     if not live or partitions <= 0:
         return None
-    old = dict(current.shards) if current is not None else {}
+    old = reusable(current, topic_id)
     fair = math.ceil(partitions / len(live))
     load = dict.fromkeys(live, 0)
     kept: dict[int, ShardOwner] = {}
@@ -54,11 +60,26 @@ def place_shards(
         owner = min(load, key=lambda c: (load[c], c))
         load[owner] += 1
         prev = old.get(p)
-        if prev is None or prev.epoch + 1 > MAX_EPOCH:
+        if prev is None or prev.epoch >= MAX_EPOCH:
             shards[p] = ShardOwner(owner, 0, new_producer_id(), live[owner])
         else:
             shards[p] = ShardOwner(owner, prev.epoch + 1, prev.producer_id, live[owner])
-    return ShardMap(partitions, shards)
+    return ShardMap(partitions, shards, topic_id)
+
+
+def reusable(current: ShardMap | None, topic_id: str) -> dict[int, ShardOwner]:
+    """The shards of ``current`` that belong to the topic ``topic_id`` (a map without a topic
+    id is taken as this topic's)."""
+    if current is None or current.topic_id not in ("", topic_id):
+        return {}
+    return dict(current.shards)
+
+
+def released(current: ShardMap | None) -> ShardMap | None:
+    """The map once ``__consumer_offsets`` is gone or going (None = already so)."""
+    if current is None or (current.partitions == 0 and not current.shards):
+        return None
+    return ShardMap(0, {})
 
 
 class ShardPlacer:
@@ -82,12 +103,20 @@ class ShardPlacer:
                 out[node_id] = got[1].czxid
         return out
 
-    async def reconcile(self, partitions: int | None) -> None:
-        """``partitions`` = the partition count of ``__consumer_offsets`` (None: no topic)."""
+    async def reconcile(self, partitions: int | None, topic_id: str = "") -> None:
+        """``partitions`` = the partition count of ``__consumer_offsets`` (None: the topic is
+        gone or queued for deletion), ``topic_id`` its id."""
         got = await self._zk.get_or_none(layout.GROUP_COORDINATOR_SHARDS)
         current = ShardMap.from_json(got[0]) if got is not None and got[0] else None
         self.placed = current
         if partitions is None:
+            empty = released(current)
+            if empty is not None and got is not None:
+                await self._write(empty, got[1].version)
+                log.info(
+                    f"shards of {CONSUMER_OFFSETS_TOPIC} released: the topic is being deleted",
+                    shards=len(current.shards) if current is not None else 0,
+                )
             return
         live = await self._live()
         fresh: list[int] = []
@@ -97,7 +126,7 @@ class ShardPlacer:
             fresh.append(-1)
             return -len(fresh)
 
-        wanted = place_shards(current, live, partitions, reserve)
+        wanted = place_shards(current, live, partitions, reserve, topic_id)
         if wanted is None or wanted == current:
             return
         if fresh:
@@ -112,15 +141,10 @@ class ShardPlacer:
                     )
                     for p, s in wanted.shards.items()
                 },
+                wanted.topic_id,
             )
-        data = wanted.to_json()
-        if got is None:
-            op: Create | SetData = Create(layout.GROUP_COORDINATOR_SHARDS, data)
-        else:
-            op = SetData(layout.GROUP_COORDINATOR_SHARDS, data, got[1].version)
-        await self._guard.commit([op])
-        self.placed = wanted
-        old = current.shards if current is not None else {}
+        await self._write(wanted, got[1].version if got is not None else None)
+        old = reusable(current, wanted.topic_id)
         moves = [(p, old.get(p), s) for p, s in sorted(wanted.shards.items()) if old.get(p) != s]
         for p, before, after in moves:
             log.info(
@@ -136,3 +160,11 @@ class ShardPlacer:
             moved=len(moves),
             per_coordinator={c: sum(s.owner == c for s in wanted.shards.values()) for c in live},
         )
+
+    async def _write(self, shard_map: ShardMap, version: int | None) -> None:
+        """Create the znode (``version`` None) or replace that version of it, epoch-guarded."""
+        data = shard_map.to_json()
+        path = layout.GROUP_COORDINATOR_SHARDS
+        op = Create(path, data) if version is None else SetData(path, data, version)
+        await self._guard.commit([op])
+        self.placed = shard_map

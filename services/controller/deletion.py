@@ -71,6 +71,8 @@ class TopicDeleter:
         if fresh:
             log.info("topics queued for deletion", topics=fresh)
         ctx.topics_to_delete.update(known)
+        if layout.CONSUMER_OFFSETS_TOPIC in fresh:
+            await self.c.place_shards()  # its coordinators resign before the replicas go
         self.resume()
 
     async def _remove_markers(self, names: list[str]) -> None:

@@ -231,6 +231,7 @@ async def test_offsets_topic_and_shards_follow_coordinators(shards_cluster: Loca
 
         # -- placed on the two coordinators registered before: balanced, epoch 0, own ids
         first = await wait_for_owners(zk, {1: 3, 2: 3})
+        assert first.topic_id == topic_id
         assert all(s.epoch == 0 and s.session == c[s.owner].czxid for s in first.shards.values())
         assert len({s.producer_id for s in first.shards.values()}) == PARTITIONS
         block, _ = await zk.get(layout.LATEST_PRODUCER_ID_BLOCK)
@@ -303,7 +304,7 @@ async def test_offsets_topic_and_shards_follow_coordinators(shards_cluster: Loca
             ids = {s.producer_id for s in m.shards.values()}
             assert len(ids) == PARTITIONS + 2
 
-            # -- the topic is deleted: the map stays as it is, whatever coordinators do
+            # -- the topic is deleted: the map is emptied (every owner resigns) and stays so
             gone = await stub.DeleteTopics(
                 pb.DeleteTopicsRequest(names=[CONSUMER_OFFSETS_TOPIC], timeout_ms=10000)
             )
@@ -311,11 +312,21 @@ async def test_offsets_topic_and_shards_follow_coordinators(shards_cluster: Loca
         await wait_for(
             lambda: _absent(zk, layout.topic_path(CONSUMER_OFFSETS_TOPIC)), 15, what="deletion"
         )
-        kept = await read_map(zk)
+        emptied = await read_map(zk)
+        assert emptied is not None and emptied[0] == ShardMap(0, {})
         await c[1].register()
         await c[3].close()
         await _controller_caught_up(zk)
-        assert await read_map(zk) == kept
+        assert await read_map(zk) == emptied
+
+        # -- created again: placed afresh (epoch 0, new producer ids, the new topic's id)
+        assert (await call(shards_cluster, successor, CONSUMER_OFFSETS_TOPIC)).error_code == 0
+        data, _ = await zk.get(layout.topic_path(CONSUMER_OFFSETS_TOPIC))
+        _, new_topic_id = layout.parse_topic_assignment(data)
+        recreated = await wait_for_owners(zk, {1: PARTITIONS})
+        assert recreated.topic_id == new_topic_id and new_topic_id != topic_id
+        assert all(s.epoch == 0 and s.session == c[1].czxid for s in recreated.shards.values())
+        assert len({s.producer_id for s in recreated.shards.values()} - ids) == PARTITIONS
     finally:
         await asyncio.gather(*(x.close() for x in c.values()))
         await broker.stop()

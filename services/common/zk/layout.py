@@ -301,16 +301,20 @@ class ShardOwner:
 class ShardMap:
     """``/kafka-py/group-coordinators/shards``:
     ``{"version":1,"partitions":50,"shards":{"0":{"owner":1,"epoch":3,"producer_id":4000},...}}``.
-    ``partitions`` is the partition count of ``__consumer_offsets`` (the group hash modulus)."""
+    ``partitions`` is the partition count of ``__consumer_offsets`` (the group hash modulus);
+    ``topic_id`` the topic the shards belong to (optional key: a recreated topic starts over)."""
 
     partitions: int
     shards: dict[int, ShardOwner]
+    topic_id: str = ""
 
     def to_json(self) -> bytes:
+        topic_id = {"topic_id": self.topic_id} if self.topic_id else {}
         return dumps(
             {
                 "version": 1,
                 "partitions": self.partitions,
+                **topic_id,
                 "shards": {
                     str(p): {
                         "owner": s.owner,
@@ -332,7 +336,7 @@ class ShardMap:
             )
             for p, s in d.get("shards", {}).items()
         }
-        return cls(int(d["partitions"]), shards)
+        return cls(int(d["partitions"]), shards, str(d.get("topic_id") or ""))
 
 
 def java_string_hash(text: str) -> int:

@@ -6,7 +6,7 @@ import itertools
 from collections import Counter
 
 from services.common.zk.layout import ShardMap, ShardOwner
-from services.controller.coordinator_shards import MAX_EPOCH, place_shards
+from services.controller.coordinator_shards import MAX_EPOCH, place_shards, released
 
 
 def ids() -> itertools.count[int]:
@@ -117,3 +117,42 @@ def test_a_shard_of_a_stale_map_beyond_the_partition_count_is_dropped() -> None:
     m = ShardMap(3, {p: ShardOwner(1, 0, 100 + p, 11) for p in range(3)})
     after = place_shards(m, {1: 11}, 2, no_ids)
     assert after is not None and sorted(after.shards) == [0, 1] and after.partitions == 2
+
+
+def test_the_epoch_stays_below_32767() -> None:
+    m = ShardMap(2, {0: ShardOwner(1, 32765, 5, 11), 1: ShardOwner(1, 32766, 6, 11)})
+    after = place_shards(m, {2: 22}, 2, iter([77]).__next__)
+    assert after is not None
+    assert after.shards[0] == ShardOwner(2, 32766, 5, 22)
+    assert after.shards[1] == ShardOwner(2, 0, 77, 22)
+
+
+def test_the_topic_id_is_recorded_and_a_map_without_one_is_adopted() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 4, ids().__next__)
+    assert m is not None and m.topic_id == ""
+    after = place_shards(m, {1: 11, 2: 22}, 4, no_ids, "T1")
+    assert after is not None and after.topic_id == "T1" and after.shards == m.shards
+    assert place_shards(after, {1: 11, 2: 22}, 4, no_ids, "T1") == after
+
+
+def test_a_map_of_a_deleted_and_recreated_topic_starts_over() -> None:
+    m = place_shards(None, {1: 11, 2: 22}, 4, ids().__next__, "OLD")
+    after = place_shards(m, {1: 11, 2: 22}, 4, itertools.count(5000).__next__, "NEW")
+    assert after is not None and m is not None and after.topic_id == "NEW"
+    assert owners(after) == {1: 2, 2: 2}
+    assert all(s.epoch == 0 and s.producer_id >= 5000 for s in after.shards.values())
+    assert all(after.shards[p] != m.shards[p] for p in range(4))  # every owner resigns
+
+
+def test_released_empties_the_map_once() -> None:
+    m = place_shards(None, {1: 11}, 3, ids().__next__, "T1")
+    assert released(m) == ShardMap(0, {})
+    assert released(ShardMap(0, {})) is None
+    assert released(None) is None
+
+
+def test_map_json_keeps_the_topic_id() -> None:
+    m = ShardMap(1, {0: ShardOwner(1, 3, 7, 11)}, "T1")
+    assert b'"topic_id":"T1"' in m.to_json()
+    assert ShardMap.from_json(m.to_json()) == m
+    assert b"topic_id" not in ShardMap(0, {}).to_json()
