@@ -58,7 +58,8 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     p.add_argument(
         "--zones",
         default="zone-a,zone-b,zone-c",
-        help="comma-separated zones given to storage nodes and gateways in turn",
+        help="comma-separated zones given in turn to storage nodes, group coordinators and "
+        "gateways",
     )
     p.add_argument("--num-partitions", type=int, help="controllers' num.partitions (default 1)")
     p.add_argument(

@@ -1,10 +1,12 @@
-"""A whole kafka-py cluster as local processes: ZooKeeper, controllers, storage nodes, gateways.
+"""A whole kafka-py cluster as local processes: ZooKeeper, controllers, storage nodes, group
+coordinators, gateways.
 
 Used by ``kafka-py cluster up``, the integration and e2e tests and the benchmarks. Each service
 runs as ``python -m services.<role>`` in its own process group with its output in
-``<data_dir>/logs/<role>-<index>.log``. Ids are stable (the process with index i has node id i;
-storage i keeps its log in ``<data_dir>/storage-i``) and the ports chosen for a data dir are saved
-in ``<data_dir>/cluster.json``, so starting again on the same data dir brings the same cluster back.
+``<data_dir>/logs/<service>-<index>.log`` (``storage-0.log``, ``group-coordinator-1.log``). Ids
+are stable (the process with index i has node id i; storage i keeps its log in
+``<data_dir>/storage-i``) and the ports chosen for a data dir are saved in
+``<data_dir>/cluster.json``, so starting again on the same data dir brings the same cluster back.
 """
 
 from __future__ import annotations
@@ -448,9 +450,8 @@ class LocalCluster:
                 port = fixed.get(f"{role}-{i}") or pick(0, saved.get("port"), f"{role}-{i}")
                 admin = pick(0, saved.get("admin_port"), f"{role}-{i} admin")
                 zone = self.zones[i % len(self.zones)] if role != "controller" else None
-                self._services[role].append(
-                    _Service(role, i, port, admin, zone, self.logs_dir / f"{role}-{i}.log")
-                )
+                log_path = self.logs_dir / f"{_log_name(role)}-{i}.log"
+                self._services[role].append(_Service(role, i, port, admin, zone, log_path))
         self._save_state(book)
 
     def _save_state(self, book: _PortBook) -> None:
@@ -684,6 +685,11 @@ class LocalCluster:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             self._lock_fd.close()
             self._lock_fd = None
+
+
+def _log_name(role: str) -> str:
+    """The service's name in its log file's name (``group-coordinator-0.log``)."""
+    return role.replace("_", "-")
 
 
 def _name(role: str, index: int) -> str:

@@ -130,9 +130,12 @@ class GroupCoordinatorApp:
         if self._shard_task is not None:
             self._shard_task.cancel()
             await asyncio.gather(self._shard_task, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.shutdown_timeout_ms / 1000.0
         await self.shards.stop()
         if self._server is not None:
-            await self._server.stop(grace=self.settings.shutdown_timeout_ms / 1000.0)
+            await self._server.stop(grace=max(0.0, deadline - loop.time()))
+        await self.service.drain(deadline - loop.time())
         self.sync.stop()
         await self.storage.close()
         try:

@@ -3,12 +3,17 @@
 A request the coordinator cannot handle at all (an API or version it does not serve, a body
 that does not decode) is answered with ``ForwardResponse.error_code`` and a message; everything
 else is answered inside the Kafka response (per group / partition / member errors), as a broker
-would. JoinGroup may wait up to the rebalance timeout: no server-side deadline is imposed; if the
-gateway cancels the call, the member simply stays pending, as in Kafka when a connection drops.
+would. JoinGroup may wait up to the rebalance timeout: no server-side deadline is imposed.
+
+A request runs in its own task, shielded from the RPC: if the gateway cancels the call (its
+client went away or timed out), the request still completes and only its answer is dropped, as
+in Kafka when a connection drops. A pending JoinGroup member simply stays pending, and a commit
+whose append is under way is still applied (never "in the log but not in memory").
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Protocol
 
@@ -69,6 +74,7 @@ class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorService
         self._shards = shards
         self._metrics = metrics
         self.accepting = True
+        self._inflight: set[asyncio.Task[bytes]] = set()
 
     async def Forward(  # noqa: N802 - gRPC method name
         self, request: pb.ForwardRequest, context: grpc.aio.ServicerContext
@@ -85,27 +91,43 @@ class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorService
         except ProtocolError as exc:
             log.warning("forwarded_request_malformed", api_key=key, api_version=version)
             return _refused(ErrorCode.INVALID_REQUEST, f"malformed request body: {exc}")
+        task = asyncio.get_running_loop().create_task(
+            self._answer(key, version, body, request.client_id, request.client_host),
+            name=f"forward-{REQUEST_NAMES[ApiKey(key)]}",
+        )
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        try:
+            encoded = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            log.debug("forwarded_request_cancelled", api_key=key, api_version=version)
+            raise
+        return pb.ForwardResponse(error_code=0, response=encoded)
+
+    async def _answer(
+        self, key: int, version: int, body: dict[str, Any], client_id: str, client_host: str
+    ) -> bytes:
         started = time.monotonic()
         await self._shards.settle(group_ids(key, body), SETTLE_TIMEOUT_S)
         response = await api.handle(
-            self._shards,
-            key,
-            version,
-            body,
-            client_id=request.client_id,
-            client_host=request.client_host,
+            self._shards, key, version, body, client_id=client_id, client_host=client_host
         )
         self._metrics.request_ms.labels(REQUEST_NAMES[ApiKey(key)]).observe(
             (time.monotonic() - started) * 1000
         )
         try:
-            encoded = encode_response_body(key, version, response)
-        except ProtocolError:
+            return encode_response_body(key, version, response)
+        except Exception:  # noqa: BLE001 - a handler bug must not fail the RPC
             log.exception("response_encoding_failed", api_key=key, api_version=version)
-            encoded = encode_response_body(
+            return encode_response_body(
                 key, version, api.error_response(key, version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
             )
-        return pb.ForwardResponse(error_code=0, response=encoded)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for requests still running, including those whose RPC
+        was cancelled."""
+        if self._inflight and timeout_s > 0:
+            await asyncio.wait(set(self._inflight), timeout=timeout_s)
 
 
 def _refused(code: ErrorCode, message: str) -> pb.ForwardResponse:
