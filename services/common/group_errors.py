@@ -20,20 +20,20 @@ from services.common.protocol.schema import EntitySpec
 
 Body = dict[str, Any]
 
-GROUP_APIS = frozenset(
-    {
-        ApiKey.OFFSET_COMMIT,
-        ApiKey.OFFSET_FETCH,
-        ApiKey.JOIN_GROUP,
-        ApiKey.HEARTBEAT,
-        ApiKey.LEAVE_GROUP,
-        ApiKey.SYNC_GROUP,
-        ApiKey.DESCRIBE_GROUPS,
-        ApiKey.LIST_GROUPS,
-        ApiKey.DELETE_GROUPS,
-        ApiKey.OFFSET_DELETE,
-    }
-)
+# The group APIs and Kafka's request names for them (the ``request`` label of request metrics).
+GROUP_API_NAMES: dict[ApiKey, str] = {
+    ApiKey.OFFSET_COMMIT: "OffsetCommit",
+    ApiKey.OFFSET_FETCH: "OffsetFetch",
+    ApiKey.JOIN_GROUP: "JoinGroup",
+    ApiKey.HEARTBEAT: "Heartbeat",
+    ApiKey.LEAVE_GROUP: "LeaveGroup",
+    ApiKey.SYNC_GROUP: "SyncGroup",
+    ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
+    ApiKey.LIST_GROUPS: "ListGroups",
+    ApiKey.DELETE_GROUPS: "DeleteGroups",
+    ApiKey.OFFSET_DELETE: "OffsetDelete",
+}
+GROUP_APIS = frozenset(GROUP_API_NAMES)
 OFFSET_FETCH_BATCHED_VERSION = 8  # OffsetFetch v8+ names several groups
 JOIN_NULLABLE_PROTOCOL_VERSION = 7  # JoinGroup v7+: protocol name null when unknown
 INVALID_OFFSET = -1

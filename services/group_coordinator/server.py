@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import grpc
 
 from services.common.errors import ErrorCode
+from services.common.group_errors import GROUP_API_NAMES
 from services.common.logging import get_logger
 from services.common.protocol import (
     ApiKey,
@@ -33,20 +34,6 @@ from services.group_coordinator import api
 from services.group_coordinator.metrics import CoordinatorMetrics
 
 log = get_logger("group_coordinator.server")
-
-# Kafka's request names (the ``request`` label of the request metrics).
-REQUEST_NAMES = {
-    ApiKey.OFFSET_COMMIT: "OffsetCommit",
-    ApiKey.OFFSET_FETCH: "OffsetFetch",
-    ApiKey.JOIN_GROUP: "JoinGroup",
-    ApiKey.HEARTBEAT: "Heartbeat",
-    ApiKey.LEAVE_GROUP: "LeaveGroup",
-    ApiKey.SYNC_GROUP: "SyncGroup",
-    ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
-    ApiKey.LIST_GROUPS: "ListGroups",
-    ApiKey.DELETE_GROUPS: "DeleteGroups",
-    ApiKey.OFFSET_DELETE: "OffsetDelete",
-}
 
 
 # How long a request waits for its group's shard to be taken and loaded (see ShardManager.settle).
@@ -93,7 +80,7 @@ class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorService
             return _refused(ErrorCode.INVALID_REQUEST, f"malformed request body: {exc}")
         task = asyncio.get_running_loop().create_task(
             self._answer(key, version, body, request.client_id, request.client_host),
-            name=f"forward-{REQUEST_NAMES[ApiKey(key)]}",
+            name=f"forward-{GROUP_API_NAMES[ApiKey(key)]}",
         )
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
@@ -112,7 +99,7 @@ class GroupCoordinatorService(group_coordinator_pb2_grpc.GroupCoordinatorService
         response = await api.handle(
             self._shards, key, version, body, client_id=client_id, client_host=client_host
         )
-        self._metrics.request_ms.labels(REQUEST_NAMES[ApiKey(key)]).observe(
+        self._metrics.request_ms.labels(GROUP_API_NAMES[ApiKey(key)]).observe(
             (time.monotonic() - started) * 1000
         )
         try:

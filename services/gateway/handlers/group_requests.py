@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.errors import ErrorCode
+from services.common.group_errors import GROUP_API_NAMES
 from services.common.group_errors import error_response as group_error_response
 from services.common.protocol import ApiKey
 from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC
@@ -33,18 +34,6 @@ from services.gateway.context import RequestContext
 from services.gateway.coordinators import CoordinatorClients, ForwardError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 
-NAMES = {
-    ApiKey.OFFSET_COMMIT: "OffsetCommit",
-    ApiKey.OFFSET_FETCH: "OffsetFetch",
-    ApiKey.JOIN_GROUP: "JoinGroup",
-    ApiKey.HEARTBEAT: "Heartbeat",
-    ApiKey.LEAVE_GROUP: "LeaveGroup",
-    ApiKey.SYNC_GROUP: "SyncGroup",
-    ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
-    ApiKey.LIST_GROUPS: "ListGroups",
-    ApiKey.DELETE_GROUPS: "DeleteGroups",
-    ApiKey.OFFSET_DELETE: "OffsetDelete",
-}
 OFFSET_FETCH_BATCHED_VERSION = 8
 _UNKNOWN_TOPIC = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
@@ -266,7 +255,7 @@ def _handler(key: ApiKey, handle: Callable[[RequestContext, Body], Any]) -> ApiH
     def error(req: Body, version: int, code: ErrorCode) -> Body:
         return group_error_response(key, version, req, code)
 
-    return ApiHandler(key, NAMES[key], handle, error)
+    return ApiHandler(key, GROUP_API_NAMES[key], handle, error)
 
 
 HANDLERS = [
