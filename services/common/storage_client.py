@@ -10,37 +10,25 @@ from typing import Any, Generic, TypeVar
 import grpc
 
 from services.common.metadata_cache import MetadataCache
-from services.common.rpc.kafkapy.v1 import storage_pb2, storage_pb2_grpc
+from services.common.rpc.kafkapy.v1 import storage_pb2_grpc
 from services.common.runtime import new_channel
-from services.common.storage_wire import parse_fetch_response
+from services.common.storage_exchange import StorageExchange
 
 S = TypeVar("S")
 
 
-def _append_bytes(request: bytes | storage_pb2.AppendRequest) -> bytes:
-    """Append requests arrive serialized (storage_wire.append_request); messages still work."""
-    return request if isinstance(request, bytes) else request.SerializeToString()
-
-
 class StorageStub:
-    """The generated stub, except for the calls that carry records: ``Append`` also takes an
-    already serialized request, and ``Fetch`` answers a storage_wire.FetchResponse whose
-    ``records`` are views of the received bytes. Other calls are the generated stub's."""
+    """The generated stub, except for the calls that carry records, which go over the node's
+    Exchange stream (storage_exchange.py): ``Append`` takes an already serialized request (or
+    its buffers) too, and ``Fetch`` answers a storage_wire.FetchResponse whose ``records`` are
+    views of the received bytes. Both are coroutine functions with the unary calls' ``timeout``
+    and errors. Other calls are the generated stub's."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._generated: Any = storage_pb2_grpc.StorageStub(channel)
-        self.Append = channel.unary_unary(
-            "/kafkapy.v1.Storage/Append",
-            request_serializer=_append_bytes,
-            response_deserializer=storage_pb2.AppendResponse.FromString,
-            _registered_method=True,
-        )
-        self.Fetch = channel.unary_unary(
-            "/kafkapy.v1.Storage/Fetch",
-            request_serializer=storage_pb2.FetchRequest.SerializeToString,
-            response_deserializer=parse_fetch_response,
-            _registered_method=True,
-        )
+        self.exchange = StorageExchange(channel)
+        self.Append = self.exchange.append
+        self.Fetch = self.exchange.fetch
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._generated, name)

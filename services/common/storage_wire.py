@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from services.common.protowire import Buffer, WireError, iter_fields, varint
+from services.common.rpc.kafkapy.v1.storage_pb2 import AppendResponse
 
 __all__ = ["WireError", "varint"]
 
@@ -47,6 +48,13 @@ def append_request(
     acks: int, timeout_ms: int, transactional_id: str | None, partitions: Sequence[PartitionAppend]
 ) -> bytes:
     """The serialized ``AppendRequest``."""
+    return b"".join(append_request_parts(acks, timeout_ms, transactional_id, partitions))
+
+
+def append_request_parts(
+    acks: int, timeout_ms: int, transactional_id: str | None, partitions: Sequence[PartitionAppend]
+) -> list[Buffer]:
+    """The serialized ``AppendRequest`` as buffers (record batches are not copied)."""
     out: list[Buffer] = [_int_field(_ACKS, acks), _int_field(_TIMEOUT, timeout_ms)]
     if transactional_id:
         raw = transactional_id.encode()
@@ -61,7 +69,7 @@ def append_request(
         head = topic + _int_field(_INDEX, p.partition) + ((_RECORDS + varint(n)) if n else b"")
         tail = _int_field(_EPOCH, p.current_leader_epoch)
         out += (_PARTITION, varint(len(head) + n + len(tail)), head, p.records, tail)
-    return b"".join(out)
+    return out
 
 
 # ---- FetchResponse --------------------------------------------------------------------------
@@ -131,13 +139,78 @@ def _fetch_result(buf: bytes, view: memoryview, pos: int, end: int) -> Partition
     return r
 
 
-def parse_fetch_response(data: bytes) -> FetchResponse:
-    """A serialized ``FetchResponse``; ``records`` are memoryviews of ``data``."""
+def parse_fetch_response(data: bytes, begin: int = 0, end: int | None = None) -> FetchResponse:
+    """A serialized ``FetchResponse`` (``data[begin:end]``); ``records`` are memoryviews of
+    ``data``."""
     view = memoryview(data)
     return FetchResponse(
         [
             _fetch_result(data, view, start, stop)
-            for number, value, start, stop in iter_fields(data, 0, len(data))
+            for number, value, start, stop in iter_fields(
+                data, begin, len(data) if end is None else end
+            )
             if number == 1 and value is None
         ]
     )
+
+
+# ---- Exchange (storage.proto: ExchangeRequests / ExchangeResponses) -------------------------
+# The field numbers of the calls in ExchangeRequest.call and of the results in
+# ExchangeResponse.result.
+EXCHANGE_APPEND = 2
+EXCHANGE_FETCH = 3
+EXCHANGE_CANCEL = 4
+EXCHANGE_ERROR = 4
+
+
+def exchange_entry_parts(call_id: int, kind: int, parts: Sequence[Buffer]) -> list[Buffer]:
+    """One ``ExchangeRequest`` or ``ExchangeResponse`` (an element of the ``repeated`` field 1
+    of ``ExchangeRequests``/``ExchangeResponses``) whose field ``kind`` holds the message
+    serialized as ``parts``; the parts are not copied."""
+    size = sum(map(len, parts))
+    ident = (b"\x08" + varint(call_id)) if call_id else b""  # id = 1
+    body_head = bytes((kind << 3 | 2,)) + varint(size)
+    return [b"\x0a", varint(len(ident) + len(body_head) + size), ident, body_head, *parts]
+
+
+class CallError(NamedTuple):
+    status_code: int
+    details: str
+
+
+def _call_error(buf: bytes, view: memoryview, pos: int, end: int) -> CallError:
+    code, details = 0, ""
+    for number, value, start, stop in iter_fields(buf, pos, end):
+        if number == 1 and value is not None:
+            code = value
+        elif number == 2 and value is None:
+            details = str(view[start:stop], "utf-8", "replace")
+    return CallError(code, details)
+
+
+ExchangeResult = tuple[int, int, object]  # (id, EXCHANGE_APPEND | _FETCH | _ERROR, result)
+
+
+def parse_exchange_responses(data: bytes) -> list[ExchangeResult]:
+    """A serialized ``ExchangeResponses``: Append results as ``storage_pb2.AppendResponse``,
+    Fetch results as ``FetchResponse`` (records are views of ``data``), errors as
+    ``CallError``. Results of unknown kinds are left out."""
+    view = memoryview(data)
+    out: list[ExchangeResult] = []
+    for number, value, start, stop in iter_fields(data, 0, len(data)):
+        if number != 1 or value is not None:
+            continue
+        call_id = 0
+        result: tuple[int, object] | None = None
+        for n, v, s, e in iter_fields(data, start, stop):
+            if n == 1 and v is not None:
+                call_id = v % (1 << 64)  # uint64
+            elif v is None and n == EXCHANGE_APPEND:
+                result = (n, AppendResponse.FromString(view[s:e]))  # type: ignore[arg-type]
+            elif v is None and n == EXCHANGE_FETCH:
+                result = (n, parse_fetch_response(data, s, e))
+            elif v is None and n == EXCHANGE_ERROR:
+                result = (n, _call_error(data, view, s, e))
+        if result is not None:
+            out.append((call_id, *result))
+    return out

@@ -11,14 +11,18 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.storage.appends import append
 from services.storage.epochs import offset_for_leader_epoch
+from services.storage.exchange import serve_exchange
 from services.storage.fetches import fetch
 from services.storage.offsets import list_offsets
 from services.storage.replica_manager import ReplicaManager
 from services.storage.wire import (
+    APPEND,
+    FETCH,
     AppendCall,
     FetchReply,
     fetch_response_bytes,
     parse_append_request,
+    parse_exchange_requests,
 )
 
 log = get_logger("storage.server")
@@ -42,6 +46,10 @@ class StorageService(pb_grpc.StorageServicer):
         name = "FetchFollower" if request.replica_id >= 0 else "FetchConsumer"
         with self.rm.metrics.timed(name):
             return await fetch(self.rm, request)
+
+    async def Exchange(self, request_iterator: Any, context: Any) -> None:  # type: ignore[override]
+        """Append and Fetch multiplexed on one stream (services/storage/exchange.py)."""
+        await serve_exchange({APPEND: self.Append, FETCH: self.Fetch}, context)
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: Any
@@ -74,6 +82,14 @@ def add_storage_service(server: grpc.aio.Server, rm: ReplicaManager) -> StorageS
     for method in pb.DESCRIPTOR.services_by_name["Storage"].methods:
         request_type = getattr(pb, method.input_type.name)
         response_type = getattr(pb, method.output_type.name)
+        if method.name == "Exchange":
+            # requests parsed by wire.parse_exchange_requests, answers written as buffers
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                service.Exchange,
+                request_deserializer=parse_exchange_requests,
+                response_serializer=b"".join,
+            )
+            continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             getattr(service, method.name),
             # Append reads into a wire.AppendCall (each record set copied once, to a bytearray);

@@ -22,6 +22,13 @@ from services.common.protowire import (
     tag,
     varint,
 )
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.storage_wire import (
+    EXCHANGE_APPEND,
+    EXCHANGE_CANCEL,
+    EXCHANGE_ERROR,
+    EXCHANGE_FETCH,
+)
 
 __all__ = ["WireError"]
 
@@ -90,14 +97,19 @@ def _result(r: FetchResult, out: list[Buffer]) -> None:
     )
 
 
-def fetch_response_bytes(reply: FetchReply | Any) -> bytes:
-    """The serialized FetchResponse (a protobuf message is serialized as usual)."""
+def fetch_response_parts(reply: FetchReply | Any) -> list[Buffer]:
+    """The serialized FetchResponse as buffers (a protobuf message is serialized as usual)."""
     if not isinstance(reply, FetchReply):
-        return reply.SerializeToString()  # type: ignore[no-any-return]
+        return [reply.SerializeToString()]
     out: list[Buffer] = []
     for r in reply.partitions:
         _result(r, out)
-    return b"".join(out)
+    return out
+
+
+def fetch_response_bytes(reply: FetchReply | Any) -> bytes:
+    """The serialized FetchResponse."""
+    return b"".join(fetch_response_parts(reply))
 
 
 # ---- AppendRequest --------------------------------------------------------------------------
@@ -125,11 +137,12 @@ class AppendCall:
         self.partitions: list[AppendPartition] = []
 
 
-def parse_append_request(data: bytes) -> AppendCall:
-    """A serialized AppendRequest; each partition's records copied once, into a bytearray."""
+def parse_append_request(data: Buffer, begin: int = 0, end: int | None = None) -> AppendCall:
+    """A serialized AppendRequest (``data[begin:end]``); each partition's records copied once,
+    into a bytearray."""
     view = memoryview(data)
     call = AppendCall()
-    for number, value, start, stop in iter_fields(data, 0, len(data)):
+    for number, value, start, stop in iter_fields(data, begin, len(data) if end is None else end):
         if value is not None:
             if number == 1:
                 call.acks = value
@@ -151,3 +164,42 @@ def parse_append_request(data: bytes) -> AppendCall:
                     p.records = bytearray(view[s:e])
             call.partitions.append(p)
     return call
+
+
+# ---- Exchange -------------------------------------------------------------------------------
+APPEND = EXCHANGE_APPEND
+FETCH = EXCHANGE_FETCH
+CANCEL = EXCHANGE_CANCEL
+ERROR = EXCHANGE_ERROR
+
+ExchangeCall = tuple[int, int, Any]  # (id, APPEND | FETCH | CANCEL, parsed request or None)
+
+
+def parse_exchange_requests(data: bytes) -> list[ExchangeCall]:
+    """A serialized ``ExchangeRequests``: Append requests as ``AppendCall`` (records copied
+    once), Fetch requests as ``pb.FetchRequest``, cancels with None. Unknown calls are
+    returned with kind 0 so they can be answered with an error."""
+    view = memoryview(data)
+    calls: list[ExchangeCall] = []
+    for number, value, start, stop in iter_fields(data, 0, len(data)):
+        if number != 1 or value is not None:
+            continue
+        call_id, kind, body = 0, 0, None
+        for n, v, s, e in iter_fields(data, start, stop):
+            if n == 1 and v is not None:
+                call_id = v % (1 << 64)  # uint64
+            elif v is None and n == APPEND:
+                kind, body = APPEND, parse_append_request(data, s, e)
+            elif v is None and n == FETCH:
+                kind, body = FETCH, pb.FetchRequest.FromString(view[s:e])
+            elif v is None and n == CANCEL:
+                kind, body = CANCEL, None
+        calls.append((call_id, kind, body))
+    return calls
+
+
+def call_error_parts(status_code: int, details: str) -> list[Buffer]:
+    """A serialized ``CallError``."""
+    raw = details.encode()
+    text = tag(2, LENGTH_DELIMITED) + varint(len(raw)) + raw if raw else b""
+    return [int_field(1, status_code) + text]

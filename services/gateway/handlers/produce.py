@@ -21,7 +21,7 @@ from services.common.errors import ErrorCode
 from services.common.metadata_cache import INTERNAL_TOPICS
 from services.common.protocol import ApiKey
 from services.common.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
-from services.common.storage_wire import PartitionAppend, append_request
+from services.common.storage_wire import PartitionAppend, append_request_parts
 from services.common.topic_config import TOPIC_CONFIGS
 from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
@@ -127,7 +127,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
             _count_in(name, len(records), count)
             res = _partition(index, ErrorCode.NONE)
             parts.append(res)
-            # records stay a view of the request frame until append_request copies them once
+            # records stay a view of the request frame until the Exchange stream's serializer copies them once
             by_node.setdefault(info.leader, []).append(
                 (PartitionAppend(name, index, records), res))
     if not by_node:
@@ -172,7 +172,7 @@ def _start_append(s: GatewayServices, node: int, items: list[tuple[PartitionAppe
     if stub is None:
         _fail(items, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Storage node {node} is not available")
         return _done()
-    request = append_request(acks, timeout_ms, transactional_id, [p for p, _ in items])
+    request = append_request_parts(acks, timeout_ms, transactional_id, [p for p, _ in items])
     try:
         call = stub.Append(request, timeout=max(timeout_ms, 0) / 1000.0 + _RPC_MARGIN_S)
     except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error

@@ -10,9 +10,16 @@ from hypothesis import strategies as st
 
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.common.storage_wire import (
+    EXCHANGE_APPEND,
+    EXCHANGE_CANCEL,
+    EXCHANGE_ERROR,
+    EXCHANGE_FETCH,
+    CallError,
     PartitionAppend,
     WireError,
     append_request,
+    exchange_entry_parts,
+    parse_exchange_responses,
     parse_fetch_response,
     varint,
 )
@@ -136,3 +143,37 @@ def test_fetch_records_are_views_and_unknown_fields_are_skipped() -> None:
 def test_fetch_response_malformed(raw: bytes) -> None:
     with pytest.raises(WireError):
         parse_fetch_response(raw)
+
+
+# ---- Exchange ---------------------------------------------------------------------------------
+@given(st.lists(st.tuples(st.integers(1, 2**64 - 1), st.binary(max_size=40)), max_size=5))
+def test_exchange_requests_written_as_protobuf_reads_them(calls: list[tuple[int, bytes]]) -> None:
+    parts: list[Any] = []
+    for call_id, records in calls:
+        body = append_request(1, 10, None, [PartitionAppend("t", 0, memoryview(records))])
+        parts += exchange_entry_parts(call_id, EXCHANGE_APPEND, [body])
+        parts += exchange_entry_parts(call_id, EXCHANGE_CANCEL, [])
+    message = spb.ExchangeRequests.FromString(b"".join(parts))
+    assert [(r.id, r.WhichOneof("call")) for r in message.requests] == [
+        x for call_id, _ in calls for x in ((call_id, "append"), (call_id, "cancel"))]
+    appends = [r.append for r in message.requests if r.WhichOneof("call") == "append"]
+    assert [a.partitions[0].records for a in appends] == [records for _, records in calls]
+
+
+def test_exchange_responses_read_as_protobuf_writes_them() -> None:
+    message = spb.ExchangeResponses()
+    message.responses.add(id=7).append.partitions.add(topic="a", partition=1, base_offset=42)
+    message.responses.add(id=8).fetch.partitions.add(
+        topic="b", partition=2, high_watermark=9, records=b"batch-bytes")
+    message.responses.add(id=9).error.CopyFrom(spb.CallError(status_code=2, details="boom"))
+    message.responses.add(id=10)  # a result this reader does not know: left out
+    data = message.SerializeToString()
+    parsed = parse_exchange_responses(data)
+    assert [(i, k) for i, k, _ in parsed] == [
+        (7, EXCHANGE_APPEND), (8, EXCHANGE_FETCH), (9, EXCHANGE_ERROR)]
+    append, fetch, error = (r for _, _, r in parsed)
+    assert append.partitions[0].base_offset == 42  # type: ignore[attr-defined]
+    result = fetch.partitions[0]  # type: ignore[attr-defined]
+    assert (result.topic, result.partition, result.high_watermark) == ("b", 2, 9)
+    assert isinstance(result.records, memoryview) and bytes(result.records) == b"batch-bytes"
+    assert error == CallError(2, "boom")

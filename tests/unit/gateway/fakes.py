@@ -69,6 +69,8 @@ class FakeStorageNode:
         self.list_offsets_handler: Callable[[Any], Awaitable[Any]] | None = None
 
     async def Append(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        if isinstance(request, list):  # buffers of a serialized request (append_request_parts)
+            request = b"".join(request)
         if isinstance(request, bytes):  # serialized by the gateway, as storage's server reads it
             request = spb.AppendRequest.FromString(request)
         self.calls.append(("Append", request))

@@ -5,12 +5,20 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.common.protowire import Buffer
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.storage_wire import exchange_entry_parts
 from services.storage.wire import (
+    APPEND,
+    CANCEL,
+    ERROR,
+    FETCH,
     FetchReply,
     FetchResult,
+    call_error_parts,
     fetch_response_bytes,
     parse_append_request,
+    parse_exchange_requests,
 )
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -99,3 +107,76 @@ def test_append_request_reads_like_protobuf(
         (p.topic, p.partition, bytes(p.records), p.current_leader_epoch) for p in call.partitions
     ] == parts
     assert all(isinstance(p.records, bytearray) for p in call.partitions)
+
+
+# ---- Exchange ---------------------------------------------------------------------------------
+APPEND_REQUESTS = st.builds(
+    lambda acks, timeout, parts: pb.AppendRequest(
+        acks=acks,
+        timeout_ms=timeout,
+        partitions=[
+            pb.PartitionAppend(topic=t, partition=p, records=r, current_leader_epoch=e)
+            for t, p, r, e in parts
+        ],
+    ),
+    st.sampled_from([-1, 0, 1]),
+    st.integers(0, 2**31 - 1),
+    st.lists(st.tuples(st.text(max_size=8), INT32, st.binary(max_size=64), INT32), max_size=3),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**64 - 1),
+            st.one_of(APPEND_REQUESTS, st.builds(pb.FetchRequest, max_wait_ms=INT32), st.none()),
+        ),
+        max_size=5,
+    )
+)
+def test_exchange_requests_read_as_protobuf_writes_them(calls: list[tuple[int, object]]) -> None:
+    message = pb.ExchangeRequests()
+    for call_id, body in calls:
+        entry = message.requests.add(id=call_id)
+        if isinstance(body, pb.AppendRequest):
+            entry.append.CopyFrom(body)
+        elif isinstance(body, pb.FetchRequest):
+            entry.fetch.CopyFrom(body)
+        else:
+            entry.cancel.SetInParent()
+    parsed = parse_exchange_requests(message.SerializeToString())
+    assert [c[0] for c in parsed] == [c[0] for c in calls]
+    for (_, kind, got), (_, body) in zip(parsed, calls, strict=True):
+        if isinstance(body, pb.AppendRequest):
+            assert kind == APPEND
+            assert got.acks == body.acks and got.timeout_ms == body.timeout_ms
+            assert [(p.topic, p.partition, bytes(p.records), p.current_leader_epoch)
+                    for p in got.partitions] == [
+                (p.topic, p.partition, p.records, p.current_leader_epoch) for p in body.partitions]
+        elif isinstance(body, pb.FetchRequest):
+            assert kind == FETCH and got == body
+        else:
+            assert kind == CANCEL and got is None
+
+
+@given(st.lists(st.tuples(st.integers(1, 2**64 - 1), INT32, st.text(max_size=20)), max_size=4))
+def test_exchange_responses_written_as_protobuf_reads_them(
+    answers: list[tuple[int, int, str]]
+) -> None:
+    parts: list[Buffer] = []
+    for call_id, code, details in answers:
+        if code % 2:
+            parts += exchange_entry_parts(call_id, ERROR, call_error_parts(code, details))
+        else:
+            body = pb.AppendResponse(partitions=[pb.PartitionAppendResult(
+                topic=details, partition=code, base_offset=code)]).SerializeToString()
+            parts += exchange_entry_parts(call_id, APPEND, [body])
+    message = pb.ExchangeResponses.FromString(b"".join(parts))
+    assert [r.id for r in message.responses] == [a[0] for a in answers]
+    for r, (_, code, details) in zip(message.responses, answers, strict=True):
+        if code % 2:
+            assert r.WhichOneof("result") == "error"
+            assert (r.error.status_code, r.error.details) == (code, details)
+        else:
+            assert r.append.partitions[0].topic == details
+            assert r.append.partitions[0].base_offset == code

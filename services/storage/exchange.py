@@ -1,0 +1,136 @@
+"""Storage.Exchange: Append and Fetch calls multiplexed on one long-lived stream.
+
+Each call runs in its own task through the same code (and metrics) as the unary call. Answers
+go out in completion order, matched by id; those ready together share one stream message (up
+to ``MAX_MESSAGE_BYTES``, the first always goes). A cancel stops its call and answers nothing.
+When the client half-closes, the running calls finish and are answered; when the stream
+breaks (client gone, channel closed), every running call is cancelled, as gRPC does for unary
+calls whose client went away. A call that raises is answered with a ``CallError`` (status
+UNKNOWN), as a unary handler's exception would be."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from services.common.logging import get_logger
+from services.common.protowire import Buffer
+from services.common.storage_wire import exchange_entry_parts
+from services.storage.wire import (
+    CANCEL,
+    ERROR,
+    FETCH,
+    ExchangeCall,
+    call_error_parts,
+    fetch_response_parts,
+)
+
+log = get_logger("storage.exchange")
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+def _status(code: grpc.StatusCode) -> int:
+    return int(code.value[0])
+
+
+class _Session:
+    """One Exchange stream: running calls by id, answers waiting to be written."""
+
+    def __init__(self, handlers: dict[int, Handler], context: Any) -> None:
+        self._handlers = handlers
+        self._context = context
+        self._loop = asyncio.get_running_loop()
+        self.running: dict[int, asyncio.Task[Any]] = {}
+        self.ready: deque[list[Buffer]] = deque()
+        self.wake = asyncio.Event()
+        self.reading = True
+
+    def start(self, calls: list[ExchangeCall]) -> None:
+        for call_id, kind, body in calls:
+            if kind == CANCEL:
+                task = self.running.pop(call_id, None)
+                if task is not None:
+                    task.cancel()
+                continue
+            handler = self._handlers.get(kind)
+            if handler is None:
+                self._answer(call_id, ERROR, call_error_parts(
+                    _status(grpc.StatusCode.UNIMPLEMENTED), "unknown Exchange call"))
+                continue
+            task = self._loop.create_task(handler(body, self._context))
+            self.running[call_id] = task
+            task.add_done_callback(functools.partial(self._finished, call_id, kind))
+
+    def _finished(self, call_id: int, kind: int, task: asyncio.Task[Any]) -> None:
+        if self.running.get(call_id) is task:
+            del self.running[call_id]
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("exchange_call_failed", kind=kind, error=repr(exc))
+            self._answer(call_id, ERROR, call_error_parts(
+                _status(grpc.StatusCode.UNKNOWN), f"Unexpected {type(exc).__name__}: {exc}"))
+            return
+        result = task.result()
+        parts = fetch_response_parts(result) if kind == FETCH else [result.SerializeToString()]
+        self._answer(call_id, kind, parts)
+
+    def _answer(self, call_id: int, kind: int, parts: list[Buffer]) -> None:
+        self.ready.append(exchange_entry_parts(call_id, kind, parts))
+        self.wake.set()
+
+    def next_message(self) -> list[Buffer]:
+        """The answers ready now, up to MAX_MESSAGE_BYTES (at least one)."""
+        out: list[Buffer] = []
+        size = 0
+        while self.ready and (not out or size < MAX_MESSAGE_BYTES):
+            parts = self.ready.popleft()
+            out += parts
+            size += sum(map(len, parts))
+        return out
+
+    def cancel_all(self) -> None:
+        for task in self.running.values():
+            task.cancel()
+        self.running.clear()
+
+
+async def serve_exchange(handlers: dict[int, Handler], context: Any) -> None:
+    """The Exchange handler body; ``handlers`` by call kind (wire.APPEND, wire.FETCH)."""
+    session = _Session(handlers, context)
+
+    async def read() -> None:
+        try:
+            while True:
+                calls = await context.read()
+                if calls is grpc.aio.EOF:
+                    return
+                session.start(calls)
+        finally:
+            session.reading = False
+            session.wake.set()
+
+    reader = asyncio.get_running_loop().create_task(read())
+    try:
+        while True:
+            if session.ready:
+                await context.write(session.next_message())
+                continue
+            if reader.done() and (not session.running or reader.cancelled()
+                                  or reader.exception() is not None):
+                break
+            session.wake.clear()
+            await session.wake.wait()
+        reader.result()  # a read that failed ends the call with its error
+    finally:
+        reader.cancel()
+        session.cancel_all()

@@ -1,0 +1,176 @@
+"""Storage.Exchange over a real gRPC server on loopback: the client (storage_exchange.py) and the
+server side (services/storage/exchange.py) with stand-in Append and Fetch handlers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.storage_exchange import StorageExchange
+from services.storage.exchange import serve_exchange
+from services.storage.wire import APPEND, FETCH, FetchReply, FetchResult, parse_exchange_requests
+
+
+class Node:
+    """Stand-in storage node: Append echoes its partitions (base offset = order of arrival);
+    Fetch waits ``max_wait_ms`` then answers one partition named after the wait."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.appends: list[int] = []
+        self.cancelled: list[int] = []
+        self.fail_appends = False
+        self.server: grpc.aio.Server | None = None
+
+    def _read(self, data: bytes) -> Any:
+        self.messages += 1
+        return parse_exchange_requests(data)
+
+    async def append(self, request: Any, context: Any) -> pb.AppendResponse:
+        if self.fail_appends:
+            raise ValueError("disk on fire")
+        partition = request.partitions[0].partition
+        self.appends.append(partition)
+        return pb.AppendResponse(partitions=[pb.PartitionAppendResult(
+            topic=request.partitions[0].topic, partition=partition,
+            base_offset=len(self.appends) - 1)])
+
+    async def fetch(self, request: pb.FetchRequest, context: Any) -> FetchReply:
+        try:
+            await asyncio.sleep(request.max_wait_ms / 1000)
+        except asyncio.CancelledError:
+            self.cancelled.append(request.max_wait_ms)
+            raise
+        result = FetchResult(f"waited-{request.max_wait_ms}", 0)
+        result.records = b"records"
+        return FetchReply([result])
+
+    async def exchange(self, request_iterator: Any, context: Any) -> None:
+        await serve_exchange({APPEND: self.append, FETCH: self.fetch}, context)
+
+    async def start(self, port: int = 0) -> int:
+        handler = grpc.stream_stream_rpc_method_handler(
+            self.exchange, request_deserializer=self._read, response_serializer=b"".join)
+        self.server = grpc.aio.server()
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("kafkapy.v1.Storage", {"Exchange": handler}),))
+        port = self.server.add_insecure_port(f"127.0.0.1:{port}")
+        await self.server.start()
+        return port
+
+
+@pytest.fixture
+async def node_and_client() -> AsyncIterator[tuple[Node, StorageExchange, grpc.aio.Channel, int]]:
+    node = Node()
+    port = await node.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    exchange = StorageExchange(channel)
+    yield node, exchange, channel, port
+    exchange.close()
+    await channel.close()
+    if node.server is not None:
+        await node.server.stop(0)
+
+
+def _append(partition: int) -> pb.AppendRequest:
+    return pb.AppendRequest(acks=1, partitions=[pb.PartitionAppend(
+        topic="t", partition=partition, records=b"x")])
+
+
+async def _until(check: Any, within_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_answers_in_completion_order_reach_their_calls(node_and_client: Any) -> None:
+    _, exchange, _, _ = node_and_client
+    waits = [300, 10, 200, 0, 100]
+    fetches = [exchange.fetch(pb.FetchRequest(max_wait_ms=w)) for w in waits]
+    appends = [exchange.append(_append(p)) for p in range(5)]
+    fetched = await asyncio.gather(*fetches)
+    appended = await asyncio.gather(*appends)
+    assert [f.partitions[0].topic for f in fetched] == [f"waited-{w}" for w in waits]
+    assert all(bytes(f.partitions[0].records) == b"records" for f in fetched)
+    assert [a.partitions[0].partition for a in appended] == list(range(5))
+
+
+async def test_calls_made_together_share_messages_and_keep_their_order(
+    node_and_client: Any,
+) -> None:
+    node, exchange, _, _ = node_and_client
+    await exchange.append(_append(-1))  # the stream is open
+    before = node.messages
+    answers = await asyncio.gather(*[exchange.append(_append(p)) for p in range(50)])
+    assert node.appends[1:] == list(range(50))  # the order the calls were made in
+    assert [a.partitions[0].base_offset for a in answers] == list(range(1, 51))
+    assert node.messages - before < 50  # queued together, written together
+
+
+async def test_cancelled_call_is_stopped_on_the_node(node_and_client: Any) -> None:
+    node, exchange, _, _ = node_and_client
+    task = asyncio.ensure_future(exchange.fetch(pb.FetchRequest(max_wait_ms=60_000)))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _until(lambda: node.cancelled == [60_000])
+    answer = await exchange.fetch(pb.FetchRequest(max_wait_ms=1))  # the stream goes on
+    assert answer.partitions[0].topic == "waited-1"
+
+
+async def test_timeout_is_deadline_exceeded_and_stops_the_call(node_and_client: Any) -> None:
+    node, exchange, _, _ = node_and_client
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await exchange.fetch(pb.FetchRequest(max_wait_ms=30_000), timeout=0.2)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await _until(lambda: node.cancelled == [30_000])
+
+
+async def test_failed_call_is_an_rpc_error_and_others_go_on(node_and_client: Any) -> None:
+    node, exchange, _, _ = node_and_client
+    node.fail_appends = True
+    slow = asyncio.ensure_future(exchange.fetch(pb.FetchRequest(max_wait_ms=100)))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await exchange.append(_append(0))
+    assert info.value.code() == grpc.StatusCode.UNKNOWN
+    assert "disk on fire" in (info.value.details() or "")
+    assert (await slow).partitions[0].topic == "waited-100"
+    node.fail_appends = False
+    assert (await exchange.append(_append(3))).partitions[0].partition == 3
+
+
+async def test_broken_stream_fails_pending_calls_and_a_new_stream_follows(
+    node_and_client: Any,
+) -> None:
+    node, exchange, _, port = node_and_client
+    pending = asyncio.ensure_future(exchange.fetch(pb.FetchRequest(max_wait_ms=60_000)))
+    await asyncio.sleep(0.2)
+    assert node.server is not None
+    await node.server.stop(0)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await asyncio.wait_for(pending, 10)
+    assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    restarted = Node()
+    assert await restarted.start(port) == port
+    try:
+        deadline = asyncio.get_running_loop().time() + 15
+        while True:  # the channel reconnects with backoff; each failed call fails fast
+            try:
+                answer = await exchange.append(_append(7), timeout=2)
+                break
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED)
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.2)
+        assert answer.partitions[0].partition == 7 and restarted.appends == [7]
+    finally:
+        assert restarted.server is not None
+        await restarted.server.stop(0)
