@@ -16,6 +16,7 @@ from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.controller_client import ControllerClient
 from services.gateway.coordinators import CoordinatorClients
+from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.settings import GatewaySettings
 
@@ -75,6 +76,7 @@ class RequestContext:
     peer: str
     versions: Mapping[int, tuple[int, int]]  # what this gateway advertises in ApiVersions
     close: Callable[[str], None] | None = None  # closes the client connection (with a reason)
+    fetch_park: FetchPark | None = None  # the connection's parked long polls (fetch_park.py)
 
     def close_connection(self, reason: str) -> None:
         if self.close is not None:

@@ -31,6 +31,7 @@ from services.common.protocol import (
 from services.common.protocol.primitives import Buffer
 from services.gateway import metrics
 from services.gateway.context import RequestContext
+from services.gateway.fetch_park import FetchPark
 from services.gateway.framing import FrameReader, FrameSizeError
 from services.gateway.handlers.api_versions import fallback_body
 from services.gateway.handlers.base import ApiHandler
@@ -55,6 +56,7 @@ class Connection(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self._transport: Any = None  # asyncio.Transport or uvloop's TCPTransport
         self._reader = FrameReader(server.max_request_bytes)
+        self._fetch_park = FetchPark()
         self._out: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
@@ -96,6 +98,7 @@ class Connection(asyncio.BufferedProtocol):
         for task in list(self._tasks):
             task.cancel()
         self._out.clear()
+        self._fetch_park.clear()
         self._server._unregister(self)
 
     def pause_writing(self) -> None:
@@ -199,7 +202,7 @@ class Connection(asyncio.BufferedProtocol):
             self._out.append(slot)
         ctx = RequestContext(self._server.services, api_key, version, header.correlation_id,
                              header.client_id, self.peer, self._server.versions,
-                             self.close_for)
+                             self.close_for, self._fetch_park)
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)
         metrics.INFLIGHT.inc()

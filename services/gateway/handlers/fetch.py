@@ -14,6 +14,12 @@ partitions keep the first phase's answer (or no records and the last known offse
 error answers at once. Record bytes are passed through untouched; partitions beyond the
 request's max_bytes (after the first one with data) are answered without records and fetched
 again.
+
+Long polls still running when a Fetch answers are parked on the connection (fetch_park.py):
+the next Fetch takes over a node's call when it asks that node the same thing. A call that
+answered in between is used at once by either phase; a running one only by phase 2 (phase 1
+leaves it parked), and when it ends empty before this request's max_wait, the node is asked
+again for the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.fetch_park import FetchKey, FetchPark, ParkedPolls, fetch_key
 from services.gateway.handlers.base import ApiHandler, Body
 from services.gateway.storage_errors import rpc_error_code
 
@@ -86,7 +93,12 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             parts.append(res)
             order.append((name, res))
     if by_node:
-        await _fetch_nodes(s, req, by_node, isolation, immediate)
+        park = ctx.fetch_park
+        parked = park.take_all() if park is not None else ParkedPolls({})
+        try:
+            await _fetch_nodes(s, req, by_node, isolation, immediate, parked, park)
+        finally:
+            parked.give_back(park)
         _apply_max_bytes(order, int(req.get("max_bytes", 0x7FFFFFFF)))
         for name, res in order:
             if res["records"]:
@@ -95,7 +107,8 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
 
 
 async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tuple[Any, Body]]],
-                       isolation: int, immediate: bool) -> None:
+                       isolation: int, immediate: bool, parked: ParkedPolls,
+                       park: FetchPark | None) -> None:
     loop = asyncio.get_running_loop()
     max_wait_ms = 0 if immediate else max(int(req.get("max_wait", 0)), 0)
     deadline = loop.time() + max_wait_ms / 1000.0
@@ -116,7 +129,7 @@ async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tu
         # until max_wait at most): cancelling a node that is still reading would throw its
         # records away and have the consumer fetch them again.
         if await _round(s, req, nodes, isolation, got, wait_ms=0, min_bytes=min_bytes,
-                        until=deadline if max_wait_ms else None):
+                        until=deadline if max_wait_ms else None, parked=parked):
             return
         wait_ms = int((deadline - loop.time()) * 1000)
         if sum(got.values()) >= min_bytes or wait_ms <= 0:
@@ -125,7 +138,7 @@ async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tu
         wait_ms = max_wait_ms
     # Phase 2: long poll on every node; answer as soon as min_bytes are in (or a node fails).
     await _round(s, req, nodes, isolation, got, wait_ms=wait_ms, min_bytes=min_bytes,
-                 until=loop.time())
+                 until=loop.time(), parked=parked, park=park)
 
 
 def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int) -> bool:
@@ -143,24 +156,42 @@ def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolati
 async def _round(s: GatewayServices, req: Body,
                  nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int,
                  got: dict[int, int], *, wait_ms: int, min_bytes: int,
-                 until: float | None) -> bool:
-    """One Storage.Fetch per node, each asked for its share of min_bytes within ``wait_ms``.
+                 until: float | None, parked: ParkedPolls,
+                 park: FetchPark | None = None) -> bool:
+    """One Storage.Fetch per node, each asked for its share of min_bytes within ``wait_ms``
+    (or the call parked for that node, when it asked the same thing).
 
     Every call is awaited, except that once the answers in hold min_bytes the others are given
     until ``until`` (None: no limit, the RPC timeout bounds them). A node error ends the round at
-    once. Calls still running are cancelled; their partitions keep what an earlier round filled
-    in. ``got`` is updated per node; returns whether a node reported an error."""
+    once. Calls still running are then parked in ``park`` (long polls of a round that ended
+    normally) or cancelled; their partitions keep what an earlier round filled in. ``got`` is
+    updated per node; returns whether a node reported an error."""
+    loop = asyncio.get_running_loop()
     share = math.ceil(min_bytes / len(nodes)) if min_bytes > 0 else 0
-    timeout = wait_ms / 1000.0 + min(_RPC_MARGIN_S, s.request_timeout_s)
+    rpc_margin = min(_RPC_MARGIN_S, s.request_timeout_s)
     max_bytes = int(req.get("max_bytes", 0x7FFFFFFF))
-    tasks: dict[asyncio.Future[Any], tuple[int, list[tuple[Any, Body]]]] = {}
-    for node, (stub, items) in nodes.items():
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=wait_ms, min_bytes=share,
+    end = loop.time() + wait_ms / 1000.0
+    tasks: dict[asyncio.Future[Any], tuple[int, list[tuple[Any, Body]], FetchKey]] = {}
+    adopted: set[asyncio.Future[Any]] = set()
+
+    def call(node: int, stub: Any, items: list[tuple[Any, Body]], wait: int,
+             key: FetchKey | None = None) -> asyncio.Future[Any]:
+        request = pb.FetchRequest(replica_id=-1, max_wait_ms=wait, min_bytes=share,
                                   max_bytes=max_bytes, isolation_level=isolation,
                                   partitions=[p for p, _ in items])
-        tasks[asyncio.ensure_future(stub.Fetch(request, timeout=timeout))] = (node, items)
+        key = key or fetch_key(request)
+        task = parked.take(node, key, running_ok=wait_ms > 0)
+        if task is not None:
+            adopted.add(task)
+        else:
+            task = asyncio.ensure_future(stub.Fetch(request, timeout=wait / 1000.0 + rpc_margin))
+        tasks[task] = (node, items, key)
+        return task
+
+    for node, (stub, items) in nodes.items():
+        call(node, stub, items, wait_ms)
     pending: set[asyncio.Future[Any]] = set(tasks)
-    loop = asyncio.get_running_loop()
+    ended = False
     try:
         while pending:
             limit = None
@@ -172,15 +203,25 @@ async def _round(s: GatewayServices, req: Body,
                                                return_when=asyncio.FIRST_COMPLETED)
             failed = False
             for task in done:
-                node, items = tasks[task]
+                node, items, key = tasks[task]
                 got[node], node_failed = _apply_result(s, node, task, items, isolation)
                 failed = failed or node_failed
+                left_ms = int((end - loop.time()) * 1000)
+                if task in adopted and not got[node] and not node_failed and left_ms > 0:
+                    # a parked long poll that ended (empty) before this request's max_wait
+                    pending.add(call(node, nodes[node][0], items, left_ms, key))
             if failed:
+                ended = True
                 return True
+        ended = True
         return False
     finally:
         for task in pending:
-            task.cancel()
+            if ended and park is not None and wait_ms > 0:
+                node, _, key = tasks[task]
+                park.park(node, key, task)
+            else:
+                task.cancel()
 
 
 def _apply_result(s: GatewayServices, node: int, task: asyncio.Future[Any],

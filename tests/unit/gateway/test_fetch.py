@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import grpc
@@ -11,6 +12,7 @@ from services.common.errors import ErrorCode
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
+from services.gateway.fetch_park import FetchPark
 from services.gateway.handlers import fetch
 
 from .fakes import FakeStorage, add_brokers, add_topic, context, services
@@ -251,3 +253,149 @@ async def test_max_bytes_keeps_first_and_drops_overflow() -> None:
     assert parts[("a", 0)]["aborted_transactions"] == [{"producer_id": 9, "first_offset": 3}]
     assert parts[("a", 2)]["records"] == b""
     assert storage.nodes[11].calls[0][1].isolation_level == 1
+
+
+# ---- long polls parked between a connection's Fetch requests ---------------------------------
+def _parked_context(svc: Any, park: FetchPark) -> Any:
+    return dataclasses.replace(context(svc, ApiKey.FETCH, 12), fetch_park=park)
+
+
+def _at(req: dict[str, Any], topic: str, index: int, offset: int) -> dict[str, Any]:
+    for t in req["topics"]:
+        for p in t["partitions"]:
+            if (t["topic"], p["partition"]) == (topic, index):
+                p["fetch_offset"] = offset
+    return req
+
+
+class _Poll:
+    """A node whose long polls wait for ``release`` (or their max_wait), then answer data."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.cancelled = 0
+
+    async def __call__(self, request: Any) -> Any:
+        try:
+            await asyncio.wait_for(self.release.wait(), request.max_wait_ms / 1000)
+        except TimeoutError:
+            return _answer(request, hw=5)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return _answer(request, records=b"late", hw=6)
+
+
+def _caught_up(svc: Any) -> None:
+    for index in (0, 1):
+        svc.offsets.update("a", index, high_watermark=5, last_stable_offset=5)
+
+
+async def test_next_fetch_takes_over_the_parked_long_poll() -> None:
+    svc = services(_cache())
+    _caught_up(svc)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def new_data(request: Any) -> Any:
+        await asyncio.sleep(0.02)
+        return _answer(request, records=b"n", hw=7)
+
+    poll = _Poll()
+    storage.node(11).fetch_handler = new_data
+    storage.node(12).fetch_handler = poll
+    park = FetchPark()
+    resp = await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
+    assert _parts(resp)[("a", 0)]["records"] == b"n"
+    assert len(park) == 1 and poll.cancelled == 0  # node 12's long poll was kept, not cancelled
+    # the consumer moved on in a/0 only (and is caught up there): node 11 is asked anew, node 12
+    # the same thing as before, so its poll is taken over
+    storage.node(11).fetch_handler = _Poll()
+    second = asyncio.ensure_future(fetch.handle(
+        _parked_context(svc, park), _at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 0, 7)))
+    await asyncio.sleep(0.1)
+    assert not second.done()
+    poll.release.set()
+    resp = await asyncio.wait_for(second, 2.0)
+    assert _parts(resp)[("a", 1)]["records"] == b"late"
+    assert len(storage.nodes[12].calls) == 1 and len(storage.nodes[11].calls) == 2
+    assert poll.cancelled == 0
+    assert len(park) == 1  # node 11's new long poll waits for the next Fetch
+
+
+async def test_parked_poll_that_answered_meanwhile_answers_the_next_fetch_at_once() -> None:
+    svc = services(_cache())
+    _caught_up(svc)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def new_data(request: Any) -> Any:
+        return _answer(request, records=b"n", hw=7)
+
+    poll = _Poll()
+    storage.node(11).fetch_handler = new_data
+    storage.node(12).fetch_handler = poll
+    park = FetchPark()
+    await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
+    poll.release.set()
+    await asyncio.sleep(0.05)  # the parked poll answers before the next Fetch comes
+    svc.offsets.update("a", 0, high_watermark=7)
+    storage.node(11).fetch_handler = poll  # a/0 has nothing new now
+    poll.release.clear()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    resp = await fetch.handle(_parked_context(svc, park),
+                              _at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 0, 7))
+    assert loop.time() - start < 1.0
+    assert _parts(resp)[("a", 1)]["records"] == b"late"
+    assert len(storage.nodes[12].calls) == 1
+
+
+async def test_parked_poll_for_something_else_is_cancelled() -> None:
+    svc = services(_cache())
+    _caught_up(svc)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def new_data(request: Any) -> Any:
+        return _answer(request, records=b"n", hw=7)
+
+    poll = _Poll()
+    storage.node(11).fetch_handler = new_data
+    storage.node(12).fetch_handler = poll
+    park = FetchPark()
+    await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
+    # a/1 is now asked from another offset: the parked poll is cancelled, a new one is made
+    resp = await fetch.handle(_parked_context(svc, park), _at(_at(
+        _req(("a", 0), ("a", 1), max_wait=5000), "a", 1, 9), "a", 0, 7))
+    assert _parts(resp)[("a", 0)]["records"] == b"n"
+    await asyncio.sleep(0.05)
+    assert poll.cancelled == 1
+    assert [r.partitions[0].fetch_offset for _, r in storage.nodes[12].calls] == [5, 9]
+    park.clear()  # the connection closes: what is parked is cancelled
+    await asyncio.sleep(0.05)
+    assert poll.cancelled == 2 and len(park) == 0
+
+
+async def test_parked_poll_that_ends_empty_is_followed_by_a_call_for_the_rest() -> None:
+    svc = services(_cache())
+    _caught_up(svc)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def new_data(request: Any) -> Any:
+        return _answer(request, records=b"n", hw=7)
+
+    poll = _Poll()
+    storage.node(11).fetch_handler = new_data
+    storage.node(12).fetch_handler = poll
+    park = FetchPark()
+    await fetch.handle(_parked_context(svc, park), _req(("a", 1), ("a", 0), max_wait=300))
+    storage.node(11).fetch_handler = poll  # nothing more on node 11 either
+    svc.offsets.update("a", 0, high_watermark=7)
+    # node 12's parked poll (300 ms) ends empty while this Fetch may wait 1.5 s: node 12 is
+    # asked again for the rest of the wait, and the data arriving then is answered
+    second = asyncio.ensure_future(fetch.handle(
+        _parked_context(svc, park), _at(_req(("a", 1), ("a", 0), max_wait=1500), "a", 0, 7)))
+    await asyncio.sleep(0.6)
+    poll.release.set()
+    resp = await asyncio.wait_for(second, 2.0)
+    assert _parts(resp)[("a", 1)]["records"] == b"late"
+    waits = [r.max_wait_ms for _, r in storage.nodes[12].calls]
+    assert len(waits) == 2 and waits[0] == 300 and 0 < waits[1] < 1500
