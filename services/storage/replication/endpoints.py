@@ -16,10 +16,12 @@ from typing import Protocol
 
 import grpc
 
+from services.common import storage_wire
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.common.runtime import GRPC_OPTIONS
+from services.common.storage_exchange import StorageExchange
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk, ZnodeStat
 
@@ -34,10 +36,13 @@ CHANNEL_OPTIONS = [
 ]
 
 
+FetchAnswer = pb.FetchResponse | storage_wire.FetchResponse
+
+
 class LeaderEndpoint(Protocol):
     """The calls a follower makes to its leader."""
 
-    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse: ...
+    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> FetchAnswer: ...
 
     async def offset_for_leader_epoch(
         self, req: pb.OffsetForLeaderEpochRequest, timeout_s: float
@@ -53,14 +58,17 @@ class EndpointProvider(Protocol):
 
 
 class GrpcLeaderEndpoint:
+    """Fetches go over the leader's Exchange stream (storage_exchange.py): each is a stream
+    message rather than a unary call, and the records are views of the received message."""
+
     def __init__(self, address: str) -> None:
         self.address = address
         self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.StorageStub(self._channel)
+        self._exchange = StorageExchange(self._channel)
 
-    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
-        resp: pb.FetchResponse = await self._stub.Fetch(req, timeout=timeout_s)
-        return resp
+    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> FetchAnswer:
+        return await self._exchange.fetch(req, timeout=timeout_s)
 
     async def offset_for_leader_epoch(
         self, req: pb.OffsetForLeaderEpochRequest, timeout_s: float
@@ -71,6 +79,7 @@ class GrpcLeaderEndpoint:
         return resp
 
     async def close(self) -> None:
+        self._exchange.close()
         await self._channel.close()
 
 

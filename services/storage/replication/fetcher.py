@@ -33,6 +33,7 @@ import grpc
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.storage_wire import PartitionFetchResult
 from services.storage.log.log import UnexpectedAppendOffsetError
 from services.storage.metrics import StorageMetrics
 from services.storage.partition import Partition, Role, TopicPartition
@@ -40,6 +41,8 @@ from services.storage.replica_manager import ReplicaManager
 from services.storage.replication.batches import follower_batches
 from services.storage.replication.endpoints import EndpointProvider, LeaderEndpoint
 from services.storage.replication.truncation import decide_truncation
+
+FetchResult = pb.PartitionFetchResult | PartitionFetchResult  # generated, or read by storage_wire
 
 log = get_logger("storage.replication.fetcher")
 
@@ -388,7 +391,7 @@ class ReplicaFetcher:
             except KafkaError as exc:
                 self._retry_later(s, exc.code, "append")
 
-    def _apply(self, s: FetchState, r: pb.PartitionFetchResult) -> None:
+    def _apply(self, s: FetchState, r: FetchResult) -> None:
         code = _code(r.error_code)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(s, r)
@@ -398,7 +401,7 @@ class ReplicaFetcher:
             return
         p = s.partition
         lg = p.log
-        records = r.records  # each read of a protobuf bytes field is a new copy
+        records = r.records  # a view of the leader's answer
         if records:
             headers = follower_batches(records)
             if headers:
@@ -411,7 +414,7 @@ class ReplicaFetcher:
         s.leader_high_watermark = r.high_watermark
         s.failures = 0
 
-    def _out_of_range(self, s: FetchState, r: pb.PartitionFetchResult) -> None:
+    def _out_of_range(self, s: FetchState, r: FetchResult) -> None:
         """Kafka's ``fetchOffsetAndTruncate``: behind the leader's log start, or beyond its end."""
         p = s.partition
         leo = p.log.log_end_offset
