@@ -16,8 +16,8 @@ broken stream is replaced by a new one at the next call.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
-from collections.abc import Awaitable
 from typing import Any
 
 import grpc
@@ -145,10 +145,10 @@ class StorageExchange:
 
     def append(
         self, request: bytes | list[Buffer] | storage_pb2.AppendRequest, timeout: float | None = None
-    ) -> Awaitable[storage_pb2.AppendResponse]:
+    ) -> asyncio.Future[storage_pb2.AppendResponse]:
         """Storage.Append; ``request`` serialized (storage_wire.append_request[_parts]). The
         call is queued before this returns, so calls reach the node in the order they were
-        made; the awaitable gives the answer."""
+        made; the future gives the answer."""
         if isinstance(request, storage_pb2.AppendRequest):
             request = request.SerializeToString()
         parts: list[Buffer] = [request] if isinstance(request, bytes) else request
@@ -156,7 +156,7 @@ class StorageExchange:
 
     def fetch(
         self, request: storage_pb2.FetchRequest, timeout: float | None = None
-    ) -> Awaitable[FetchResponse]:
+    ) -> asyncio.Future[FetchResponse]:
         """Storage.Fetch (queued before this returns); the records of the answer are views of
         the received message."""
         return self._call(EXCHANGE_FETCH, [request.SerializeToString()], timeout)
@@ -166,25 +166,34 @@ class StorageExchange:
             self._stream.fail(_rpc_error(grpc.StatusCode.CANCELLED, "exchange closed"))
             self._stream = None
 
-    def _call(self, kind: int, parts: list[Buffer], timeout: float | None) -> Awaitable[Any]:
+    def _call(self, kind: int, parts: list[Buffer], timeout: float | None) -> asyncio.Future[Any]:
+        """Queue the call; its future is the answer. Cancelling the future, or its timeout
+        passing (DEADLINE_EXCEEDED), sends a cancel for the call."""
         stream = self._stream
         if stream is None or not stream.alive:
             stream = self._stream = _Stream(self._method)
         self._next_id += 1
         call_id = self._next_id
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         stream.pending[call_id] = future
         stream.send(exchange_entry_parts(call_id, kind, parts))
-        return self._answer(stream, call_id, future, timeout)
+        timer = loop.call_later(timeout, _expire, future) if timeout is not None else None
+        future.add_done_callback(functools.partial(_settled, stream, call_id, timer))
+        return future
 
-    @staticmethod
-    async def _answer(stream: _Stream, call_id: int, future: asyncio.Future[Any],
-                      limit_s: float | None) -> Any:
-        try:
-            async with asyncio.timeout(limit_s):
-                return await future
-        except TimeoutError:
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-        finally:
-            if stream.pending.pop(call_id, None) is not None and stream.alive:
-                stream.send(exchange_entry_parts(call_id, EXCHANGE_CANCEL, []))
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(_rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+
+def _settled(
+    stream: _Stream, call_id: int, timer: asyncio.TimerHandle | None, future: asyncio.Future[Any]
+) -> None:
+    """A call's future is done: answered (the reader took it from ``pending``), or given up on
+    (timeout, cancellation), in which case the node is told to stop it."""
+    if timer is not None:
+        timer.cancel()
+    if stream.pending.pop(call_id, None) is not None and stream.alive:
+        stream.send(exchange_entry_parts(call_id, EXCHANGE_CANCEL, []))

@@ -138,14 +138,15 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
     timeout_ms = int(req.get("timeout", 30000))
     # The calls are started here, synchronously and in request order, so that appends from
     # one connection reach each storage node in the order the client sent them.
-    calls = [_start_append(s, node, items, acks, timeout_ms, req.get("transactional_id"))
-             for node, items in by_node.items()]
+    txn = req.get("transactional_id")
+    started = [call for node, items in by_node.items()
+               if (call := _start_append(s, node, items, acks, timeout_ms, txn)) is not None]
     if acks == 0:
-        appends = s.spawn(asyncio.gather(*calls), "produce_acks0")
+        appends = s.spawn(_finish_appends(s, started), "produce_acks0")
         if not _close_on_error(ctx, responses):
             appends.add_done_callback(lambda _: _close_on_error(ctx, responses))
         return None
-    await asyncio.gather(*calls)
+    await _finish_appends(s, started)
     return {"responses": responses, "throttle_time": 0}
 
 
@@ -165,38 +166,42 @@ def _fail(items: list[tuple[PartitionAppend, Body]], code: ErrorCode, message: s
         res.update(_partition(res["index"], code, message))
 
 
+_Started = tuple[int, list[tuple[PartitionAppend, Body]], Awaitable[Any]]
+
+
 def _start_append(s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]],
-                  acks: int, timeout_ms: int, transactional_id: str | None) -> Awaitable[None]:
-    """Start one Append to ``node``; the returned awaitable fills the responses in ``items``."""
+                  acks: int, timeout_ms: int, transactional_id: str | None) -> _Started | None:
+    """Start one Append to ``node``: (node, items, its answer), or None when it could not be
+    started (the responses in ``items`` then hold the error)."""
     stub = s.storage.stub(node)
     if stub is None:
         _fail(items, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Storage node {node} is not available")
-        return _done()
+        return None
     request = append_request_parts(acks, timeout_ms, transactional_id, [p for p, _ in items])
     try:
         call = stub.Append(request, timeout=max(timeout_ms, 0) / 1000.0 + _RPC_MARGIN_S)
     except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
         code = rpc_error_code("Append", exc)
         _fail(items, code, f"Storage node {node}: {code.name}")
-        return _done()
-    return _finish_append(s, node, call, items)
+        return None
+    return node, items, call
 
 
-async def _done() -> None:
-    return None
+async def _finish_appends(s: GatewayServices, started: list[_Started]) -> None:
+    """Await every started Append (the futures themselves: no task per call) and fill in the
+    responses of their partitions."""
+    answers = await asyncio.gather(*(call for _, _, call in started), return_exceptions=True)
+    for (node, items, _), answer in zip(started, answers, strict=True):
+        _apply_answer(s, node, items, answer)
 
 
-async def _finish_append(s: GatewayServices, node: int, call: Any,
-                         items: list[tuple[PartitionAppend, Body]]) -> None:
-    try:
-        resp = await call
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
-        code = rpc_error_code("Append", exc)
+def _apply_answer(s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]],
+                  answer: Any) -> None:
+    if isinstance(answer, BaseException):  # any RPC failure becomes a partition error
+        code = rpc_error_code("Append", answer)
         _fail(items, code, f"Storage node {node}: {code.name}")
         return
-    by_key = {(r.topic, r.partition): r for r in resp.partitions}
+    by_key = {(r.topic, r.partition): r for r in answer.partitions}
     offsets = s.offsets
     for p, res in items:
         r = by_key.get((p.topic, p.partition))
