@@ -94,8 +94,9 @@ class _TopicRaw:
         for p in parts:
             leader, epoch, isr, version = self.states[p]
             partitions[p] = PartitionInfo(p, self.assignment[p], leader, epoch, isr, version)
-        return TopicInfo(name, self.topic_id, MappingProxyType(partitions),
-                         MappingProxyType(dict(self.config)))
+        return TopicInfo(
+            name, self.topic_id, MappingProxyType(partitions), MappingProxyType(dict(self.config))
+        )
 
 
 class MetadataCache:
@@ -195,8 +196,9 @@ class MetadataCache:
         self._publish(topic)
         return set(raw.assignment or ())
 
-    def apply_partition_state(self, topic: str, partition: int, data: bytes | None,
-                              version: int = 0) -> None:
+    def apply_partition_state(
+        self, topic: str, partition: int, data: bytes | None, version: int = 0
+    ) -> None:
         raw = self._raw.get(topic)
         if raw is None:
             return
@@ -206,7 +208,9 @@ class MetadataCache:
             try:
                 st = layout.PartitionStateZk.from_json(data)
             except (ValueError, TypeError, KeyError) as exc:
-                log.warning("bad_partition_state", topic=topic, partition=partition, error=repr(exc))
+                log.warning(
+                    "bad_partition_state", topic=topic, partition=partition, error=repr(exc)
+                )
                 return
             raw.states[partition] = (st.leader, st.leader_epoch, tuple(st.isr), version)
         self._publish(topic)
@@ -280,8 +284,9 @@ class MetadataCache:
             self._bump()
 
     # ---- internals ----------------------------------------------------------------------
-    def _apply_endpoint(self, target: dict[int, layout.Endpoint], node_id: int,
-                        data: bytes | None) -> None:
+    def _apply_endpoint(
+        self, target: dict[int, layout.Endpoint], node_id: int, data: bytes | None
+    ) -> None:
         if data is None:
             changed = target.pop(node_id, None) is not None
         else:
@@ -353,8 +358,13 @@ class ZkMetadataSync:
         except TimeoutError:
             log.warning("metadata_initial_load_timeout", pending=w.unfired)
         c.loaded = True
-        log.info("metadata_loaded", topics=len(c.topics), brokers=sorted(c.brokers),
-                 gateways=sorted(c.gateways), controller=c.controller_id)
+        log.info(
+            "metadata_loaded",
+            topics=len(c.topics),
+            brokers=sorted(c.brokers),
+            gateways=sorted(c.gateways),
+            controller=c.controller_id,
+        )
 
     def stop(self) -> None:
         self._watches.stop_all()
@@ -382,8 +392,9 @@ class ZkMetadataSync:
             self._watches.stop_prefix(layout.partitions_path(topic) + "/")
         for topic in added:
             self._watches.data(layout.topic_path(topic), _bind_data(self._on_assignment, topic))
-            self._watches.data(layout.topic_config_path(topic),
-                               _bind_data(self._cache.apply_topic_config, topic))
+            self._watches.data(
+                layout.topic_config_path(topic), _bind_data(self._cache.apply_topic_config, topic)
+            )
 
     def _on_assignment(self, topic: str, data: bytes | None) -> None:
         partitions = self._cache.apply_assignment(topic, data)
@@ -391,17 +402,20 @@ class ZkMetadataSync:
             path = layout.partition_state_path(topic, p)
             self._watches.data(path, functools.partial(self._on_state, topic, p))
 
-    def _on_state(self, topic: str, partition: int, data: bytes | None,
-                  stat: ZnodeStat | None) -> None:
+    def _on_state(
+        self, topic: str, partition: int, data: bytes | None, stat: ZnodeStat | None
+    ) -> None:
         self._cache.apply_partition_state(topic, partition, data, stat.version if stat else 0)
 
 
 K = TypeVar("K")
 
 
-def _bind_data(apply: Callable[[K, bytes | None], Any], key: K
-               ) -> Callable[[bytes | None, ZnodeStat | None], None]:
+def _bind_data(
+    apply: Callable[[K, bytes | None], Any], key: K
+) -> Callable[[bytes | None, ZnodeStat | None], None]:
     """A data-watch callback that passes ``key`` and the znode data (not the stat) on."""
+
     def callback(data: bytes | None, stat: ZnodeStat | None) -> None:
         apply(key, data)
 

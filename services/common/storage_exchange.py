@@ -94,9 +94,12 @@ class _Stream:
                 if message is grpc.aio.EOF:
                     status = await self.call.code()
                     details = await self.call.details()
-                    self.fail(_rpc_error(
-                        grpc.StatusCode.UNAVAILABLE if status == grpc.StatusCode.OK else status,
-                        details or "exchange stream ended"))
+                    self.fail(
+                        _rpc_error(
+                            grpc.StatusCode.UNAVAILABLE if status == grpc.StatusCode.OK else status,
+                            details or "exchange stream ended",
+                        )
+                    )
                     return
                 for call_id, kind, result in message:
                     future = self.pending.pop(call_id, None)
@@ -144,7 +147,9 @@ class StorageExchange:
         self._next_id = 0
 
     def append(
-        self, request: bytes | list[Buffer] | storage_pb2.AppendRequest, timeout: float | None = None
+        self,
+        request: bytes | list[Buffer] | storage_pb2.AppendRequest,
+        timeout: float | None = None,
     ) -> asyncio.Future[storage_pb2.AppendResponse]:
         """Storage.Append; ``request`` serialized (storage_wire.append_request[_parts]). The
         call is queued before this returns, so calls reach the node in the order they were

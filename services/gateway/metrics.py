@@ -9,49 +9,87 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-_LATENCY_BUCKETS_MS = (0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+_LATENCY_BUCKETS_MS = (
+    0.25,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10000,
+    30000,
+)
 
 REQUESTS = Counter(
-    "kafka_network_requestmetrics_requests", "Requests received, per API and version",
+    "kafka_network_requestmetrics_requests",
+    "Requests received, per API and version",
     ["request", "version"],
 )
 TOTAL_TIME_MS = Histogram(
-    "kafka_network_requestmetrics_totaltimems", "Time from request read to response queued (ms)",
-    ["request"], buckets=_LATENCY_BUCKETS_MS,
+    "kafka_network_requestmetrics_totaltimems",
+    "Time from request read to response queued (ms)",
+    ["request"],
+    buckets=_LATENCY_BUCKETS_MS,
 )
 REQUEST_ERRORS = Counter(
-    "kafka_network_requestmetrics_errors", "Requests that failed inside the gateway", ["request", "error"],
+    "kafka_network_requestmetrics_errors",
+    "Requests that failed inside the gateway",
+    ["request", "error"],
 )
 INFLIGHT = Gauge(
-    "kafka_network_requestchannel_requestqueuesize", "Requests being handled (all connections)",
+    "kafka_network_requestchannel_requestqueuesize",
+    "Requests being handled (all connections)",
 )
 CONNECTIONS = Gauge(
-    "kafka_server_socket_server_metrics_connection_count", "Open client connections",
+    "kafka_server_socket_server_metrics_connection_count",
+    "Open client connections",
 )
 CONNECTIONS_CREATED = Counter(
-    "kafka_server_socket_server_metrics_connection_creation", "Client connections accepted",
+    "kafka_server_socket_server_metrics_connection_creation",
+    "Client connections accepted",
 )
 CONNECTIONS_CLOSED = Counter(
-    "kafka_server_socket_server_metrics_connection_close", "Client connections closed",
+    "kafka_server_socket_server_metrics_connection_close",
+    "Client connections closed",
 )
 BYTES_RECEIVED = Counter(
-    "kafka_server_socket_server_metrics_incoming_byte", "Bytes read from client connections",
+    "kafka_server_socket_server_metrics_incoming_byte",
+    "Bytes read from client connections",
 )
 BYTES_SENT = Counter(
-    "kafka_server_socket_server_metrics_outgoing_byte", "Bytes written to client connections",
+    "kafka_server_socket_server_metrics_outgoing_byte",
+    "Bytes written to client connections",
 )
 PROTOCOL_CLOSES = Counter(
-    "kafkapy_gateway_protocol_closes", "Connections closed for a protocol violation", ["reason"],
+    "kafkapy_gateway_protocol_closes",
+    "Connections closed for a protocol violation",
+    ["reason"],
 )
 TOPIC_BYTES_IN = Counter(
-    "kafka_server_brokertopicmetrics_bytesin", "Record bytes produced, per topic", ["topic"],
+    "kafka_server_brokertopicmetrics_bytesin",
+    "Record bytes produced, per topic",
+    ["topic"],
 )
 TOPIC_MESSAGES_IN = Counter(
-    "kafka_server_brokertopicmetrics_messagesin", "Records produced, per topic", ["topic"],
+    "kafka_server_brokertopicmetrics_messagesin",
+    "Records produced, per topic",
+    ["topic"],
 )
 TOPIC_BYTES_OUT = Counter(
-    "kafka_server_brokertopicmetrics_bytesout", "Record bytes fetched, per topic", ["topic"],
+    "kafka_server_brokertopicmetrics_bytesout",
+    "Record bytes fetched, per topic",
+    ["topic"],
 )
 STORAGE_RPC_ERRORS = Counter(
-    "kafkapy_gateway_storage_rpc_errors", "Failed storage RPCs", ["method", "code"],
+    "kafkapy_gateway_storage_rpc_errors",
+    "Failed storage RPCs",
+    ["method", "code"],
 )

@@ -19,8 +19,15 @@ class OffsetsCache:
         e = self._entries.get((topic, partition))
         return (e[0], e[1], e[2]) if e is not None else (UNKNOWN, UNKNOWN, UNKNOWN)
 
-    def update(self, topic: str, partition: int, *, high_watermark: int = UNKNOWN,
-               last_stable_offset: int = UNKNOWN, log_start_offset: int = UNKNOWN) -> None:
+    def update(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        high_watermark: int = UNKNOWN,
+        last_stable_offset: int = UNKNOWN,
+        log_start_offset: int = UNKNOWN,
+    ) -> None:
         e = self._entries.get((topic, partition))
         if e is None:
             e = self._entries[(topic, partition)] = [UNKNOWN, UNKNOWN, UNKNOWN]

@@ -137,8 +137,7 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _must_pause(self) -> bool:
-        return (self._draining or self._write_paused
-                or len(self._tasks) >= self._server.max_inflight)
+        return self._draining or self._write_paused or len(self._tasks) >= self._server.max_inflight
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closing:
@@ -192,17 +191,30 @@ class Connection(asyncio.BufferedProtocol):
         try:
             body = decode_request(api_key, version, frame, offset)
         except Exception as exc:  # noqa: BLE001 - malformed request: close, as in Kafka
-            self._protocol_close("malformed_request", api_key=api_key, api_version=version,
-                                 correlation_id=header.correlation_id, error=repr(exc))
+            self._protocol_close(
+                "malformed_request",
+                api_key=api_key,
+                api_version=version,
+                correlation_id=header.correlation_id,
+                error=repr(exc),
+            )
             return
         self.requests += 1
         slot: _Slot | None = None
         if not (api_key == ApiKey.PRODUCE and body.get("acks") == 0):
             slot = _Slot()
             self._out.append(slot)
-        ctx = RequestContext(self._server.services, api_key, version, header.correlation_id,
-                             header.client_id, self.peer, self._server.versions,
-                             self.close_for, self._fetch_park)
+        ctx = RequestContext(
+            self._server.services,
+            api_key,
+            version,
+            header.correlation_id,
+            header.client_id,
+            self.peer,
+            self._server.versions,
+            self.close_for,
+            self._fetch_park,
+        )
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)
         metrics.INFLIGHT.inc()
@@ -216,37 +228,56 @@ class Connection(asyncio.BufferedProtocol):
             if not self._reading_paused:
                 self._process()
 
-    def _unsupported_version(self, handler: ApiHandler, header: Any, frame: Buffer,
-                             offset: int) -> None:
+    def _unsupported_version(
+        self, handler: ApiHandler, header: Any, frame: Buffer, offset: int
+    ) -> None:
         corr = header.correlation_id
         try:
             if header.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer v0 with UNSUPPORTED_VERSION and our version table.
-                data = encode_response_chunks(ApiKey.API_VERSIONS, 0, corr,
-                                              fallback_body(self._server.versions))
+                data = encode_response_chunks(
+                    ApiKey.API_VERSIONS, 0, corr, fallback_body(self._server.versions)
+                )
             else:
                 body = decode_request(header.api_key, header.api_version, frame, offset)
-                resp = handler.error_response(body, header.api_version, ErrorCode.UNSUPPORTED_VERSION)
+                resp = handler.error_response(
+                    body, header.api_version, ErrorCode.UNSUPPORTED_VERSION
+                )
                 data = encode_response_chunks(header.api_key, header.api_version, corr, resp)
         except Exception as exc:  # noqa: BLE001 - no schema for that version: close, as in Kafka
-            self._protocol_close("unsupported_version", api_key=header.api_key,
-                                 api_version=header.api_version, error=repr(exc))
+            self._protocol_close(
+                "unsupported_version",
+                api_key=header.api_key,
+                api_version=header.api_version,
+                error=repr(exc),
+            )
             return
         self._out.append(_Slot(data))
         self._flush()
 
     # ---- handling and output --------------------------------------------------------------
-    async def _run(self, handler: ApiHandler, ctx: RequestContext, body: dict[str, Any],
-                   slot: _Slot | None, start: float) -> None:
+    async def _run(
+        self,
+        handler: ApiHandler,
+        ctx: RequestContext,
+        body: dict[str, Any],
+        slot: _Slot | None,
+        start: float,
+    ) -> None:
         version = ctx.api_version
         try:
             resp = await handler.handle(ctx, body)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - every handler failure becomes an error response
-            log.exception("handler_failed", api=handler.name, api_version=version,
-                          correlation_id=ctx.correlation_id, client_id=ctx.client_id,
-                          peer=self.peer)
+            log.exception(
+                "handler_failed",
+                api=handler.name,
+                api_version=version,
+                correlation_id=ctx.correlation_id,
+                client_id=ctx.client_id,
+                peer=self.peer,
+            )
             metrics.REQUEST_ERRORS.labels(handler.name, "UNKNOWN_SERVER_ERROR").inc()
             resp = self._safe_error_body(handler, body, version)
         self._server.observe(handler.name, version, start)
@@ -259,23 +290,34 @@ class Connection(asyncio.BufferedProtocol):
         slot.data = data
         self._flush()
 
-    def _safe_error_body(self, handler: ApiHandler, body: dict[str, Any],
-                         version: int) -> dict[str, Any] | None:
+    def _safe_error_body(
+        self, handler: ApiHandler, body: dict[str, Any], version: int
+    ) -> dict[str, Any] | None:
         try:
             return handler.error_response(body, version, ErrorCode.UNKNOWN_SERVER_ERROR)
         except Exception:  # noqa: BLE001
             log.exception("error_response_failed", api=handler.name)
             return None
 
-    def _encode(self, handler: ApiHandler, ctx: RequestContext, body: dict[str, Any],
-                resp: dict[str, Any] | None) -> list[Buffer] | None:
+    def _encode(
+        self,
+        handler: ApiHandler,
+        ctx: RequestContext,
+        body: dict[str, Any],
+        resp: dict[str, Any] | None,
+    ) -> list[Buffer] | None:
         if resp is not None:
             try:
-                return encode_response_chunks(ctx.api_key, ctx.api_version, ctx.correlation_id,
-                                              resp)
+                return encode_response_chunks(
+                    ctx.api_key, ctx.api_version, ctx.correlation_id, resp
+                )
             except Exception:  # noqa: BLE001 - a handler built a bad body: answer an error instead
-                log.exception("encode_failed", api=handler.name, api_version=ctx.api_version,
-                              correlation_id=ctx.correlation_id)
+                log.exception(
+                    "encode_failed",
+                    api=handler.name,
+                    api_version=ctx.api_version,
+                    correlation_id=ctx.correlation_id,
+                )
         err = self._safe_error_body(handler, body, ctx.api_version)
         if err is None:
             return None
@@ -305,9 +347,16 @@ class Connection(asyncio.BufferedProtocol):
 class KafkaServer:
     """Accepts client connections and dispatches their requests to ``handlers``."""
 
-    def __init__(self, services: Any, handlers: Mapping[int, ApiHandler],
-                 versions: Mapping[int, tuple[int, int]], *, max_request_bytes: int,
-                 max_inflight: int = 128, idle_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        services: Any,
+        handlers: Mapping[int, ApiHandler],
+        versions: Mapping[int, tuple[int, int]],
+        *,
+        max_request_bytes: int,
+        max_inflight: int = 128,
+        idle_timeout_s: float = 600.0,
+    ) -> None:
         self.services = services
         self.handlers = dict(handlers)
         self.versions = dict(versions)
@@ -328,7 +377,8 @@ class KafkaServer:
     async def start(self, host: str, port: int) -> int:
         factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
         self._server = await asyncio.get_running_loop().create_server(
-            factory, host or None, port, reuse_address=True, backlog=1024)
+            factory, host or None, port, reuse_address=True, backlog=1024
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
         return self.port

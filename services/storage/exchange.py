@@ -62,8 +62,13 @@ class _Session:
                 continue
             handler = self._handlers.get(kind)
             if handler is None:
-                self._answer(call_id, ERROR, call_error_parts(
-                    _status(grpc.StatusCode.UNIMPLEMENTED), "unknown Exchange call"))
+                self._answer(
+                    call_id,
+                    ERROR,
+                    call_error_parts(
+                        _status(grpc.StatusCode.UNIMPLEMENTED), "unknown Exchange call"
+                    ),
+                )
                 continue
             task = self._loop.create_task(handler(body, self._context))
             self.running[call_id] = task
@@ -77,8 +82,13 @@ class _Session:
         exc = task.exception()
         if exc is not None:
             log.error("exchange_call_failed", kind=kind, error=repr(exc))
-            self._answer(call_id, ERROR, call_error_parts(
-                _status(grpc.StatusCode.UNKNOWN), f"Unexpected {type(exc).__name__}: {exc}"))
+            self._answer(
+                call_id,
+                ERROR,
+                call_error_parts(
+                    _status(grpc.StatusCode.UNKNOWN), f"Unexpected {type(exc).__name__}: {exc}"
+                ),
+            )
             return
         result = task.result()
         parts = fetch_response_parts(result) if kind == FETCH else [result.SerializeToString()]
@@ -125,8 +135,9 @@ async def serve_exchange(handlers: dict[int, Handler], context: Any) -> None:
             if session.ready:
                 await context.write(session.next_message())
                 continue
-            if reader.done() and (not session.running or reader.cancelled()
-                                  or reader.exception() is not None):
+            if reader.done() and (
+                not session.running or reader.cancelled() or reader.exception() is not None
+            ):
                 break
             session.wake.clear()
             await session.wake.wait()

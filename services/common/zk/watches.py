@@ -130,6 +130,7 @@ class WatchSet:
                 self._fired_once()
 
         if kind == "data":
+
             def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
                 if w.stopped:
                     return False
@@ -139,6 +140,7 @@ class WatchSet:
             def create() -> Any:
                 return DataWatch(self._zk.client, path, on_data)
         else:
+
             def on_children(children: list[str]) -> bool | None:
                 if w.stopped:
                     return False

@@ -50,6 +50,8 @@ HANDLERS: dict[int, ApiHandler] = {
 }
 
 
-def advertised_versions(handlers: Mapping[int, ApiHandler] = HANDLERS) -> dict[int, tuple[int, int]]:
+def advertised_versions(
+    handlers: Mapping[int, ApiHandler] = HANDLERS,
+) -> dict[int, tuple[int, int]]:
     """Version ranges of the handled APIs (keys the codec does not support are left out)."""
     return {int(k): v for k, v in SUPPORTED_VERSIONS.items() if int(k) in handlers}

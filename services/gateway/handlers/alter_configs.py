@@ -31,8 +31,12 @@ OpsBuilder = Callable[[Body], tuple[list[Any], str | None]]
 
 
 def _result(res: Body, code: ErrorCode, message: str | None = None) -> Body:
-    return {"error_code": int(code), "error_message": message if code != ErrorCode.NONE else None,
-            "resource_type": res["resource_type"], "resource_name": res["resource_name"]}
+    return {
+        "error_code": int(code),
+        "error_message": message if code != ErrorCode.NONE else None,
+        "resource_type": res["resource_type"],
+        "resource_name": res["resource_name"],
+    }
 
 
 def replace_ops(res: Body) -> tuple[list[Any], str | None]:
@@ -67,17 +71,24 @@ async def alter(ctx: RequestContext, req: Body, build_ops: OpsBuilder, increment
                 results.append(_result(r, ErrorCode.INVALID_TOPIC_EXCEPTION, why))
                 continue
             if s.cache.topic(name) is None:
-                results.append(_result(r, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                       f"Topic {name} does not exist"))
+                results.append(
+                    _result(r, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+                )
                 continue
         elif rtype == BROKER:
             if name and not name.isdigit():
-                results.append(_result(r, ErrorCode.INVALID_REQUEST,
-                                       f"Broker id must be an integer, but it is: {name}"))
+                results.append(
+                    _result(
+                        r,
+                        ErrorCode.INVALID_REQUEST,
+                        f"Broker id must be an integer, but it is: {name}",
+                    )
+                )
                 continue
         else:
-            results.append(_result(r, ErrorCode.INVALID_REQUEST,
-                                   f"Unsupported resource type {rtype}"))
+            results.append(
+                _result(r, ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+            )
             continue
         ops, problem = build_ops(r)
         if problem is not None:
@@ -85,22 +96,36 @@ async def alter(ctx: RequestContext, req: Body, build_ops: OpsBuilder, increment
             continue
         res = _result(r, ErrorCode.NONE)
         results.append(res)
-        changes[(rtype, name)] = (pb.ConfigResourceChange(resource_type=rtype, name=name, ops=ops,
-                                                          incremental=incremental), res)
+        changes[(rtype, name)] = (
+            pb.ConfigResourceChange(
+                resource_type=rtype, name=name, ops=ops, incremental=incremental
+            ),
+            res,
+        )
     if changes:
         await _forward(s, changes, validate_only, deadline)
     return {"throttle_time": 0, "responses": results}
 
 
-async def _forward(s: GatewayServices, changes: dict[tuple[int, str], tuple[Any, Body]],
-                   validate_only: bool, deadline: float) -> None:
+async def _forward(
+    s: GatewayServices,
+    changes: dict[tuple[int, str], tuple[Any, Body]],
+    validate_only: bool,
+    deadline: float,
+) -> None:
     items = [c for c, _ in changes.values()]
     try:
         answers = await s.controller.call_items(
-            "AlterConfigs", items,
-            lambda batch: pb.AlterConfigsRequest(resources=list(batch), validate_only=validate_only),
-            lambda c: (c.resource_type, c.name), lambda resp: resp.resources,
-            lambda r: (r.resource_type, str(r.name)), deadline)
+            "AlterConfigs",
+            items,
+            lambda batch: pb.AlterConfigsRequest(
+                resources=list(batch), validate_only=validate_only
+            ),
+            lambda c: (c.resource_type, c.name),
+            lambda resp: resp.resources,
+            lambda r: (r.resource_type, str(r.name)),
+            deadline,
+        )
     except ControllerError as exc:
         log.warning("alter_configs_failed", error=str(exc))
         for _, res in changes.values():
@@ -110,11 +135,14 @@ async def _forward(s: GatewayServices, changes: dict[tuple[int, str], tuple[Any,
     for key, (_, res) in changes.items():
         r = answers.get(key)
         if r is None:
-            res.update(error_code=int(ErrorCode.REQUEST_TIMED_OUT),
-                       error_message="Timed out waiting for the controller")
+            res.update(
+                error_code=int(ErrorCode.REQUEST_TIMED_OUT),
+                error_message="Timed out waiting for the controller",
+            )
         elif r.error_code:
-            res.update(error_code=int(as_error_code(r.error_code)),
-                       error_message=r.error_message or None)
+            res.update(
+                error_code=int(as_error_code(r.error_code)), error_message=r.error_message or None
+            )
         elif key[0] == TOPIC and not validate_only:
             waits.append(key[1])
     await asyncio.gather(*(wait_config_visible(s, t, deadline) for t in waits))

@@ -36,12 +36,14 @@ def topic_name_error(name: str | None) -> str | None:
     if not name:
         return "Topic name is illegal, it can't be empty"
     if name in (".", ".."):
-        return "Topic name cannot be \".\" or \"..\""
+        return 'Topic name cannot be "." or ".."'
     if len(name) > 249:
         return f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
     if not _LEGAL_TOPIC.match(name):
-        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
-                "alphanumerics, '.', '_' and '-'")
+        return (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
     return None
 
 
@@ -64,8 +66,29 @@ def as_error_code(value: int) -> ErrorCode:
 # Kafka then reports every operation the resource type supports.
 _READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
 _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
-TOPIC_OPERATIONS = sum(1 << op for op in (_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE,
-                                          _DESCRIBE_CONFIGS, _ALTER_CONFIGS))
-CLUSTER_OPERATIONS = sum(1 << op for op in (_CREATE, _ALTER, _DESCRIBE, _CLUSTER_ACTION,
-                                            _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE))
+TOPIC_OPERATIONS = sum(
+    1 << op
+    for op in (
+        _READ,
+        _WRITE,
+        _CREATE,
+        _DELETE,
+        _ALTER,
+        _DESCRIBE,
+        _DESCRIBE_CONFIGS,
+        _ALTER_CONFIGS,
+    )
+)
+CLUSTER_OPERATIONS = sum(
+    1 << op
+    for op in (
+        _CREATE,
+        _ALTER,
+        _DESCRIBE,
+        _CLUSTER_ACTION,
+        _DESCRIBE_CONFIGS,
+        _ALTER_CONFIGS,
+        _IDEMPOTENT_WRITE,
+    )
+)
 OPERATIONS_NOT_REQUESTED = -2147483648

@@ -22,8 +22,11 @@ log = get_logger("gateway.admin")
 
 
 def _result(name: str, code: ErrorCode, message: str | None = None) -> Body:
-    return {"name": name, "error_code": int(code),
-            "error_message": message if code != ErrorCode.NONE else None}
+    return {
+        "name": name,
+        "error_code": int(code),
+        "error_message": message if code != ErrorCode.NONE else None,
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -45,22 +48,33 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             continue
         topic = s.cache.topic(name)
         if topic is None:
-            results[name] = _result(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                    f"The topic '{name}' does not exist.")
+            results[name] = _result(
+                name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
             continue
         first_new = len(topic.partitions)
-        assignments = [pb.ReplicaAssignment(partition=first_new + i,
-                                            broker_ids=list(a.get("broker_ids") or []))
-                       for i, a in enumerate(t.get("assignments") or [])]
-        specs.append(pb.PartitionCountSpec(name=name, count=int(t["count"]),
-                                           assignments=assignments))
+        assignments = [
+            pb.ReplicaAssignment(
+                partition=first_new + i, broker_ids=list(a.get("broker_ids") or [])
+            )
+            for i, a in enumerate(t.get("assignments") or [])
+        ]
+        specs.append(
+            pb.PartitionCountSpec(name=name, count=int(t["count"]), assignments=assignments)
+        )
     if specs:
         try:
             answers = await s.controller.call_items(
-                "CreatePartitions", specs,
-                lambda items: pb.CreatePartitionsRequest(topics=list(items), timeout_ms=timeout_ms,
-                                                         validate_only=validate_only),
-                lambda spec: spec.name, lambda resp: resp.topics, lambda r: str(r.name), deadline)
+                "CreatePartitions",
+                specs,
+                lambda items: pb.CreatePartitionsRequest(
+                    topics=list(items), timeout_ms=timeout_ms, validate_only=validate_only
+                ),
+                lambda spec: spec.name,
+                lambda resp: resp.topics,
+                lambda r: str(r.name),
+                deadline,
+            )
         except ControllerError as exc:
             log.warning("create_partitions_failed", error=str(exc))
             answers = {}
@@ -72,11 +86,13 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 continue
             r = answers.get(spec.name)
             if r is None:
-                results[spec.name] = _result(spec.name, ErrorCode.REQUEST_TIMED_OUT,
-                                             "Timed out waiting for the controller")
+                results[spec.name] = _result(
+                    spec.name, ErrorCode.REQUEST_TIMED_OUT, "Timed out waiting for the controller"
+                )
                 continue
-            results[spec.name] = _result(spec.name, as_error_code(r.error_code),
-                                         r.error_message or None)
+            results[spec.name] = _result(
+                spec.name, as_error_code(r.error_code), r.error_message or None
+            )
             if r.error_code == 0 and not validate_only and timeout_ms > 0:
                 waits.append((spec.name, spec.count))
 
@@ -87,8 +103,11 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
 
             remaining = deadline - loop.time()
             if not await s.cache.wait_for(visible, max(remaining, 0.0)):
-                results[name] = _result(name, ErrorCode.REQUEST_TIMED_OUT,
-                                        f"Timed out waiting for the partitions of {name}")
+                results[name] = _result(
+                    name,
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"Timed out waiting for the partitions of {name}",
+                )
 
         await asyncio.gather(*(wait_visible(n, c) for n, c in waits))
     seen: set[str] = set()

@@ -28,14 +28,21 @@ def _name_of(r: Any) -> str:
     return str(r.name)
 
 
-async def call_create(s: GatewayServices, specs: Sequence[Any], timeout_ms: int,
-                      validate_only: bool, deadline: float) -> dict[str, Any]:
+async def call_create(
+    s: GatewayServices, specs: Sequence[Any], timeout_ms: int, validate_only: bool, deadline: float
+) -> dict[str, Any]:
     """CreateTopics on the controller; result per name (missing = timed out)."""
     return await s.controller.call_items(
-        "CreateTopics", specs,
-        lambda items: pb.CreateTopicsRequest(topics=list(items), timeout_ms=timeout_ms,
-                                             validate_only=validate_only),
-        lambda spec: spec.name, _topic_results, _name_of, deadline)
+        "CreateTopics",
+        specs,
+        lambda items: pb.CreateTopicsRequest(
+            topics=list(items), timeout_ms=timeout_ms, validate_only=validate_only
+        ),
+        lambda spec: spec.name,
+        _topic_results,
+        _name_of,
+        deadline,
+    )
 
 
 async def create_with_defaults(s: GatewayServices, names: Sequence[str]) -> dict[str, ErrorCode]:
@@ -58,9 +65,15 @@ async def create_with_defaults(s: GatewayServices, names: Sequence[str]) -> dict
 
 
 def _result(name: str, code: ErrorCode, message: str | None = None) -> Body:
-    return {"name": name, "topic_id": None, "error_code": int(code),
-            "error_message": message if code != ErrorCode.NONE else None,
-            "num_partitions": -1, "replication_factor": -1, "configs": []}
+    return {
+        "name": name,
+        "topic_id": None,
+        "error_code": int(code),
+        "error_message": message if code != ErrorCode.NONE else None,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": [],
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -79,9 +92,12 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     for t in topics:
         name = t["name"]
         if counts[name] > 1:
-            results[name] = _result(name, ErrorCode.INVALID_REQUEST,
-                                    "Create topics request from client contains multiple entries "
-                                    f"for the following topics: {name}")
+            results[name] = _result(
+                name,
+                ErrorCode.INVALID_REQUEST,
+                "Create topics request from client contains multiple entries "
+                f"for the following topics: {name}",
+            )
             continue
         if (why := topic_name_error(name)) is not None:
             results[name] = _result(name, ErrorCode.INVALID_TOPIC_EXCEPTION, why)
@@ -93,17 +109,27 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 null_config = c["name"]
             configs[c["name"]] = c.get("value") or ""
         if null_config is not None:
-            results[name] = _result(name, ErrorCode.INVALID_CONFIG,
-                                    f"Null value not supported for topic configs: {null_config}")
+            results[name] = _result(
+                name,
+                ErrorCode.INVALID_CONFIG,
+                f"Null value not supported for topic configs: {null_config}",
+            )
             continue
         requested_configs[name] = configs
-        specs.append(pb.TopicSpec(
-            name=name, num_partitions=int(t["num_partitions"]),
-            replication_factor=int(t["replication_factor"]),
-            assignments=[pb.ReplicaAssignment(partition=a["partition_index"],
-                                              broker_ids=list(a.get("broker_ids") or []))
-                         for a in t.get("assignments") or []],
-            configs=configs))
+        specs.append(
+            pb.TopicSpec(
+                name=name,
+                num_partitions=int(t["num_partitions"]),
+                replication_factor=int(t["replication_factor"]),
+                assignments=[
+                    pb.ReplicaAssignment(
+                        partition=a["partition_index"], broker_ids=list(a.get("broker_ids") or [])
+                    )
+                    for a in t.get("assignments") or []
+                ],
+                configs=configs,
+            )
+        )
     if specs:
         try:
             answers = await call_create(s, specs, timeout_ms, validate_only, deadline)
@@ -118,8 +144,9 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 continue
             r = answers.get(spec.name)
             if r is None:
-                results[spec.name] = _result(spec.name, ErrorCode.REQUEST_TIMED_OUT,
-                                             "Timed out waiting for the controller")
+                results[spec.name] = _result(
+                    spec.name, ErrorCode.REQUEST_TIMED_OUT, "Timed out waiting for the controller"
+                )
                 continue
             code = as_error_code(r.error_code)
             res = _result(spec.name, code, r.error_message or None)
@@ -130,16 +157,19 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                     res["topic_id"] = uuid.UUID(bytes=r.topic_id)
                 res["configs"] = topic_config_entries(s, requested_configs[spec.name])
                 if not validate_only and timeout_ms > 0:
-                    waits.append((spec.name, r.num_partitions, res,
-                                  bool(requested_configs[spec.name])))
+                    waits.append(
+                        (spec.name, r.num_partitions, res, bool(requested_configs[spec.name]))
+                    )
             results[spec.name] = res
-        await asyncio.gather(*(_wait_visible(s, name, n, res, configs, deadline)
-                               for name, n, res, configs in waits))
+        await asyncio.gather(
+            *(_wait_visible(s, name, n, res, configs, deadline) for name, n, res, configs in waits)
+        )
     return {"throttle_time": 0, "topics": [results[t["name"]] for t in _unique(topics)]}
 
 
-async def _wait_visible(s: GatewayServices, name: str, partitions: int, res: Body,
-                        configs: bool, deadline: float) -> None:
+async def _wait_visible(
+    s: GatewayServices, name: str, partitions: int, res: Body, configs: bool, deadline: float
+) -> None:
     def visible() -> bool:
         t = s.cache.topic(name)
         return t is not None and len(t.partitions) >= max(partitions, 1)
@@ -152,8 +182,11 @@ async def _wait_visible(s: GatewayServices, name: str, partitions: int, res: Bod
         if configs:  # the overrides too, for a DescribeConfigs that follows
             await wait_config_visible(s, name, deadline)
         return
-    res.update(_result(name, ErrorCode.REQUEST_TIMED_OUT,
-                       f"Timed out waiting for topic {name} to be visible"))
+    res.update(
+        _result(
+            name, ErrorCode.REQUEST_TIMED_OUT, f"Timed out waiting for topic {name} to be visible"
+        )
+    )
 
 
 def _unique(topics: list[Body]) -> list[Body]:
@@ -167,8 +200,10 @@ def _unique(topics: list[Body]) -> list[Body]:
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0,
-            "topics": [_result(t["name"], code) for t in _unique(req.get("topics") or [])]}
+    return {
+        "throttle_time": 0,
+        "topics": [_result(t["name"], code) for t in _unique(req.get("topics") or [])],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.CREATE_TOPICS, "CreateTopics", handle, error_response)

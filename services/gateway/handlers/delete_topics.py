@@ -18,8 +18,12 @@ log = get_logger("gateway.admin")
 
 
 def _result(name: str | None, topic_id: Any, code: ErrorCode, message: str | None = None) -> Body:
-    return {"name": name, "topic_id": topic_id, "error_code": int(code),
-            "error_message": message if code != ErrorCode.NONE else None}
+    return {
+        "name": name,
+        "topic_id": topic_id,
+        "error_code": int(code),
+        "error_message": message if code != ErrorCode.NONE else None,
+    }
 
 
 def _requested(req: Body, version: int) -> list[tuple[str | None, uuid.UUID | None]]:
@@ -42,14 +46,26 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     to_delete: dict[str, list[Body]] = {}
     for name, tid in _requested(req, ctx.api_version):
         if name is not None and tid is not None:
-            results.append(_result(name, tid, ErrorCode.INVALID_REQUEST,
-                                   "Topic name and topic id cannot both be specified"))
+            results.append(
+                _result(
+                    name,
+                    tid,
+                    ErrorCode.INVALID_REQUEST,
+                    "Topic name and topic id cannot both be specified",
+                )
+            )
             continue
         if name is None:
             topic = s.cache.topic_by_id(tid) if tid is not None else None
             if topic is None:
-                results.append(_result(None, tid, ErrorCode.UNKNOWN_TOPIC_ID,
-                                       "This server does not host this topic ID."))
+                results.append(
+                    _result(
+                        None,
+                        tid,
+                        ErrorCode.UNKNOWN_TOPIC_ID,
+                        "This server does not host this topic ID.",
+                    )
+                )
                 continue
             name = topic.name
         elif (why := topic_name_error(name)) is not None:
@@ -57,8 +73,14 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             continue
         topic = s.cache.topic(name)
         if topic is None:
-            results.append(_result(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                   "This server does not host this topic-partition."))
+            results.append(
+                _result(
+                    name,
+                    None,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    "This server does not host this topic-partition.",
+                )
+            )
             continue
         res = _result(name, topic.topic_id, ErrorCode.NONE)
         results.append(res)
@@ -68,8 +90,9 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     return {"throttle_time": 0, "responses": results}
 
 
-async def _delete(s: GatewayServices, to_delete: dict[str, list[Body]], timeout_ms: int,
-                  deadline: float) -> None:
+async def _delete(
+    s: GatewayServices, to_delete: dict[str, list[Body]], timeout_ms: int, deadline: float
+) -> None:
     def set_all(name: str, code: ErrorCode, message: str | None) -> None:
         for res in to_delete[name]:
             res.update(error_code=int(code), error_message=message if code else None)
@@ -77,9 +100,14 @@ async def _delete(s: GatewayServices, to_delete: dict[str, list[Body]], timeout_
     names = list(to_delete)
     try:
         answers = await s.controller.call_items(
-            "DeleteTopics", names,
+            "DeleteTopics",
+            names,
             lambda items: pb.DeleteTopicsRequest(names=list(items), timeout_ms=timeout_ms),
-            lambda n: n, lambda resp: resp.topics, lambda r: str(r.name), deadline)
+            lambda n: n,
+            lambda resp: resp.topics,
+            lambda r: str(r.name),
+            deadline,
+        )
     except ControllerError as exc:
         log.warning("delete_topics_failed", error=str(exc))
         for n in names:
@@ -98,14 +126,18 @@ async def _delete(s: GatewayServices, to_delete: dict[str, list[Body]], timeout_
     async def wait_gone(name: str) -> None:
         remaining = deadline - asyncio.get_running_loop().time()
         if not await s.cache.wait_for(lambda: s.cache.topic(name) is None, max(remaining, 0.0)):
-            set_all(name, ErrorCode.REQUEST_TIMED_OUT, f"Timed out waiting for {name} to be deleted")
+            set_all(
+                name, ErrorCode.REQUEST_TIMED_OUT, f"Timed out waiting for {name} to be deleted"
+            )
 
     await asyncio.gather(*(wait_gone(n) for n in waits))
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0,
-            "responses": [_result(n, tid, code) for n, tid in _requested(req, version)]}
+    return {
+        "throttle_time": 0,
+        "responses": [_result(n, tid, code) for n, tid in _requested(req, version)],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.DELETE_TOPICS, "DeleteTopics", handle, error_response)

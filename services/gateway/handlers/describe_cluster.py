@@ -19,9 +19,13 @@ BROKERS_ENDPOINT = 1
 async def handle(ctx: RequestContext, req: Body) -> Body:
     s = ctx.services
     if req.get("endpoint_type", BROKERS_ENDPOINT) != BROKERS_ENDPOINT:
-        return error_response(req, ctx.api_version, ErrorCode.MISMATCHED_ENDPOINT_TYPE,
-                              "The request was sent to an endpoint of type BROKER, but we "
-                              "wanted an endpoint of type CONTROLLER")
+        return error_response(
+            req,
+            ctx.api_version,
+            ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+            "The request was sent to an endpoint of type BROKER, but we "
+            "wanted an endpoint of type CONTROLLER",
+        )
     return {
         "throttle_time": 0,
         "error_code": 0,
@@ -29,17 +33,28 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         "endpoint_type": BROKERS_ENDPOINT,
         "cluster_id": s.cache.cluster_id or "",
         "controller_id": s.node_id,
-        "brokers": [{"broker_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-                    for _, ep in sorted(live_gateways(s).items())],
-        "cluster_authorized_operations": (CLUSTER_OPERATIONS
-                                          if req.get("include_cluster_authorized_operations")
-                                          else OPERATIONS_NOT_REQUESTED),
+        "brokers": [
+            {"broker_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
+            for _, ep in sorted(live_gateways(s).items())
+        ],
+        "cluster_authorized_operations": (
+            CLUSTER_OPERATIONS
+            if req.get("include_cluster_authorized_operations")
+            else OPERATIONS_NOT_REQUESTED
+        ),
     }
 
 
 def error_response(req: Body, version: int, code: ErrorCode, message: str | None = None) -> Body:
-    return {"throttle_time": 0, "error_code": int(code), "error_message": message,
-            "endpoint_type": BROKERS_ENDPOINT, "cluster_id": "", "controller_id": -1, "brokers": []}
+    return {
+        "throttle_time": 0,
+        "error_code": int(code),
+        "error_message": message,
+        "endpoint_type": BROKERS_ENDPOINT,
+        "cluster_id": "",
+        "controller_id": -1,
+        "brokers": [],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", handle, error_response)

@@ -19,9 +19,13 @@ BROKER = 4
 
 
 def _result(res: Body, code: ErrorCode, message: str | None, configs: list[Body]) -> Body:
-    return {"error_code": int(code), "error_message": message,
-            "resource_type": res["resource_type"], "resource_name": res["resource_name"],
-            "configs": configs}
+    return {
+        "error_code": int(code),
+        "error_message": message,
+        "resource_type": res["resource_type"],
+        "resource_name": res["resource_name"],
+        "configs": configs,
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -39,8 +43,14 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 continue
             topic = s.cache.topic(name)
             if topic is None:
-                results.append(_result(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                       f"Topic {name} does not exist", []))
+                results.append(
+                    _result(
+                        res,
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"Topic {name} does not exist",
+                        [],
+                    )
+                )
                 continue
             entries = topic_entries(s, topic.config)
         elif rtype == BROKER:
@@ -48,24 +58,32 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 results.append(_result(res, ErrorCode.NONE, None, []))
                 continue
             if name != str(s.node_id):
-                results.append(_result(
-                    res, ErrorCode.INVALID_REQUEST,
-                    f"Unexpected broker id, expected {s.node_id} or empty string, but received {name}",
-                    []))
+                results.append(
+                    _result(
+                        res,
+                        ErrorCode.INVALID_REQUEST,
+                        f"Unexpected broker id, expected {s.node_id} or empty string, but received {name}",
+                        [],
+                    )
+                )
                 continue
             entries = broker_entries(s)
         else:
-            results.append(_result(res, ErrorCode.INVALID_REQUEST,
-                                   f"Unsupported resource type {rtype}", []))
+            results.append(
+                _result(res, ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}", [])
+            )
             continue
-        results.append(_result(res, ErrorCode.NONE, None,
-                               describe_entries(entries, keys, v, synonyms, docs)))
+        results.append(
+            _result(res, ErrorCode.NONE, None, describe_entries(entries, keys, v, synonyms, docs))
+        )
     return {"throttle_time": 0, "results": results}
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0,
-            "results": [_result(r, code, None, []) for r in req.get("resources") or []]}
+    return {
+        "throttle_time": 0,
+        "results": [_result(r, code, None, []) for r in req.get("resources") or []],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", handle, error_response)

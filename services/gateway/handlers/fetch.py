@@ -52,11 +52,19 @@ def _count_out(topic: str, nbytes: int) -> None:
     c.inc(nbytes)
 
 
-def _partition(index: int, code: ErrorCode, hw: int = -1, lso: int = -1,
-               log_start: int = -1) -> Body:
-    return {"partition_index": index, "error_code": int(code), "high_watermark": hw,
-            "last_stable_offset": lso, "log_start_offset": log_start,
-            "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+def _partition(
+    index: int, code: ErrorCode, hw: int = -1, lso: int = -1, log_start: int = -1
+) -> Body:
+    return {
+        "partition_index": index,
+        "error_code": int(code),
+        "high_watermark": hw,
+        "last_stable_offset": lso,
+        "log_start_offset": log_start,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -85,11 +93,19 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 immediate = True
             else:
                 res = _partition(index, ErrorCode.NONE, *s.offsets.get(name, index))
-                by_node.setdefault(info.leader, []).append((pb.PartitionFetch(
-                    topic=name, partition=index, fetch_offset=fp["fetch_offset"],
-                    partition_max_bytes=fp["partition_max_bytes"],
-                    current_leader_epoch=fp.get("current_leader_epoch", -1),
-                    log_start_offset=-1), res))
+                by_node.setdefault(info.leader, []).append(
+                    (
+                        pb.PartitionFetch(
+                            topic=name,
+                            partition=index,
+                            fetch_offset=fp["fetch_offset"],
+                            partition_max_bytes=fp["partition_max_bytes"],
+                            current_leader_epoch=fp.get("current_leader_epoch", -1),
+                            log_start_offset=-1,
+                        ),
+                        res,
+                    )
+                )
             parts.append(res)
             order.append((name, res))
     if by_node:
@@ -106,9 +122,15 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
 
-async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tuple[Any, Body]]],
-                       isolation: int, immediate: bool, parked: ParkedPolls,
-                       park: FetchPark | None) -> None:
+async def _fetch_nodes(
+    s: GatewayServices,
+    req: Body,
+    by_node: dict[int, list[tuple[Any, Body]]],
+    isolation: int,
+    immediate: bool,
+    parked: ParkedPolls,
+    park: FetchPark | None,
+) -> None:
     loop = asyncio.get_running_loop()
     max_wait_ms = 0 if immediate else max(int(req.get("max_wait", 0)), 0)
     deadline = loop.time() + max_wait_ms / 1000.0
@@ -128,8 +150,17 @@ async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tu
         # Phase 1: what every node holds now. Every answer is awaited (once min_bytes are in,
         # until max_wait at most): cancelling a node that is still reading would throw its
         # records away and have the consumer fetch them again.
-        if await _round(s, req, nodes, isolation, got, wait_ms=0, min_bytes=min_bytes,
-                        until=deadline if max_wait_ms else None, parked=parked):
+        if await _round(
+            s,
+            req,
+            nodes,
+            isolation,
+            got,
+            wait_ms=0,
+            min_bytes=min_bytes,
+            until=deadline if max_wait_ms else None,
+            parked=parked,
+        ):
             return
         wait_ms = int((deadline - loop.time()) * 1000)
         if sum(got.values()) >= min_bytes or wait_ms <= 0:
@@ -137,8 +168,18 @@ async def _fetch_nodes(s: GatewayServices, req: Body, by_node: dict[int, list[tu
     else:
         wait_ms = max_wait_ms
     # Phase 2: long poll on every node; answer as soon as min_bytes are in (or a node fails).
-    await _round(s, req, nodes, isolation, got, wait_ms=wait_ms, min_bytes=min_bytes,
-                 until=loop.time(), parked=parked, park=park)
+    await _round(
+        s,
+        req,
+        nodes,
+        isolation,
+        got,
+        wait_ms=wait_ms,
+        min_bytes=min_bytes,
+        until=loop.time(),
+        parked=parked,
+        park=park,
+    )
 
 
 def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int) -> bool:
@@ -153,11 +194,19 @@ def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolati
     return False
 
 
-async def _round(s: GatewayServices, req: Body,
-                 nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int,
-                 got: dict[int, int], *, wait_ms: int, min_bytes: int,
-                 until: float | None, parked: ParkedPolls,
-                 park: FetchPark | None = None) -> bool:
+async def _round(
+    s: GatewayServices,
+    req: Body,
+    nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]],
+    isolation: int,
+    got: dict[int, int],
+    *,
+    wait_ms: int,
+    min_bytes: int,
+    until: float | None,
+    parked: ParkedPolls,
+    park: FetchPark | None = None,
+) -> bool:
     """One Storage.Fetch per node, each asked for its share of min_bytes within ``wait_ms``
     (or the call parked for that node, when it asked the same thing).
 
@@ -174,11 +223,17 @@ async def _round(s: GatewayServices, req: Body,
     tasks: dict[asyncio.Future[Any], tuple[int, list[tuple[Any, Body]], FetchKey]] = {}
     adopted: set[asyncio.Future[Any]] = set()
 
-    def call(node: int, stub: Any, items: list[tuple[Any, Body]], wait: int,
-             key: FetchKey | None = None) -> asyncio.Future[Any]:
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=wait, min_bytes=share,
-                                  max_bytes=max_bytes, isolation_level=isolation,
-                                  partitions=[p for p, _ in items])
+    def call(
+        node: int, stub: Any, items: list[tuple[Any, Body]], wait: int, key: FetchKey | None = None
+    ) -> asyncio.Future[Any]:
+        request = pb.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=wait,
+            min_bytes=share,
+            max_bytes=max_bytes,
+            isolation_level=isolation,
+            partitions=[p for p, _ in items],
+        )
         key = key or fetch_key(request)
         task = parked.take(node, key, running_ok=wait_ms > 0)
         if task is not None:
@@ -199,8 +254,9 @@ async def _round(s: GatewayServices, req: Body,
                 limit = until - loop.time()
                 if limit <= 0:
                     break
-            done, pending = await asyncio.wait(pending, timeout=limit,
-                                               return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait(
+                pending, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+            )
             failed = False
             for task in done:
                 node, items, key = tasks[task]
@@ -224,8 +280,13 @@ async def _round(s: GatewayServices, req: Body,
                 task.cancel()
 
 
-def _apply_result(s: GatewayServices, node: int, task: asyncio.Future[Any],
-                  items: list[tuple[Any, Body]], isolation: int) -> tuple[int, bool]:
+def _apply_result(
+    s: GatewayServices,
+    node: int,
+    task: asyncio.Future[Any],
+    items: list[tuple[Any, Body]],
+    isolation: int,
+) -> tuple[int, bool]:
     """Fill the responses of one node; returns (record bytes, whether an error was reported)."""
     exc = task.exception()
     if exc is not None:
@@ -250,12 +311,18 @@ def _apply_result(s: GatewayServices, node: int, task: asyncio.Future[Any],
         if r.error_code:
             failed = True
             continue
-        offsets.update(p.topic, p.partition, high_watermark=r.high_watermark,
-                       last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset)
+        offsets.update(
+            p.topic,
+            p.partition,
+            high_watermark=r.high_watermark,
+            last_stable_offset=r.last_stable_offset,
+            log_start_offset=r.log_start_offset,
+        )
         if isolation == READ_COMMITTED:
             res["aborted_transactions"] = [
                 {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                for a in r.aborted_transactions]
+                for a in r.aborted_transactions
+            ]
         records = r.records  # a view of the storage response (a copy if it is a message)
         if records:
             res["records"] = records
@@ -282,10 +349,18 @@ def _top_level_error(code: ErrorCode) -> Body:
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0, "error_code": int(code), "session_id": 0, "responses": [
-        {"topic": ft["topic"], "partitions": [_partition(fp["partition"], code)
-                                              for fp in ft["partitions"]]}
-        for ft in req.get("topics") or []]}
+    return {
+        "throttle_time": 0,
+        "error_code": int(code),
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": ft["topic"],
+                "partitions": [_partition(fp["partition"], code) for fp in ft["partitions"]],
+            }
+            for ft in req.get("topics") or []
+        ],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.FETCH, "FetchConsumer", handle, error_response)

@@ -37,5 +37,6 @@ def error_response(req: Body, version: int, code: ErrorCode) -> Body:
     return _error_response(req, version, code)
 
 
-HANDLER = ApiHandler(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", handle,
-                     error_response)
+HANDLER = ApiHandler(
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", handle, error_response
+)

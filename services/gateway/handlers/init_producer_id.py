@@ -27,7 +27,10 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     if txn_id is not None:
         code = ErrorCode.INVALID_REQUEST if txn_id == "" else ErrorCode.COORDINATOR_NOT_AVAILABLE
         return error_response(req, v, code)
-    pid, epoch = req.get("producer_id", NO_PRODUCER_ID), req.get("producer_epoch", NO_PRODUCER_EPOCH)
+    pid, epoch = (
+        req.get("producer_id", NO_PRODUCER_ID),
+        req.get("producer_epoch", NO_PRODUCER_EPOCH),
+    )
     if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
         return error_response(req, v, ErrorCode.INVALID_REQUEST)
     manager = ctx.services.producer_ids
@@ -47,8 +50,12 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0, "error_code": int(code), "producer_id": NO_PRODUCER_ID,
-            "producer_epoch": NO_PRODUCER_EPOCH}
+    return {
+        "throttle_time": 0,
+        "error_code": int(code),
+        "producer_id": NO_PRODUCER_ID,
+        "producer_epoch": NO_PRODUCER_EPOCH,
+    }
 
 
 HANDLER = ApiHandler(ApiKey.INIT_PRODUCER_ID, "InitProducerId", handle, error_response)

@@ -18,8 +18,13 @@ READ_COMMITTED = 1
 
 
 def _partition(index: int, code: ErrorCode) -> Body:
-    return {"partition_index": index, "error_code": int(code), "timestamp": -1, "offset": -1,
-            "leader_epoch": -1}
+    return {
+        "partition_index": index,
+        "error_code": int(code),
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -49,16 +54,27 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 continue
             res = _partition(index, ErrorCode.NONE)
             parts.append(res)
-            by_node.setdefault(info.leader, []).append((pb.PartitionOffsetQuery(
-                topic=name, partition=index, timestamp=p["timestamp"],
-                current_leader_epoch=p.get("current_leader_epoch", -1)), res))
+            by_node.setdefault(info.leader, []).append(
+                (
+                    pb.PartitionOffsetQuery(
+                        topic=name,
+                        partition=index,
+                        timestamp=p["timestamp"],
+                        current_leader_epoch=p.get("current_leader_epoch", -1),
+                    ),
+                    res,
+                )
+            )
     if by_node:
-        await asyncio.gather(*(_query(s, node, items, isolation) for node, items in by_node.items()))
+        await asyncio.gather(
+            *(_query(s, node, items, isolation) for node, items in by_node.items())
+        )
     return {"throttle_time": 0, "topics": topics_out}
 
 
-async def _query(s: GatewayServices, node: int, items: list[tuple[Any, Body]],
-                 isolation: int) -> None:
+async def _query(
+    s: GatewayServices, node: int, items: list[tuple[Any, Body]], isolation: int
+) -> None:
     def fail(code: ErrorCode) -> None:
         for _, res in items:
             res.update(_partition(res["partition_index"], code))
@@ -97,10 +113,16 @@ async def _query(s: GatewayServices, node: int, items: list[tuple[Any, Body]],
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0, "topics": [
-        {"name": t["name"], "partitions": [_partition(p["partition_index"], code)
-                                           for p in t["partitions"]]}
-        for t in req.get("topics") or []]}
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [_partition(p["partition_index"], code) for p in t["partitions"]],
+            }
+            for t in req.get("topics") or []
+        ],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.LIST_OFFSETS, "ListOffsets", handle, error_response)

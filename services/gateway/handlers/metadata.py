@@ -49,15 +49,17 @@ def _topic_entry(topic: TopicInfo, leaders: list[int], brokers: Any) -> Body:
     partitions = []
     for p in topic.partitions.values():
         alive = p.leader >= 0 and p.leader in brokers
-        partitions.append({
-            "error_code": _NONE if alive else _LEADER_NOT_AVAILABLE,
-            "partition_index": p.partition,
-            "leader_id": leader_for(h, p.partition, leaders) if alive else -1,
-            "leader_epoch": p.leader_epoch,
-            "replica_nodes": list(p.replicas),
-            "isr_nodes": list(p.isr),
-            "offline_replicas": [r for r in p.replicas if r not in brokers],
-        })
+        partitions.append(
+            {
+                "error_code": _NONE if alive else _LEADER_NOT_AVAILABLE,
+                "partition_index": p.partition,
+                "leader_id": leader_for(h, p.partition, leaders) if alive else -1,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": [r for r in p.replicas if r not in brokers],
+            }
+        )
     return {
         "error_code": _NONE,
         "name": topic.name,
@@ -68,8 +70,13 @@ def _topic_entry(topic: TopicInfo, leaders: list[int], brokers: Any) -> Body:
 
 
 def _error_entry(name: str | None, code: ErrorCode, topic_id: Any = None) -> Body:
-    return {"error_code": int(code), "name": name, "topic_id": topic_id, "is_internal": False,
-            "partitions": []}
+    return {
+        "error_code": int(code),
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -83,8 +90,9 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     if requested is None:
         entries = [_topic_entry(t, leaders, brokers) for _, t in sorted(cache.topics.items())]
     else:
-        allow_auto = (s.settings.auto_create_topics_enable
-                      and (ctx.api_version < 4 or bool(req.get("allow_auto_topic_creation", True))))
+        allow_auto = s.settings.auto_create_topics_enable and (
+            ctx.api_version < 4 or bool(req.get("allow_auto_topic_creation", True))
+        )
         to_create: list[str] = []
         slots: list[tuple[str, int]] = []  # (name, index in entries) awaiting auto-creation
         seen: set[Any] = set()
@@ -99,8 +107,11 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                     continue
                 seen.add(topic_id)
                 topic = cache.topic_by_id(topic_id)
-                entries.append(_topic_entry(topic, leaders, brokers) if topic is not None
-                               else _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
+                entries.append(
+                    _topic_entry(topic, leaders, brokers)
+                    if topic is not None
+                    else _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
+                )
                 continue
             if name in seen:
                 continue
@@ -126,14 +137,18 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 entry["topic_authorized_operations"] = TOPIC_OPERATIONS
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-                    for _, ep in sorted(gateways.items())],
+        "brokers": [
+            {"node_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
+            for _, ep in sorted(gateways.items())
+        ],
         "cluster_id": cache.cluster_id,
         "controller_id": s.endpoint.node_id,
         "topics": entries,
-        "cluster_authorized_operations": (CLUSTER_OPERATIONS
-                                          if req.get("include_cluster_authorized_operations")
-                                          else OPERATIONS_NOT_REQUESTED),
+        "cluster_authorized_operations": (
+            CLUSTER_OPERATIONS
+            if req.get("include_cluster_authorized_operations")
+            else OPERATIONS_NOT_REQUESTED
+        ),
     }
 
 
@@ -168,8 +183,12 @@ async def auto_create(s: GatewayServices, names: list[str]) -> dict[str, ErrorCo
             out[n] = ErrorCode.LEADER_NOT_AVAILABLE
             continue
         code = t.result().get(n, ErrorCode.LEADER_NOT_AVAILABLE)
-        if code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.REQUEST_TIMED_OUT,
-                    ErrorCode.NOT_CONTROLLER):
+        if code in (
+            ErrorCode.NONE,
+            ErrorCode.TOPIC_ALREADY_EXISTS,
+            ErrorCode.REQUEST_TIMED_OUT,
+            ErrorCode.NOT_CONTROLLER,
+        ):
             code = ErrorCode.LEADER_NOT_AVAILABLE
         out[n] = code
     return out
@@ -177,8 +196,13 @@ async def auto_create(s: GatewayServices, names: list[str]) -> dict[str, ErrorCo
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
     topics = [_error_entry(t.get("name"), code, t.get("topic_id")) for t in req.get("topics") or []]
-    return {"throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
-            "topics": topics}
+    return {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": topics,
+    }
 
 
 HANDLER = ApiHandler(ApiKey.METADATA, "Metadata", handle, error_response)

@@ -52,26 +52,43 @@ def _count_in(topic: str, nbytes: int, records: int) -> None:
 def check_records(records: Any, version: int, max_bytes: int) -> tuple[ErrorCode, str, int]:
     """Header-only checks of one partition's record set; returns (error, message, records)."""
     if records is None or len(records) == 0:
-        return (ErrorCode.INVALID_RECORD,
-                f"Produce requests with version {version} must have at least one record batch", 0)
+        return (
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {version} must have at least one record batch",
+            0,
+        )
     n = len(records)
     if n < HEADER_SIZE:
         return ErrorCode.CORRUPT_MESSAGE, "Record batch is shorter than its header", 0
     size = _INT32.unpack_from(records, 8)[0] + LOG_OVERHEAD
     if records[MAGIC_OFFSET] != 2:
-        return (ErrorCode.INVALID_RECORD, f"Produce requests with version {version} are only "
-                "allowed to contain record batches with magic version 2", 0)
+        return (
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {version} are only "
+            "allowed to contain record batches with magic version 2",
+            0,
+        )
     if size < HEADER_SIZE or size > n:
         return ErrorCode.CORRUPT_MESSAGE, "Record batch length does not match the data", 0
     if size < n:
-        return (ErrorCode.INVALID_RECORD, f"Produce requests with version {version} are only "
-                "allowed to contain exactly one record batch per partition", 0)
+        return (
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {version} are only "
+            "allowed to contain exactly one record batch per partition",
+            0,
+        )
     if version < 7 and _INT16.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & 0x07 == _ZSTD:
-        return (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version}"
-                " are not allowed to use ZStandard compression", 0)
+        return (
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            f"Produce requests with version {version} are not allowed to use ZStandard compression",
+            0,
+        )
     if size > max_bytes:
-        return (ErrorCode.MESSAGE_TOO_LARGE, f"The record batch of {size} bytes exceeds the "
-                f"maximum of {max_bytes} bytes", 0)
+        return (
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"The record batch of {size} bytes exceeds the maximum of {max_bytes} bytes",
+            0,
+        )
     return ErrorCode.NONE, "", _INT32.unpack_from(records, _RECORD_COUNT_OFFSET)[0]
 
 
@@ -86,9 +103,15 @@ def _max_message_bytes(s: GatewayServices, overrides: Any) -> int:
 
 
 def _partition(index: int, code: ErrorCode, message: str | None = None) -> Body:
-    return {"index": index, "error_code": int(code), "base_offset": -1, "log_append_time": -1,
-            "log_start_offset": -1, "record_errors": [],
-            "error_message": message if code != ErrorCode.NONE and message else None}
+    return {
+        "index": index,
+        "error_code": int(code),
+        "base_offset": -1,
+        "log_append_time": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message if code != ErrorCode.NONE and message else None,
+    }
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body | None:
@@ -112,8 +135,13 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
                 parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if name in INTERNAL_TOPICS:
-                parts.append(_partition(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                        f"Cannot append to internal topic {name}"))
+                parts.append(
+                    _partition(
+                        index,
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Cannot append to internal topic {name}",
+                    )
+                )
                 continue
             records = pd.get("records")
             code, message, count = check_records(records, v, _max_message_bytes(s, topic.config))
@@ -121,15 +149,17 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
                 parts.append(_partition(index, code, message))
                 continue
             if info.leader < 0:
-                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                        "The partition has no leader"))
+                parts.append(
+                    _partition(
+                        index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "The partition has no leader"
+                    )
+                )
                 continue
             _count_in(name, len(records), count)
             res = _partition(index, ErrorCode.NONE)
             parts.append(res)
             # records stay a view of the request frame until the Exchange stream's serializer copies them once
-            by_node.setdefault(info.leader, []).append(
-                (PartitionAppend(name, index, records), res))
+            by_node.setdefault(info.leader, []).append((PartitionAppend(name, index, records), res))
     if not by_node:
         if acks == 0:
             _close_on_error(ctx, responses)
@@ -139,8 +169,11 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
     # The calls are started here, synchronously and in request order, so that appends from
     # one connection reach each storage node in the order the client sent them.
     txn = req.get("transactional_id")
-    started = [call for node, items in by_node.items()
-               if (call := _start_append(s, node, items, acks, timeout_ms, txn)) is not None]
+    started = [
+        call
+        for node, items in by_node.items()
+        if (call := _start_append(s, node, items, acks, timeout_ms, txn)) is not None
+    ]
     if acks == 0:
         appends = s.spawn(_finish_appends(s, started), "produce_acks0")
         if not _close_on_error(ctx, responses):
@@ -153,8 +186,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
 def _close_on_error(ctx: RequestContext, responses: list[Body]) -> bool:
     """acks=0 has no response to carry errors: as Kafka, close the connection instead, so the
     client notices (and refreshes its metadata). Returns whether it did."""
-    failed = next((p for t in responses for p in t["partition_responses"] if p["error_code"]),
-                  None)
+    failed = next((p for t in responses for p in t["partition_responses"] if p["error_code"]), None)
     if failed is None:
         return False
     ctx.close_connection(f"acks=0 produce failed: {as_error_code(failed['error_code']).name}")
@@ -169,8 +201,14 @@ def _fail(items: list[tuple[PartitionAppend, Body]], code: ErrorCode, message: s
 _Started = tuple[int, list[tuple[PartitionAppend, Body]], Awaitable[Any]]
 
 
-def _start_append(s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]],
-                  acks: int, timeout_ms: int, transactional_id: str | None) -> _Started | None:
+def _start_append(
+    s: GatewayServices,
+    node: int,
+    items: list[tuple[PartitionAppend, Body]],
+    acks: int,
+    timeout_ms: int,
+    transactional_id: str | None,
+) -> _Started | None:
     """Start one Append to ``node``: (node, items, its answer), or None when it could not be
     started (the responses in ``items`` then hold the error)."""
     stub = s.storage.stub(node)
@@ -195,8 +233,9 @@ async def _finish_appends(s: GatewayServices, started: list[_Started]) -> None:
         _apply_answer(s, node, items, answer)
 
 
-def _apply_answer(s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]],
-                  answer: Any) -> None:
+def _apply_answer(
+    s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]], answer: Any
+) -> None:
     if isinstance(answer, BaseException):  # any RPC failure becomes a partition error
         code = rpc_error_code("Append", answer)
         _fail(items, code, f"Storage node {node}: {code.name}")
@@ -206,8 +245,13 @@ def _apply_answer(s: GatewayServices, node: int, items: list[tuple[PartitionAppe
     for p, res in items:
         r = by_key.get((p.topic, p.partition))
         if r is None:
-            res.update(_partition(res["index"], ErrorCode.UNKNOWN_SERVER_ERROR,
-                                  "Storage returned no result for the partition"))
+            res.update(
+                _partition(
+                    res["index"],
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "Storage returned no result for the partition",
+                )
+            )
             continue
         res["error_code"] = r.error_code
         if r.error_code == 0:
@@ -221,10 +265,18 @@ def _apply_answer(s: GatewayServices, node: int, items: list[tuple[PartitionAppe
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0, "responses": [
-        {"name": td["name"],
-         "partition_responses": [_partition(pd["index"], code) for pd in td["partition_data"]]}
-        for td in req.get("topic_data") or []]}
+    return {
+        "throttle_time": 0,
+        "responses": [
+            {
+                "name": td["name"],
+                "partition_responses": [
+                    _partition(pd["index"], code) for pd in td["partition_data"]
+                ],
+            }
+            for td in req.get("topic_data") or []
+        ],
+    }
 
 
 HANDLER = ApiHandler(ApiKey.PRODUCE, "Produce", handle, error_response)

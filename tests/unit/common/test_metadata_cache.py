@@ -101,21 +101,34 @@ async def test_follows_zookeeper(zk_connect: str) -> None:
 
         await writer.set(layout.partition_state_path("t", 1), _state(1, epoch=7))
         assert await cache.wait_for(lambda: cache.partition("t", 1).leader_epoch == 7, 5)  # type: ignore[union-attr]
-        await writer.create(layout.topic_config_path("t"),
-                            layout.topic_config_json({"cleanup.policy": "compact"}), makepath=True)
+        await writer.create(
+            layout.topic_config_path("t"),
+            layout.topic_config_json({"cleanup.policy": "compact"}),
+            makepath=True,
+        )
         assert await cache.wait_for(
-            lambda: cache.topic("t").config.get("cleanup.policy") == "compact", 5)  # type: ignore[union-attr]
+            lambda: cache.topic("t").config.get("cleanup.policy") == "compact", 5
+        )  # type: ignore[union-attr]
 
-        await writer.create(layout.broker_path(1), layout.BrokerRegistration(1, "h", 1).to_json(),
-                            ephemeral=True)
-        await writer.create(layout.gateway_path(5), layout.Endpoint(5, "g", 9, "z").to_json(),
-                            ephemeral=True)
-        await writer.create(layout.controller_endpoint_path(2),
-                            layout.Endpoint(2, "c", 8).to_json(), ephemeral=True)
+        await writer.create(
+            layout.broker_path(1), layout.BrokerRegistration(1, "h", 1).to_json(), ephemeral=True
+        )
+        await writer.create(
+            layout.gateway_path(5), layout.Endpoint(5, "g", 9, "z").to_json(), ephemeral=True
+        )
+        await writer.create(
+            layout.controller_endpoint_path(2), layout.Endpoint(2, "c", 8).to_json(), ephemeral=True
+        )
         await writer.create(layout.CONTROLLER, layout.controller_json(2), ephemeral=True)
         assert await cache.wait_for(
-            lambda: 1 in cache.brokers and 5 in cache.gateways and cache.controller_id == 2
-            and 2 in cache.controllers, 5)
+            lambda: (
+                1 in cache.brokers
+                and 5 in cache.gateways
+                and cache.controller_id == 2
+                and 2 in cache.controllers
+            ),
+            5,
+        )
         assert cache.gateways[5].rack == "z"
 
         await writer.delete(layout.gateway_path(5))
@@ -125,7 +138,8 @@ async def test_follows_zookeeper(zk_connect: str) -> None:
         await writer.create(layout.topic_path("t"), layout.topic_assignment_json({0: [3]}))
         await writer.create(layout.partition_state_path("t", 0), _state(3), makepath=True)
         assert await cache.wait_for(
-            lambda: (t := cache.topic("t")) is not None and t.partitions[0].leader == 3, 5)
+            lambda: (t := cache.topic("t")) is not None and t.partitions[0].leader == 3, 5
+        )
     finally:
         sync.stop()
         await reader.stop()

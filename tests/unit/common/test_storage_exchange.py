@@ -36,9 +36,15 @@ class Node:
             raise ValueError("disk on fire")
         partition = request.partitions[0].partition
         self.appends.append(partition)
-        return pb.AppendResponse(partitions=[pb.PartitionAppendResult(
-            topic=request.partitions[0].topic, partition=partition,
-            base_offset=len(self.appends) - 1)])
+        return pb.AppendResponse(
+            partitions=[
+                pb.PartitionAppendResult(
+                    topic=request.partitions[0].topic,
+                    partition=partition,
+                    base_offset=len(self.appends) - 1,
+                )
+            ]
+        )
 
     async def fetch(self, request: pb.FetchRequest, context: Any) -> FetchReply:
         try:
@@ -55,10 +61,12 @@ class Node:
 
     async def start(self, port: int = 0) -> int:
         handler = grpc.stream_stream_rpc_method_handler(
-            self.exchange, request_deserializer=self._read, response_serializer=b"".join)
+            self.exchange, request_deserializer=self._read, response_serializer=b"".join
+        )
         self.server = grpc.aio.server()
         self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("kafkapy.v1.Storage", {"Exchange": handler}),))
+            (grpc.method_handlers_generic_handler("kafkapy.v1.Storage", {"Exchange": handler}),)
+        )
         port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         await self.server.start()
         return port
@@ -78,8 +86,9 @@ async def node_and_client() -> AsyncIterator[tuple[Node, StorageExchange, grpc.a
 
 
 def _append(partition: int) -> pb.AppendRequest:
-    return pb.AppendRequest(acks=1, partitions=[pb.PartitionAppend(
-        topic="t", partition=partition, records=b"x")])
+    return pb.AppendRequest(
+        acks=1, partitions=[pb.PartitionAppend(topic="t", partition=partition, records=b"x")]
+    )
 
 
 async def _until(check: Any, within_s: float = 5.0) -> None:
@@ -166,8 +175,11 @@ async def test_broken_stream_fails_pending_calls_and_a_new_stream_follows(
                 answer = await exchange.append(_append(7), timeout=2)
                 break
             except grpc.aio.AioRpcError as exc:
-                assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
-                                      grpc.StatusCode.DEADLINE_EXCEEDED)
+                assert exc.code() in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.CANCELLED,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
                 assert asyncio.get_running_loop().time() < deadline
                 await asyncio.sleep(0.2)
         assert answer.partitions[0].partition == 7 and restarted.appends == [7]

@@ -155,7 +155,8 @@ def test_exchange_requests_written_as_protobuf_reads_them(calls: list[tuple[int,
         parts += exchange_entry_parts(call_id, EXCHANGE_CANCEL, [])
     message = spb.ExchangeRequests.FromString(b"".join(parts))
     assert [(r.id, r.WhichOneof("call")) for r in message.requests] == [
-        x for call_id, _ in calls for x in ((call_id, "append"), (call_id, "cancel"))]
+        x for call_id, _ in calls for x in ((call_id, "append"), (call_id, "cancel"))
+    ]
     appends = [r.append for r in message.requests if r.WhichOneof("call") == "append"]
     assert [a.partitions[0].records for a in appends] == [records for _, records in calls]
 
@@ -164,13 +165,17 @@ def test_exchange_responses_read_as_protobuf_writes_them() -> None:
     message = spb.ExchangeResponses()
     message.responses.add(id=7).append.partitions.add(topic="a", partition=1, base_offset=42)
     message.responses.add(id=8).fetch.partitions.add(
-        topic="b", partition=2, high_watermark=9, records=b"batch-bytes")
+        topic="b", partition=2, high_watermark=9, records=b"batch-bytes"
+    )
     message.responses.add(id=9).error.CopyFrom(spb.CallError(status_code=2, details="boom"))
     message.responses.add(id=10)  # a result this reader does not know: left out
     data = message.SerializeToString()
     parsed = parse_exchange_responses(data)
     assert [(i, k) for i, k, _ in parsed] == [
-        (7, EXCHANGE_APPEND), (8, EXCHANGE_FETCH), (9, EXCHANGE_ERROR)]
+        (7, EXCHANGE_APPEND),
+        (8, EXCHANGE_FETCH),
+        (9, EXCHANGE_ERROR),
+    ]
     append, fetch, error = (r for _, _, r in parsed)
     assert append.partitions[0].base_offset == 42  # type: ignore[attr-defined]
     result = fetch.partitions[0]  # type: ignore[attr-defined]

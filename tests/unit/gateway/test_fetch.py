@@ -26,31 +26,69 @@ def _cache() -> MetadataCache:
     return cache
 
 
-def _req(*parts: tuple[str, int], min_bytes: int = 1, max_wait: int = 500,
-         max_bytes: int = 1 << 20, epoch: int = -1, session: int = 0, isolation: int = 0
-         ) -> dict[str, Any]:
+def _req(
+    *parts: tuple[str, int],
+    min_bytes: int = 1,
+    max_wait: int = 500,
+    max_bytes: int = 1 << 20,
+    epoch: int = -1,
+    session: int = 0,
+    isolation: int = 0,
+) -> dict[str, Any]:
     topics: dict[str, list[dict[str, Any]]] = {}
     for name, index in parts:
-        topics.setdefault(name, []).append({"partition": index, "current_leader_epoch": 3,
-                                            "fetch_offset": 5, "partition_max_bytes": 1000})
-    return {"replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes,
-            "isolation_level": isolation, "session_id": session, "session_epoch": epoch,
-            "topics": [{"topic": n, "partitions": p} for n, p in topics.items()],
-            "forgotten_topics_data": [], "rack_id": ""}
+        topics.setdefault(name, []).append(
+            {
+                "partition": index,
+                "current_leader_epoch": 3,
+                "fetch_offset": 5,
+                "partition_max_bytes": 1000,
+            }
+        )
+    return {
+        "replica_id": -1,
+        "max_wait": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": isolation,
+        "session_id": session,
+        "session_epoch": epoch,
+        "topics": [{"topic": n, "partitions": p} for n, p in topics.items()],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
 
 
 def _parts(resp: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
-    return {(t["topic"], p["partition_index"]): p for t in resp["responses"] for p in t["partitions"]}
+    return {
+        (t["topic"], p["partition_index"]): p for t in resp["responses"] for p in t["partitions"]
+    }
 
 
-def _answer(request: Any, records: bytes = b"", hw: int = 50, code: int = 0,
-            aborted: list[tuple[int, int]] | None = None) -> Any:
-    return spb.FetchResponse(partitions=[spb.PartitionFetchResult(
-        topic=p.topic, partition=p.partition, error_code=code, high_watermark=hw,
-        last_stable_offset=hw, log_start_offset=1, records=records,
-        aborted_transactions=[spb.AbortedTransaction(producer_id=a, first_offset=b)
-                              for a, b in aborted or []])
-        for p in request.partitions])
+def _answer(
+    request: Any,
+    records: bytes = b"",
+    hw: int = 50,
+    code: int = 0,
+    aborted: list[tuple[int, int]] | None = None,
+) -> Any:
+    return spb.FetchResponse(
+        partitions=[
+            spb.PartitionFetchResult(
+                topic=p.topic,
+                partition=p.partition,
+                error_code=code,
+                high_watermark=hw,
+                last_stable_offset=hw,
+                log_start_offset=1,
+                records=records,
+                aborted_transactions=[
+                    spb.AbortedTransaction(producer_id=a, first_offset=b) for a, b in aborted or []
+                ],
+            )
+            for p in request.partitions
+        ]
+    )
 
 
 async def test_incremental_session_is_unknown() -> None:
@@ -69,16 +107,17 @@ async def test_one_call_per_node_and_fields_passed() -> None:
 
     storage.node(11).fetch_handler = data
     storage.node(12).fetch_handler = data
-    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
-                              _req(("a", 0), ("a", 1), ("a", 2), ("nope", 0), ("off", 0),
-                                   min_bytes=100))
+    resp = await fetch.handle(
+        context(svc, ApiKey.FETCH, 12),
+        _req(("a", 0), ("a", 1), ("a", 2), ("nope", 0), ("off", 0), min_bytes=100),
+    )
     parts = _parts(resp)
     assert parts[("nope", 0)]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert parts[("off", 0)]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert parts[("a", 0)]["records"] == b"R" * 10 and parts[("a", 0)]["high_watermark"] == 50
     assert parts[("a", 0)]["aborted_transactions"] is None
     assert resp["session_id"] == 0 and resp["error_code"] == 0
-    (name, r11), = storage.nodes[11].calls
+    ((name, r11),) = storage.nodes[11].calls
     assert [(p.topic, p.partition) for p in r11.partitions] == [("a", 0), ("a", 2)]
     p0 = r11.partitions[0]
     assert (p0.fetch_offset, p0.partition_max_bytes, p0.current_leader_epoch) == (5, 1000, 3)
@@ -111,8 +150,9 @@ async def test_long_poll_answers_when_combined_min_bytes_reached() -> None:
     storage.node(12).fetch_handler = long_poll
     loop = asyncio.get_running_loop()
     start = loop.time()
-    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
-                              _req(("a", 0), ("a", 1), min_bytes=200, max_wait=5000))
+    resp = await fetch.handle(
+        context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 1), min_bytes=200, max_wait=5000)
+    )
     assert loop.time() - start < 1.0
     await asyncio.wait_for(cancelled.wait(), 1.0)
     parts = _parts(resp)
@@ -137,8 +177,9 @@ async def test_immediate_reads_of_every_node_are_kept() -> None:
 
     storage.node(11).fetch_handler = quick
     storage.node(12).fetch_handler = slower
-    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
-                              _req(("a", 0), ("a", 1), min_bytes=1, max_wait=5000))
+    resp = await fetch.handle(
+        context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 1), min_bytes=1, max_wait=5000)
+    )
     parts = _parts(resp)
     assert parts[("a", 0)]["records"] == b"q" * 300
     assert parts[("a", 1)]["records"] == b"s" * 50
@@ -160,8 +201,9 @@ async def test_caught_up_consumer_goes_straight_to_the_long_poll() -> None:
 
     storage.node(11).fetch_handler = new_data
     storage.node(12).fetch_handler = long_poll
-    resp = await asyncio.wait_for(fetch.handle(context(svc, ApiKey.FETCH, 12),
-                                               _req(("a", 0), ("a", 1), max_wait=5000)), 1.0)
+    resp = await asyncio.wait_for(
+        fetch.handle(context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 1), max_wait=5000)), 1.0
+    )
     assert _parts(resp)[("a", 0)]["records"] == b"n" * 10
     calls = [(n, r.max_wait_ms) for n, node in storage.nodes.items() for _, r in node.calls]
     assert sorted(calls) == [(11, 5000), (12, 5000)]
@@ -188,8 +230,9 @@ async def test_slow_node_is_cut_at_max_wait_once_min_bytes_are_in() -> None:
     storage.node(12).fetch_handler = hung
     loop = asyncio.get_running_loop()
     start = loop.time()
-    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
-                              _req(("a", 0), ("a", 1), min_bytes=1, max_wait=200))
+    resp = await fetch.handle(
+        context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 1), min_bytes=1, max_wait=200)
+    )
     assert 0.15 < loop.time() - start < 1.0
     parts = _parts(resp)
     assert parts[("a", 0)]["records"] == b"q" * 300
@@ -206,12 +249,14 @@ async def test_waits_for_all_nodes_below_min_bytes() -> None:
         async def answer(request: Any) -> Any:
             await asyncio.sleep(delay)
             return _answer(request, records=b"y" * size, hw=60)
+
         return answer
 
     storage.node(11).fetch_handler = after(0.0, 10)
     storage.node(12).fetch_handler = after(0.1, 0)
-    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
-                              _req(("a", 0), ("a", 1), min_bytes=1000, max_wait=100))
+    resp = await fetch.handle(
+        context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 1), min_bytes=1000, max_wait=100)
+    )
     parts = _parts(resp)
     assert parts[("a", 0)]["records"] == b"y" * 10
     assert parts[("a", 1)]["high_watermark"] == 60  # the slow node was waited for
@@ -223,16 +268,18 @@ async def test_node_error_answers_immediately() -> None:
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
 
     async def failing(request: Any) -> Any:
-        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                   grpc.aio.Metadata(), "down")
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down"
+        )
 
     async def long_poll(request: Any) -> Any:
         await asyncio.sleep(5)
 
     storage.node(11).fetch_handler = failing
     storage.node(12).fetch_handler = long_poll
-    resp = await asyncio.wait_for(fetch.handle(context(svc, ApiKey.FETCH, 12),
-                                               _req(("a", 0), ("a", 1), max_wait=5000)), 1.0)
+    resp = await asyncio.wait_for(
+        fetch.handle(context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 1), max_wait=5000)), 1.0
+    )
     parts = _parts(resp)
     assert parts[("a", 0)]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert parts[("a", 1)]["error_code"] == 0
@@ -246,8 +293,9 @@ async def test_max_bytes_keeps_first_and_drops_overflow() -> None:
         return _answer(request, records=b"z" * 100, aborted=[(9, 3)])
 
     storage.node(11).fetch_handler = data
-    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12),
-                              _req(("a", 0), ("a", 2), max_bytes=150, isolation=1))
+    resp = await fetch.handle(
+        context(svc, ApiKey.FETCH, 12), _req(("a", 0), ("a", 2), max_bytes=150, isolation=1)
+    )
     parts = _parts(resp)
     assert parts[("a", 0)]["records"] == b"z" * 100
     assert parts[("a", 0)]["aborted_transactions"] == [{"producer_id": 9, "first_offset": 3}]
@@ -310,8 +358,11 @@ async def test_next_fetch_takes_over_the_parked_long_poll() -> None:
     # the consumer moved on in a/0 only (and is caught up there): node 11 is asked anew, node 12
     # the same thing as before, so its poll is taken over
     storage.node(11).fetch_handler = _Poll()
-    second = asyncio.ensure_future(fetch.handle(
-        _parked_context(svc, park), _at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 0, 7)))
+    second = asyncio.ensure_future(
+        fetch.handle(
+            _parked_context(svc, park), _at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 0, 7)
+        )
+    )
     await asyncio.sleep(0.1)
     assert not second.done()
     poll.release.set()
@@ -342,8 +393,9 @@ async def test_parked_poll_that_answered_meanwhile_answers_the_next_fetch_at_onc
     poll.release.clear()
     loop = asyncio.get_running_loop()
     start = loop.time()
-    resp = await fetch.handle(_parked_context(svc, park),
-                              _at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 0, 7))
+    resp = await fetch.handle(
+        _parked_context(svc, park), _at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 0, 7)
+    )
     assert loop.time() - start < 1.0
     assert _parts(resp)[("a", 1)]["records"] == b"late"
     assert len(storage.nodes[12].calls) == 1
@@ -363,8 +415,10 @@ async def test_parked_poll_for_something_else_is_cancelled() -> None:
     park = FetchPark()
     await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
     # a/1 is now asked from another offset: the parked poll is cancelled, a new one is made
-    resp = await fetch.handle(_parked_context(svc, park), _at(_at(
-        _req(("a", 0), ("a", 1), max_wait=5000), "a", 1, 9), "a", 0, 7))
+    resp = await fetch.handle(
+        _parked_context(svc, park),
+        _at(_at(_req(("a", 0), ("a", 1), max_wait=5000), "a", 1, 9), "a", 0, 7),
+    )
     assert _parts(resp)[("a", 0)]["records"] == b"n"
     await asyncio.sleep(0.05)
     assert poll.cancelled == 1
@@ -391,8 +445,11 @@ async def test_parked_poll_that_ends_empty_is_followed_by_a_call_for_the_rest() 
     svc.offsets.update("a", 0, high_watermark=7)
     # node 12's parked poll (300 ms) ends empty while this Fetch may wait 1.5 s: node 12 is
     # asked again for the rest of the wait, and the data arriving then is answered
-    second = asyncio.ensure_future(fetch.handle(
-        _parked_context(svc, park), _at(_req(("a", 1), ("a", 0), max_wait=1500), "a", 0, 7)))
+    second = asyncio.ensure_future(
+        fetch.handle(
+            _parked_context(svc, park), _at(_req(("a", 1), ("a", 0), max_wait=1500), "a", 0, 7)
+        )
+    )
     await asyncio.sleep(0.6)
     poll.release.set()
     resp = await asyncio.wait_for(second, 2.0)

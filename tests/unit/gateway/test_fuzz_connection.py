@@ -27,8 +27,19 @@ VALID_FRAMES = [
     md(3, "a", "b"),
     md(4, "t", version=1),
     produce_acks0(5),
-    encode_request(ApiKey.PRODUCE, 9, 6, "c", {"acks": 1, "timeout": 100, "topic_data": [
-        {"name": "t", "partition_data": [{"index": 0, "records": b"\x00" * 70}]}]}),
+    encode_request(
+        ApiKey.PRODUCE,
+        9,
+        6,
+        "c",
+        {
+            "acks": 1,
+            "timeout": 100,
+            "topic_data": [
+                {"name": "t", "partition_data": [{"index": 0, "records": b"\x00" * 70}]}
+            ],
+        },
+    ),
 ]
 
 
@@ -39,8 +50,9 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         self.errors: list[dict[str, Any]] = []
         self.loop.set_exception_handler(lambda _loop, ctx: self.errors.append(ctx))
-        self.server = KafkaServer(None, HANDLERS, VERSIONS, max_request_bytes=10_000,
-                                  max_inflight=4, idle_timeout_s=30)
+        self.server = KafkaServer(
+            None, HANDLERS, VERSIONS, max_request_bytes=10_000, max_inflight=4, idle_timeout_s=30
+        )
         self.loop.run_until_complete(self.server.start("127.0.0.1", 0))
 
     def run(self, coro: Any) -> Any:
@@ -92,12 +104,16 @@ flips = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_siz
 cuts = st.none() | st.integers(0, 200)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(
-    st.binary(max_size=400),
-    st.builds(mutate, frames, flips, cuts),
-    st.builds(lambda f, g: f + g, frames, st.binary(max_size=100)),
-))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.one_of(
+        st.binary(max_size=400),
+        st.builds(mutate, frames, flips, cuts),
+        st.builds(lambda f, g: f + g, frames, st.binary(max_size=100)),
+    )
+)
 def test_malformed_frames_never_escape_the_handler(harness: Harness, data: bytes) -> None:
     harness.run(harness.throw(data))
     assert harness.errors == []

@@ -49,8 +49,15 @@ async def test_all_topics_with_states() -> None:
     assert a["error_code"] == 0 and a["is_internal"] is False
     assert a["topic_id"] == parse_topic_id(TOPIC_ID)
     p0, p1, p2 = a["partitions"]
-    assert p0 == {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 3,
-                  "replica_nodes": [11, 12], "isr_nodes": [11, 12], "offline_replicas": []}
+    assert p0 == {
+        "error_code": 0,
+        "partition_index": 0,
+        "leader_id": 1,
+        "leader_epoch": 3,
+        "replica_nodes": [11, 12],
+        "isr_nodes": [11, 12],
+        "offline_replicas": [],
+    }
     assert p1["offline_replicas"] == [13] and p1["error_code"] == 0
     # storage leader 13 is not registered: no leader
     assert p2["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE and p2["leader_id"] == -1
@@ -62,12 +69,17 @@ async def test_all_topics_with_states() -> None:
 async def test_requested_topics_errors_without_auto_create() -> None:
     controller = FakeController()
     svc = services(_cache(), controller=controller)
-    req = {"topics": [{"name": "a"}, {"name": "nope"}, {"name": "bad name!"}, {"name": "a"}],
-           "allow_auto_topic_creation": False}
+    req = {
+        "topics": [{"name": "a"}, {"name": "nope"}, {"name": "bad name!"}, {"name": "a"}],
+        "allow_auto_topic_creation": False,
+    }
     resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), req)
     codes = [(t["name"], t["error_code"]) for t in resp["topics"]]
-    assert codes == [("a", 0), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                     ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION)]
+    assert codes == [
+        ("a", 0),
+        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ]
     assert controller.requests == []
     # an empty list (v1+) means no topics
     resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), {"topics": []})
@@ -87,9 +99,12 @@ async def test_auto_create_through_controller() -> None:
     async def create(method: str, request: Any) -> Any:
         assert method == "CreateTopics"
         await asyncio.sleep(0.05)
-        return cpb.CreateTopicsResponse(topics=[
-            topic_result(t.name, ErrorCode.INVALID_REPLICATION_FACTOR if t.name == "big" else 0)
-            for t in request.topics])
+        return cpb.CreateTopicsResponse(
+            topics=[
+                topic_result(t.name, ErrorCode.INVALID_REPLICATION_FACTOR if t.name == "big" else 0)
+                for t in request.topics
+            ]
+        )
 
     controller = FakeController(create)
     svc = services(_cache(), controller=controller)
@@ -97,11 +112,14 @@ async def test_auto_create_through_controller() -> None:
     # two requests at once share one controller call per topic
     r1, r2 = await asyncio.gather(
         metadata.handle(context(svc, ApiKey.METADATA, 12), req),
-        metadata.handle(context(svc, ApiKey.METADATA, 12), {"topics": [{"name": "new1"}]}))
+        metadata.handle(context(svc, ApiKey.METADATA, 12), {"topics": [{"name": "new1"}]}),
+    )
     assert [(t["name"], t["error_code"]) for t in r1["topics"]] == [
-        ("new1", ErrorCode.LEADER_NOT_AVAILABLE), ("big", ErrorCode.INVALID_REPLICATION_FACTOR)]
+        ("new1", ErrorCode.LEADER_NOT_AVAILABLE),
+        ("big", ErrorCode.INVALID_REPLICATION_FACTOR),
+    ]
     assert r2["topics"][0]["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE
-    (method, request), = controller.requests
+    ((method, request),) = controller.requests
     specs = {t.name: (t.num_partitions, t.replication_factor) for t in request.topics}
     assert specs == {"new1": (-1, -1), "big": (-1, -1)}
 
@@ -123,8 +141,12 @@ async def test_topic_by_id_and_self_listed_when_unregistered() -> None:
     svc = services(cache)
     tid = parse_topic_id(TOPIC_ID)
     assert tid is not None
-    req = {"topics": [{"name": None, "topic_id": tid.bytes},
-                      {"name": None, "topic_id": uuid.uuid4().bytes}]}
+    req = {
+        "topics": [
+            {"name": None, "topic_id": tid.bytes},
+            {"name": None, "topic_id": uuid.uuid4().bytes},
+        ]
+    }
     resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), req)
     assert [t["name"] for t in resp["topics"]] == ["a", None]
     assert resp["topics"][1]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID

@@ -34,34 +34,56 @@ def _req(*parts: tuple[str, int, Any], acks: int = -1, txn: str | None = None) -
     topics: dict[str, list[dict[str, Any]]] = {}
     for name, index, records in parts:
         topics.setdefault(name, []).append({"index": index, "records": memoryview(records)})
-    return {"transactional_id": txn, "acks": acks, "timeout": 1000,
-            "topic_data": [{"name": n, "partition_data": p} for n, p in topics.items()]}
+    return {
+        "transactional_id": txn,
+        "acks": acks,
+        "timeout": 1000,
+        "topic_data": [{"name": n, "partition_data": p} for n, p in topics.items()],
+    }
 
 
 def _codes(resp: dict[str, Any]) -> dict[tuple[str, int], int]:
-    return {(t["name"], p["index"]): p["error_code"]
-            for t in resp["responses"] for p in t["partition_responses"]}
+    return {
+        (t["name"], p["index"]): p["error_code"]
+        for t in resp["responses"]
+        for p in t["partition_responses"]
+    }
 
 
 async def test_one_append_per_node_and_results_mapped() -> None:
     svc = services(_cache())
-    req = _req(("a", 0, BATCH), ("a", 1, BATCH), ("a", 2, BATCH), ("b", 0, BATCH[:80]),
-               ("nope", 0, BATCH), ("a", 9, BATCH), txn=None)
+    req = _req(
+        ("a", 0, BATCH),
+        ("a", 1, BATCH),
+        ("a", 2, BATCH),
+        ("b", 0, BATCH[:80]),
+        ("nope", 0, BATCH),
+        ("a", 9, BATCH),
+        txn=None,
+    )
     # b/0 is a truncated batch: rejected before any RPC
     resp = await produce.handle(context(svc, ApiKey.PRODUCE, 9), req)
     assert resp is not None
     codes = _codes(resp)
-    assert codes == {("a", 0): 0, ("a", 1): 0, ("a", 2): 0,
-                     ("b", 0): ErrorCode.CORRUPT_MESSAGE,
-                     ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                     ("a", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert codes == {
+        ("a", 0): 0,
+        ("a", 1): 0,
+        ("a", 2): 0,
+        ("b", 0): ErrorCode.CORRUPT_MESSAGE,
+        ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ("a", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
-    calls = {n: [(c, [(p.topic, p.partition) for p in r.partitions]) for c, r in node.calls]
-             for n, node in storage.nodes.items()}
+    calls = {
+        n: [(c, [(p.topic, p.partition) for p in r.partitions]) for c, r in node.calls]
+        for n, node in storage.nodes.items()
+    }
     assert calls == {11: [("Append", [("a", 0), ("a", 2)])], 12: [("Append", [("a", 1)])]}
     append = storage.nodes[11].calls[0][1]
     assert append.acks == -1 and append.timeout_ms == 1000 and append.partitions[0].records == BATCH
-    by_part = {(t["name"], p["index"]): p for t in resp["responses"] for p in t["partition_responses"]}
+    by_part = {
+        (t["name"], p["index"]): p for t in resp["responses"] for p in t["partition_responses"]
+    }
     assert by_part[("a", 2)]["base_offset"] == 101 and by_part[("a", 0)]["base_offset"] == 100
     assert by_part[("a", 1)]["log_start_offset"] == 0
 
@@ -79,8 +101,14 @@ async def test_record_checks() -> None:
     old_magic[16] = 1
     zstd = bytearray(BATCH)
     struct.pack_into(">h", zstd, 21, 4)
-    req = _req(("a", 0, BATCH + BATCH), ("a", 1, bytes(old_magic)), ("a", 2, bytes(zstd)),
-               ("b", 0, BATCH), ("__consumer_offsets", 0, BATCH), ("c", 0, BATCH))
+    req = _req(
+        ("a", 0, BATCH + BATCH),
+        ("a", 1, bytes(old_magic)),
+        ("a", 2, bytes(zstd)),
+        ("b", 0, BATCH),
+        ("__consumer_offsets", 0, BATCH),
+        ("c", 0, BATCH),
+    )
     resp = await produce.handle(context(svc, ApiKey.PRODUCE, 6), req)
     assert _codes(resp) == {  # type: ignore[arg-type]
         ("a", 0): ErrorCode.INVALID_RECORD,
@@ -114,15 +142,25 @@ async def test_rpc_failures_and_storage_errors() -> None:
         raise _rpc_error(grpc.StatusCode.UNAVAILABLE)
 
     async def storage_error(request: Any) -> Any:
-        return spb.AppendResponse(partitions=[spb.PartitionAppendResult(
-            topic=p.topic, partition=p.partition, error_code=ErrorCode.NOT_ENOUGH_REPLICAS,
-            error_message="only 1 in sync", base_offset=-1, log_start_offset=-1)
-            for p in request.partitions])
+        return spb.AppendResponse(
+            partitions=[
+                spb.PartitionAppendResult(
+                    topic=p.topic,
+                    partition=p.partition,
+                    error_code=ErrorCode.NOT_ENOUGH_REPLICAS,
+                    error_message="only 1 in sync",
+                    base_offset=-1,
+                    log_start_offset=-1,
+                )
+                for p in request.partitions
+            ]
+        )
 
     storage.node(11).append_handler = unavailable
     storage.node(12).append_handler = storage_error
-    resp = await produce.handle(context(svc, ApiKey.PRODUCE, 9),
-                                _req(("a", 0, BATCH), ("a", 1, BATCH)))
+    resp = await produce.handle(
+        context(svc, ApiKey.PRODUCE, 9), _req(("a", 0, BATCH), ("a", 1, BATCH))
+    )
     parts = {p["index"]: p for p in resp["responses"][0]["partition_responses"]}  # type: ignore[index]
     assert parts[0]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert parts[1]["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS
@@ -147,8 +185,9 @@ async def test_acks0_fires_appends_and_answers_nothing() -> None:
         return spb.AppendResponse()
 
     storage.node(11).append_handler = slow
-    resp = await produce.handle(context(svc, ApiKey.PRODUCE, 9),
-                                _req(("a", 0, BATCH), acks=0, txn="tx-1"))
+    resp = await produce.handle(
+        context(svc, ApiKey.PRODUCE, 9), _req(("a", 0, BATCH), acks=0, txn="tx-1")
+    )
     assert resp is None
     await asyncio.wait_for(appended.wait(), 1.0)
     request = storage.nodes[11].calls[0][1]
@@ -167,9 +206,16 @@ async def test_acks0_failure_closes_the_connection() -> None:
     closed: list[str] = []
 
     async def failing(request: Any) -> Any:
-        return spb.AppendResponse(partitions=[spb.PartitionAppendResult(
-            topic=p.topic, partition=p.partition, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            for p in request.partitions])
+        return spb.AppendResponse(
+            partitions=[
+                spb.PartitionAppendResult(
+                    topic=p.topic,
+                    partition=p.partition,
+                    error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                )
+                for p in request.partitions
+            ]
+        )
 
     storage.node(11).append_handler = failing
     ctx = context(svc, ApiKey.PRODUCE, 9)

@@ -23,8 +23,7 @@ async def test_blocks_are_claimed_in_sequence_and_never_twice(zk_connect: str) -
         first = await claim_block(zks[0], broker_id=7, block_size=10)
         assert (first.first, first.last, first.broker_id) == (0, 9, 7)
         data, _ = await zks[0].get(layout.LATEST_PRODUCER_ID_BLOCK)
-        assert json.loads(data) == {"version": 1, "broker": 7, "block_start": "0",
-                                    "block_end": "9"}
+        assert json.loads(data) == {"version": 1, "broker": 7, "block_start": "0", "block_end": "9"}
         # concurrent claimers (conditional sets on the znode version) get disjoint blocks
         blocks = await asyncio.gather(*(claim_block(zk, i, 10) for i, zk in enumerate(zks * 4)))
         starts = sorted(b.first for b in blocks)
@@ -41,7 +40,9 @@ async def test_manager_hands_out_ids_across_blocks(zk_connect: str) -> None:
         await zk.create(layout.LATEST_PRODUCER_ID_BLOCK, b"", makepath=True)  # empty: start at 0
         a = ProducerIdManager(zk, 1, block_size=3)
         b = ProducerIdManager(zk, 2, block_size=3)
-        ids = await asyncio.gather(*(a.next_id() for _ in range(5)), *(b.next_id() for _ in range(2)))
+        ids = await asyncio.gather(
+            *(a.next_id() for _ in range(5)), *(b.next_id() for _ in range(2))
+        )
         assert len(set(ids)) == 7
         assert sorted(ids[:5]) == ids[:5]
         assert a.current_block is not None and a.current_block.broker_id == 1

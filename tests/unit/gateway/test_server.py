@@ -25,9 +25,13 @@ async def slow_metadata(ctx: RequestContext, req: Body) -> Body:
     if names and names[0].startswith("sleep-"):
         await asyncio.sleep(float(names[0][6:]))
     finished.append(ctx.correlation_id)
-    return {"throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": 1,
-            "topics": [{"error_code": 0, "name": n, "topic_id": None, "partitions": []}
-                       for n in names]}
+    return {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": 1,
+        "topics": [{"error_code": 0, "name": n, "topic_id": None, "partitions": []} for n in names],
+    }
 
 
 async def slow_acks0_produce(ctx: RequestContext, req: Body) -> Body | None:
@@ -42,15 +46,22 @@ async def failing(ctx: RequestContext, req: Body) -> Body:
 
 HANDLERS = {
     ApiKey.API_VERSIONS: api_versions.HANDLER,
-    ApiKey.METADATA: ApiHandler(ApiKey.METADATA, "Metadata", slow_metadata,
-                                metadata.error_response),
-    ApiKey.PRODUCE: ApiHandler(ApiKey.PRODUCE, "Produce", slow_acks0_produce,
-                               produce.error_response),
-    ApiKey.DESCRIBE_CLUSTER: ApiHandler(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", failing,
-                                        describe_cluster.error_response),
+    ApiKey.METADATA: ApiHandler(
+        ApiKey.METADATA, "Metadata", slow_metadata, metadata.error_response
+    ),
+    ApiKey.PRODUCE: ApiHandler(
+        ApiKey.PRODUCE, "Produce", slow_acks0_produce, produce.error_response
+    ),
+    ApiKey.DESCRIBE_CLUSTER: ApiHandler(
+        ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", failing, describe_cluster.error_response
+    ),
 }
-VERSIONS = {int(ApiKey.API_VERSIONS): (0, 3), int(ApiKey.METADATA): (1, 12),
-            int(ApiKey.PRODUCE): (3, 9), int(ApiKey.DESCRIBE_CLUSTER): (0, 1)}
+VERSIONS = {
+    int(ApiKey.API_VERSIONS): (0, 3),
+    int(ApiKey.METADATA): (1, 12),
+    int(ApiKey.PRODUCE): (3, 9),
+    int(ApiKey.DESCRIBE_CLUSTER): (0, 1),
+}
 
 
 class Client:
@@ -75,8 +86,9 @@ class Client:
 @pytest.fixture
 async def server() -> AsyncIterator[KafkaServer]:
     finished.clear()
-    srv = KafkaServer(None, HANDLERS, VERSIONS, max_request_bytes=10_000, max_inflight=4,
-                      idle_timeout_s=30)
+    srv = KafkaServer(
+        None, HANDLERS, VERSIONS, max_request_bytes=10_000, max_inflight=4, idle_timeout_s=30
+    )
     await srv.start("127.0.0.1", 0)
     yield srv
     await srv.close()
@@ -90,21 +102,35 @@ async def client(server: KafkaServer) -> AsyncIterator[Client]:
 
 
 def md(corr: int, *topics: str, version: int = 12) -> bytes:
-    return encode_request(ApiKey.METADATA, version, corr, "t", {"topics": [{"name": t} for t in topics]})
+    return encode_request(
+        ApiKey.METADATA, version, corr, "t", {"topics": [{"name": t} for t in topics]}
+    )
 
 
 def api_versions_request(corr: int, version: int = 3) -> bytes:
-    return encode_request(ApiKey.API_VERSIONS, version, corr, "t",
-                          {"client_software_name": "test", "client_software_version": "1"})
+    return encode_request(
+        ApiKey.API_VERSIONS,
+        version,
+        corr,
+        "t",
+        {"client_software_name": "test", "client_software_version": "1"},
+    )
 
 
 def produce_acks0(corr: int) -> bytes:
-    return encode_request(ApiKey.PRODUCE, 9, corr, "t", {"acks": 0, "timeout": 1000, "topic_data": []})
+    return encode_request(
+        ApiKey.PRODUCE, 9, corr, "t", {"acks": 0, "timeout": 1000, "topic_data": []}
+    )
 
 
 async def test_responses_keep_request_order(client: Client) -> None:
-    client.send(md(1, "sleep-0.3"), md(2, "fast"), produce_acks0(3), md(4, "sleep-0.1"),
-                api_versions_request(5))
+    client.send(
+        md(1, "sleep-0.3"),
+        md(2, "fast"),
+        produce_acks0(3),
+        md(4, "sleep-0.1"),
+        api_versions_request(5),
+    )
     got = [(await client.response(ApiKey.METADATA, 12))[0] for _ in range(3)]
     corr, body = await client.response(ApiKey.API_VERSIONS, 3)
     assert got + [corr] == [1, 2, 4, 5]
@@ -127,7 +153,9 @@ async def test_acks0_produce_gets_no_response_and_blocks_nothing(client: Client)
 
 async def test_backpressure_keeps_everything(client: Client) -> None:
     client.send(*(md(i, "sleep-0.05") for i in range(1, 13)))
-    assert [(await client.response(ApiKey.METADATA, 12))[0] for _ in range(12)] == list(range(1, 13))
+    assert [(await client.response(ApiKey.METADATA, 12))[0] for _ in range(12)] == list(
+        range(1, 13)
+    )
 
 
 @pytest.mark.parametrize("size", [10_001, -1])

@@ -40,16 +40,26 @@ BATCH = build_batch([Record(value=b"x")])
 
 async def _controller(method: str, request: Any) -> Any:
     if method == "CreateTopics":
-        return cpb.CreateTopicsResponse(topics=[cpb.TopicResult(
-            name=t.name, num_partitions=1, replication_factor=1, topic_id=uuid.uuid4().bytes)
-            for t in request.topics])
+        return cpb.CreateTopicsResponse(
+            topics=[
+                cpb.TopicResult(
+                    name=t.name, num_partitions=1, replication_factor=1, topic_id=uuid.uuid4().bytes
+                )
+                for t in request.topics
+            ]
+        )
     if method in ("DeleteTopics", "CreatePartitions"):
         names = request.names if method == "DeleteTopics" else [t.name for t in request.topics]
-        resp = cpb.DeleteTopicsResponse if method == "DeleteTopics" else cpb.CreatePartitionsResponse
+        resp = (
+            cpb.DeleteTopicsResponse if method == "DeleteTopics" else cpb.CreatePartitionsResponse
+        )
         return resp(topics=[cpb.TopicResult(name=n) for n in names])
-    return cpb.AlterConfigsResponse(resources=[
-        cpb.ConfigResourceResult(resource_type=r.resource_type, name=r.name)
-        for r in request.resources])
+    return cpb.AlterConfigsResponse(
+        resources=[
+            cpb.ConfigResourceResult(resource_type=r.resource_type, name=r.name)
+            for r in request.resources
+        ]
+    )
 
 
 class _Ids:
@@ -66,19 +76,36 @@ def _services() -> GatewayServices:
     svc.producer_ids = _Ids()  # type: ignore[assignment]
     svc.coordinators = FakeCoordinators()  # type: ignore[assignment]
     add_topic(cache, "__consumer_offsets", {0: [11]})
-    cache.apply_shard_map(b'{"version":1,"partitions":1,"shards":{"0":{"owner":0,"epoch":0,"producer_id":1}}}')
+    cache.apply_shard_map(
+        b'{"version":1,"partitions":1,"shards":{"0":{"owner":0,"epoch":0,"producer_id":1}}}'
+    )
     cache.apply_group_coordinator(0, b'{"host":"127.0.0.1","port":1}')
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
 
     async def fetch(request: Any) -> Any:
-        return spb.FetchResponse(partitions=[spb.PartitionFetchResult(
-            topic=p.topic, partition=p.partition, high_watermark=1, last_stable_offset=1,
-            log_start_offset=0, records=BATCH) for p in request.partitions])
+        return spb.FetchResponse(
+            partitions=[
+                spb.PartitionFetchResult(
+                    topic=p.topic,
+                    partition=p.partition,
+                    high_watermark=1,
+                    last_stable_offset=1,
+                    log_start_offset=0,
+                    records=BATCH,
+                )
+                for p in request.partitions
+            ]
+        )
 
     async def list_offsets(request: Any) -> Any:
-        return spb.ListOffsetsResponse(partitions=[spb.PartitionOffsetResult(
-            topic=q.topic, partition=q.partition, offset=1, timestamp=-1, leader_epoch=3)
-            for q in request.partitions])
+        return spb.ListOffsetsResponse(
+            partitions=[
+                spb.PartitionOffsetResult(
+                    topic=q.topic, partition=q.partition, offset=1, timestamp=-1, leader_epoch=3
+                )
+                for q in request.partitions
+            ]
+        )
 
     storage.node(11).fetch_handler = fetch
     storage.node(11).list_offsets_handler = list_offsets
@@ -87,65 +114,162 @@ def _services() -> GatewayServices:
 
 REQUESTS: dict[int, dict[str, Any]] = {
     ApiKey.API_VERSIONS: {"client_software_name": "t", "client_software_version": "1"},
-    ApiKey.METADATA: {"topics": [{"name": "a", "topic_id": None}], "allow_auto_topic_creation": False},
-    ApiKey.PRODUCE: {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [
-        {"name": "a", "partition_data": [{"index": 0, "records": BATCH}]}]},
-    ApiKey.FETCH: {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
-                   "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                       {"topic": "a", "partitions": [{"partition": 0, "fetch_offset": 0,
-                                                      "partition_max_bytes": 1 << 20}]}],
-                   "forgotten_topics_data": [], "rack_id": ""},
-    ApiKey.LIST_OFFSETS: {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": "a", "partitions": [{"partition_index": 0, "timestamp": -1}]}]},
-    ApiKey.CREATE_TOPICS: {"topics": [{"name": "x", "num_partitions": 1, "replication_factor": 1,
-                                       "assignments": [], "configs": []}],
-                           "timeout": 0, "validate_only": False},
-    ApiKey.DELETE_TOPICS: {"topic_names": ["a"], "topics": [{"name": "a", "topic_id": None}],
-                           "timeout": 0},
-    ApiKey.CREATE_PARTITIONS: {"topics": [{"name": "a", "count": 2, "assignments": None}],
-                               "timeout": 0, "validate_only": False},
-    ApiKey.ALTER_CONFIGS: {"resources": [{"resource_type": 2, "resource_name": "a", "configs": [
-        {"name": "retention.ms", "value": "1"}]}], "validate_only": True},
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: {"resources": [{"resource_type": 2, "resource_name": "a",
-                                                      "configs": [{"name": "retention.ms",
-                                                                   "config_operation": 0,
-                                                                   "value": "1"}]}],
-                                       "validate_only": True},
-    ApiKey.DESCRIBE_CONFIGS: {"resources": [
-        {"resource_type": 2, "resource_name": "a", "configuration_keys": None},
-        {"resource_type": 4, "resource_name": "1", "configuration_keys": None}],
-        "include_synonyms": True, "include_documentation": True},
+    ApiKey.METADATA: {
+        "topics": [{"name": "a", "topic_id": None}],
+        "allow_auto_topic_creation": False,
+    },
+    ApiKey.PRODUCE: {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout": 1000,
+        "topic_data": [{"name": "a", "partition_data": [{"index": 0, "records": BATCH}]}],
+    },
+    ApiKey.FETCH: {
+        "replica_id": -1,
+        "max_wait": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": "a",
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    },
+    ApiKey.LIST_OFFSETS: {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": "a", "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+    },
+    ApiKey.CREATE_TOPICS: {
+        "topics": [
+            {
+                "name": "x",
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "assignments": [],
+                "configs": [],
+            }
+        ],
+        "timeout": 0,
+        "validate_only": False,
+    },
+    ApiKey.DELETE_TOPICS: {
+        "topic_names": ["a"],
+        "topics": [{"name": "a", "topic_id": None}],
+        "timeout": 0,
+    },
+    ApiKey.CREATE_PARTITIONS: {
+        "topics": [{"name": "a", "count": 2, "assignments": None}],
+        "timeout": 0,
+        "validate_only": False,
+    },
+    ApiKey.ALTER_CONFIGS: {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": "a",
+                "configs": [{"name": "retention.ms", "value": "1"}],
+            }
+        ],
+        "validate_only": True,
+    },
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": "a",
+                "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1"}],
+            }
+        ],
+        "validate_only": True,
+    },
+    ApiKey.DESCRIBE_CONFIGS: {
+        "resources": [
+            {"resource_type": 2, "resource_name": "a", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "1", "configuration_keys": None},
+        ],
+        "include_synonyms": True,
+        "include_documentation": True,
+    },
     ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False},
     ApiKey.INIT_PRODUCER_ID: {"transactional_id": None, "transaction_timeout": 1000},
     ApiKey.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
-    ApiKey.JOIN_GROUP: {"group_id": "g", "session_timeout": 10000, "rebalance_timeout": 30000,
-                        "member_id": "m", "group_instance_id": None, "protocol_type": "consumer",
-                        "protocols": [{"name": "range", "metadata": b"x"}], "reason": None},
-    ApiKey.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m",
-                        "group_instance_id": None, "protocol_type": "consumer",
-                        "protocol_name": "range", "assignments": []},
-    ApiKey.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m",
-                       "group_instance_id": None},
-    ApiKey.LEAVE_GROUP: {"group_id": "g", "member_id": "m", "members": [
-        {"member_id": "m", "group_instance_id": None, "reason": None}]},
-    ApiKey.OFFSET_COMMIT: {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
-                           "group_instance_id": None, "retention_time": -1, "topics": [
-                               {"name": "a", "partitions": [{"partition_index": 0,
-                                                             "committed_offset": 1,
-                                                             "committed_leader_epoch": -1,
-                                                             "committed_metadata": ""}]}]},
-    ApiKey.OFFSET_FETCH: {"group_id": "g", "topics": [{"name": "a", "partition_indexes": [0]}],
-                          "require_stable": False,
-                          "groups": [{"group_id": "g", "topics": None}]},
+    ApiKey.JOIN_GROUP: {
+        "group_id": "g",
+        "session_timeout": 10000,
+        "rebalance_timeout": 30000,
+        "member_id": "m",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"x"}],
+        "reason": None,
+    },
+    ApiKey.SYNC_GROUP: {
+        "group_id": "g",
+        "generation_id": 1,
+        "member_id": "m",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [],
+    },
+    ApiKey.HEARTBEAT: {
+        "group_id": "g",
+        "generation_id": 1,
+        "member_id": "m",
+        "group_instance_id": None,
+    },
+    ApiKey.LEAVE_GROUP: {
+        "group_id": "g",
+        "member_id": "m",
+        "members": [{"member_id": "m", "group_instance_id": None, "reason": None}],
+    },
+    ApiKey.OFFSET_COMMIT: {
+        "group_id": "g",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "retention_time": -1,
+        "topics": [
+            {
+                "name": "a",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 1,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+        ],
+    },
+    ApiKey.OFFSET_FETCH: {
+        "group_id": "g",
+        "topics": [{"name": "a", "partition_indexes": [0]}],
+        "require_stable": False,
+        "groups": [{"group_id": "g", "topics": None}],
+    },
     ApiKey.DESCRIBE_GROUPS: {"groups": ["g"], "include_authorized_operations": False},
     ApiKey.LIST_GROUPS: {"states_filter": []},
     ApiKey.DELETE_GROUPS: {"groups_names": ["g"]},
-    ApiKey.OFFSET_DELETE: {"group_id": "g", "topics": [
-        {"name": "a", "partitions": [{"partition_index": 0}]}]},
+    ApiKey.OFFSET_DELETE: {
+        "group_id": "g",
+        "topics": [{"name": "a", "partitions": [{"partition_index": 0}]}],
+    },
 }
 
-CASES = [(int(key), v) for key, (lo, hi) in sorted(advertised_versions().items())
-         for v in range(lo, hi + 1)]
+CASES = [
+    (int(key), v)
+    for key, (lo, hi) in sorted(advertised_versions().items())
+    for v in range(lo, hi + 1)
+]
 
 
 def _error_codes(body: Any) -> list[int]:
@@ -167,8 +291,9 @@ def test_every_handled_api_has_a_request_here() -> None:
     assert set(REQUESTS) == set(HANDLERS)
 
 
-@pytest.mark.parametrize(("api_key", "version"), CASES,
-                         ids=[f"{ApiKey(k).name}-v{v}" for k, v in CASES])
+@pytest.mark.parametrize(
+    ("api_key", "version"), CASES, ids=[f"{ApiKey(k).name}-v{v}" for k, v in CASES]
+)
 async def test_handler_round_trip(api_key: int, version: int) -> None:
     svc = _services()
     frame = encode_request(api_key, version, 42, "wire-test", REQUESTS[api_key])

@@ -150,9 +150,12 @@ def test_exchange_requests_read_as_protobuf_writes_them(calls: list[tuple[int, o
         if isinstance(body, pb.AppendRequest):
             assert kind == APPEND
             assert got.acks == body.acks and got.timeout_ms == body.timeout_ms
-            assert [(p.topic, p.partition, bytes(p.records), p.current_leader_epoch)
-                    for p in got.partitions] == [
-                (p.topic, p.partition, p.records, p.current_leader_epoch) for p in body.partitions]
+            assert [
+                (p.topic, p.partition, bytes(p.records), p.current_leader_epoch)
+                for p in got.partitions
+            ] == [
+                (p.topic, p.partition, p.records, p.current_leader_epoch) for p in body.partitions
+            ]
         elif isinstance(body, pb.FetchRequest):
             assert kind == FETCH and got == body
         else:
@@ -161,15 +164,18 @@ def test_exchange_requests_read_as_protobuf_writes_them(calls: list[tuple[int, o
 
 @given(st.lists(st.tuples(st.integers(1, 2**64 - 1), INT32, st.text(max_size=20)), max_size=4))
 def test_exchange_responses_written_as_protobuf_reads_them(
-    answers: list[tuple[int, int, str]]
+    answers: list[tuple[int, int, str]],
 ) -> None:
     parts: list[Buffer] = []
     for call_id, code, details in answers:
         if code % 2:
             parts += exchange_entry_parts(call_id, ERROR, call_error_parts(code, details))
         else:
-            body = pb.AppendResponse(partitions=[pb.PartitionAppendResult(
-                topic=details, partition=code, base_offset=code)]).SerializeToString()
+            body = pb.AppendResponse(
+                partitions=[
+                    pb.PartitionAppendResult(topic=details, partition=code, base_offset=code)
+                ]
+            ).SerializeToString()
             parts += exchange_entry_parts(call_id, APPEND, [body])
     message = pb.ExchangeResponses.FromString(b"".join(parts))
     assert [r.id for r in message.responses] == [a[0] for a in answers]
