@@ -339,19 +339,24 @@ def _caught_up(svc: Any) -> None:
         svc.offsets.update("a", index, high_watermark=5, last_stable_offset=5)
 
 
-async def test_next_fetch_takes_over_the_parked_long_poll() -> None:
+async def _new_data(request: Any) -> Any:
+    return _answer(request, records=b"n", hw=7)
+
+
+def _parked_setup() -> tuple[Any, FakeStorage, _Poll, FetchPark]:
+    """A caught-up consumer of a/0 (node 11, which has new data) and a/1 (node 12, which
+    long-polls), and the connection's park."""
     svc = services(_cache())
     _caught_up(svc)
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
-
-    async def new_data(request: Any) -> Any:
-        await asyncio.sleep(0.02)
-        return _answer(request, records=b"n", hw=7)
-
     poll = _Poll()
-    storage.node(11).fetch_handler = new_data
+    storage.node(11).fetch_handler = _new_data
     storage.node(12).fetch_handler = poll
-    park = FetchPark()
+    return svc, storage, poll, FetchPark()
+
+
+async def test_next_fetch_takes_over_the_parked_long_poll() -> None:
+    svc, storage, poll, park = _parked_setup()
     resp = await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
     assert _parts(resp)[("a", 0)]["records"] == b"n"
     assert len(park) == 1 and poll.cancelled == 0  # node 12's long poll was kept, not cancelled
@@ -374,17 +379,7 @@ async def test_next_fetch_takes_over_the_parked_long_poll() -> None:
 
 
 async def test_parked_poll_that_answered_meanwhile_answers_the_next_fetch_at_once() -> None:
-    svc = services(_cache())
-    _caught_up(svc)
-    storage: FakeStorage = svc.storage  # type: ignore[assignment]
-
-    async def new_data(request: Any) -> Any:
-        return _answer(request, records=b"n", hw=7)
-
-    poll = _Poll()
-    storage.node(11).fetch_handler = new_data
-    storage.node(12).fetch_handler = poll
-    park = FetchPark()
+    svc, storage, poll, park = _parked_setup()
     await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
     poll.release.set()
     await asyncio.sleep(0.05)  # the parked poll answers before the next Fetch comes
@@ -402,17 +397,7 @@ async def test_parked_poll_that_answered_meanwhile_answers_the_next_fetch_at_onc
 
 
 async def test_parked_poll_for_something_else_is_cancelled() -> None:
-    svc = services(_cache())
-    _caught_up(svc)
-    storage: FakeStorage = svc.storage  # type: ignore[assignment]
-
-    async def new_data(request: Any) -> Any:
-        return _answer(request, records=b"n", hw=7)
-
-    poll = _Poll()
-    storage.node(11).fetch_handler = new_data
-    storage.node(12).fetch_handler = poll
-    park = FetchPark()
+    svc, storage, poll, park = _parked_setup()
     await fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), max_wait=5000))
     # a/1 is now asked from another offset: the parked poll is cancelled, a new one is made
     resp = await fetch.handle(
@@ -429,17 +414,7 @@ async def test_parked_poll_for_something_else_is_cancelled() -> None:
 
 
 async def test_parked_poll_that_ends_empty_is_followed_by_a_call_for_the_rest() -> None:
-    svc = services(_cache())
-    _caught_up(svc)
-    storage: FakeStorage = svc.storage  # type: ignore[assignment]
-
-    async def new_data(request: Any) -> Any:
-        return _answer(request, records=b"n", hw=7)
-
-    poll = _Poll()
-    storage.node(11).fetch_handler = new_data
-    storage.node(12).fetch_handler = poll
-    park = FetchPark()
+    svc, storage, poll, park = _parked_setup()
     await fetch.handle(_parked_context(svc, park), _req(("a", 1), ("a", 0), max_wait=300))
     storage.node(11).fetch_handler = poll  # nothing more on node 11 either
     svc.offsets.update("a", 0, high_watermark=7)
