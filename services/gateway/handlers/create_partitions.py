@@ -8,17 +8,20 @@ rejects duplicate topics (INVALID_REQUEST) and names it has never seen
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from services.common.errors import ErrorCode
-from services.common.logging import get_logger
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.gateway.context import RequestContext
-from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
-
-log = get_logger("gateway.admin")
+from services.gateway.handlers.topic_admin import (
+    controller_answers,
+    deadline_of,
+    duplicate_names,
+    unique_by_name,
+)
 
 
 def _result(name: str, code: ErrorCode, message: str | None = None) -> Body:
@@ -31,19 +34,16 @@ def _result(name: str, code: ErrorCode, message: str | None = None) -> Body:
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
     s = ctx.services
-    loop = asyncio.get_running_loop()
     timeout_ms = int(req.get("timeout", 30000))
     validate_only = bool(req.get("validate_only", False))
-    deadline = loop.time() + (timeout_ms / 1000.0 if timeout_ms > 0 else s.request_timeout_s)
+    deadline = deadline_of(s, timeout_ms)
     topics = req.get("topics") or []
-    counts: dict[str, int] = {}
-    for t in topics:
-        counts[t["name"]] = counts.get(t["name"], 0) + 1
+    dupes = duplicate_names(topics)
     results: dict[str, Body] = {}
     specs: list[Any] = []
     for t in topics:
         name = t["name"]
-        if counts[name] > 1:
+        if name in dupes:
             results[name] = _result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
             continue
         topic = s.cache.topic(name)
@@ -62,61 +62,51 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         specs.append(
             pb.PartitionCountSpec(name=name, count=int(t["count"]), assignments=assignments)
         )
-    if specs:
-        try:
-            answers = await s.controller.call_items(
-                "CreatePartitions",
-                specs,
-                lambda items: pb.CreatePartitionsRequest(
-                    topics=list(items), timeout_ms=timeout_ms, validate_only=validate_only
-                ),
-                lambda spec: spec.name,
-                lambda resp: resp.topics,
-                lambda r: str(r.name),
-                deadline,
+
+    def call(items: Sequence[Any]) -> Awaitable[dict[str, Any]]:
+        return s.controller.call_items(
+            "CreatePartitions",
+            items,
+            lambda batch: pb.CreatePartitionsRequest(
+                topics=list(batch), timeout_ms=timeout_ms, validate_only=validate_only
+            ),
+            lambda spec: spec.name,
+            lambda resp: resp.topics,
+            lambda r: str(r.name),
+            deadline,
+        )
+
+    answers = (
+        await controller_answers(call, specs, results, _result, "create_partitions_failed")
+        if specs
+        else {}
+    )
+    waits = []
+    for spec in specs:
+        r = answers.get(spec.name)
+        if r is None:
+            continue
+        results[spec.name] = _result(
+            spec.name, as_error_code(r.error_code), r.error_message or None
+        )
+        if r.error_code == 0 and not validate_only and timeout_ms > 0:
+            waits.append((spec.name, spec.count))
+
+    async def wait_visible(name: str, count: int) -> None:
+        def visible() -> bool:
+            t = s.cache.topic(name)
+            return t is not None and len(t.partitions) >= count
+
+        remaining = deadline - asyncio.get_running_loop().time()
+        if not await s.cache.wait_for(visible, max(remaining, 0.0)):
+            results[name] = _result(
+                name,
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"Timed out waiting for the partitions of {name}",
             )
-        except ControllerError as exc:
-            log.warning("create_partitions_failed", error=str(exc))
-            answers = {}
-            for spec in specs:
-                results[spec.name] = _result(spec.name, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
-        waits = []
-        for spec in specs:
-            if spec.name in results:
-                continue
-            r = answers.get(spec.name)
-            if r is None:
-                results[spec.name] = _result(
-                    spec.name, ErrorCode.REQUEST_TIMED_OUT, "Timed out waiting for the controller"
-                )
-                continue
-            results[spec.name] = _result(
-                spec.name, as_error_code(r.error_code), r.error_message or None
-            )
-            if r.error_code == 0 and not validate_only and timeout_ms > 0:
-                waits.append((spec.name, spec.count))
 
-        async def wait_visible(name: str, count: int) -> None:
-            def visible() -> bool:
-                t = s.cache.topic(name)
-                return t is not None and len(t.partitions) >= count
-
-            remaining = deadline - loop.time()
-            if not await s.cache.wait_for(visible, max(remaining, 0.0)):
-                results[name] = _result(
-                    name,
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"Timed out waiting for the partitions of {name}",
-                )
-
-        await asyncio.gather(*(wait_visible(n, c) for n, c in waits))
-    seen: set[str] = set()
-    ordered = []
-    for t in topics:
-        if t["name"] not in seen:
-            seen.add(t["name"])
-            ordered.append(results[t["name"]])
-    return {"throttle_time": 0, "results": ordered}
+    await asyncio.gather(*(wait_visible(n, c) for n, c in waits))
+    return {"throttle_time": 0, "results": [results[t["name"]] for t in unique_by_name(topics)]}
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:

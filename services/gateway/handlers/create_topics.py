@@ -15,6 +15,12 @@ from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code, topic_name_error
 from services.gateway.handlers.configs import topic_config_entries
+from services.gateway.handlers.topic_admin import (
+    controller_answers,
+    deadline_of,
+    duplicate_names,
+    unique_by_name,
+)
 from services.gateway.handlers.visibility import wait_config_visible
 
 log = get_logger("gateway.admin")
@@ -78,20 +84,17 @@ def _result(name: str, code: ErrorCode, message: str | None = None) -> Body:
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
     s = ctx.services
-    loop = asyncio.get_running_loop()
     timeout_ms = int(req.get("timeout", 60000))
     validate_only = bool(req.get("validate_only", False))
-    deadline = loop.time() + (timeout_ms / 1000.0 if timeout_ms > 0 else s.request_timeout_s)
+    deadline = deadline_of(s, timeout_ms)
     topics = req.get("topics") or []
-    counts: dict[str, int] = {}
-    for t in topics:
-        counts[t["name"]] = counts.get(t["name"], 0) + 1
+    dupes = duplicate_names(topics)
     results: dict[str, Body] = {}
     specs: list[Any] = []
     requested_configs: dict[str, dict[str, str]] = {}
     for t in topics:
         name = t["name"]
-        if counts[name] > 1:
+        if name in dupes:
             results[name] = _result(
                 name,
                 ErrorCode.INVALID_REQUEST,
@@ -130,41 +133,37 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 configs=configs,
             )
         )
-    if specs:
-        try:
-            answers = await call_create(s, specs, timeout_ms, validate_only, deadline)
-        except ControllerError as exc:
-            log.warning("create_topics_failed", error=str(exc))
-            answers = {}
-            for spec in specs:
-                results[spec.name] = _result(spec.name, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
-        waits = []
-        for spec in specs:
-            if spec.name in results:
-                continue
-            r = answers.get(spec.name)
-            if r is None:
-                results[spec.name] = _result(
-                    spec.name, ErrorCode.REQUEST_TIMED_OUT, "Timed out waiting for the controller"
-                )
-                continue
-            code = as_error_code(r.error_code)
-            res = _result(spec.name, code, r.error_message or None)
-            if code == ErrorCode.NONE:
-                res["num_partitions"] = r.num_partitions
-                res["replication_factor"] = r.replication_factor
-                if len(r.topic_id) == 16:
-                    res["topic_id"] = uuid.UUID(bytes=r.topic_id)
-                res["configs"] = topic_config_entries(s, requested_configs[spec.name])
-                if not validate_only and timeout_ms > 0:
-                    waits.append(
-                        (spec.name, r.num_partitions, res, bool(requested_configs[spec.name]))
-                    )
-            results[spec.name] = res
-        await asyncio.gather(
-            *(_wait_visible(s, name, n, res, configs, deadline) for name, n, res, configs in waits)
+    answers = (
+        await controller_answers(
+            lambda items: call_create(s, items, timeout_ms, validate_only, deadline),
+            specs,
+            results,
+            _result,
+            "create_topics_failed",
         )
-    return {"throttle_time": 0, "topics": [results[t["name"]] for t in _unique(topics)]}
+        if specs
+        else {}
+    )
+    waits = []
+    for spec in specs:
+        r = answers.get(spec.name)
+        if r is None:
+            continue
+        code = as_error_code(r.error_code)
+        res = _result(spec.name, code, r.error_message or None)
+        if code == ErrorCode.NONE:
+            res["num_partitions"] = r.num_partitions
+            res["replication_factor"] = r.replication_factor
+            if len(r.topic_id) == 16:
+                res["topic_id"] = uuid.UUID(bytes=r.topic_id)
+            res["configs"] = topic_config_entries(s, requested_configs[spec.name])
+            if not validate_only and timeout_ms > 0:
+                waits.append((spec.name, r.num_partitions, res, bool(requested_configs[spec.name])))
+        results[spec.name] = res
+    await asyncio.gather(
+        *(_wait_visible(s, name, n, res, configs, deadline) for name, n, res, configs in waits)
+    )
+    return {"throttle_time": 0, "topics": [results[t["name"]] for t in unique_by_name(topics)]}
 
 
 async def _wait_visible(
@@ -189,20 +188,10 @@ async def _wait_visible(
     )
 
 
-def _unique(topics: list[Body]) -> list[Body]:
-    seen: set[str] = set()
-    out = []
-    for t in topics:
-        if t["name"] not in seen:
-            seen.add(t["name"])
-            out.append(t)
-    return out
-
-
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
     return {
         "throttle_time": 0,
-        "topics": [_result(t["name"], code) for t in _unique(req.get("topics") or [])],
+        "topics": [_result(t["name"], code) for t in unique_by_name(req.get("topics") or [])],
     }
 
 
