@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,28 @@ def _duplicates(names: Iterable[str]) -> set[str]:
     return dupes
 
 
+async def _each_topic(
+    specs: Sequence[Any],
+    one: Callable[[Any], Awaitable[_Pending]],
+    duplicate_message: str,
+    refused_event: str,
+) -> list[_Pending]:
+    """``one(spec)`` for each spec, in order; a name given twice is refused (INVALID_REQUEST)
+    and a KafkaError becomes that spec's result."""
+    dupes = _duplicates(s.name for s in specs)
+    out: list[_Pending] = []
+    for spec in specs:
+        if spec.name in dupes:
+            out.append(_Pending(_code(spec.name, ErrorCode.INVALID_REQUEST, duplicate_message)))
+            continue
+        try:
+            out.append(await one(spec))
+        except KafkaError as exc:
+            log.info(refused_event, topic=spec.name, error=exc.code.name, reason=exc.message)
+            out.append(_Pending(_error(spec.name, exc)))
+    return out
+
+
 async def _await_acks(pending: Sequence[_Pending], timeout_ms: int) -> list[pb.TopicResult]:
     """Success once every storage node answered; REQUEST_TIMED_OUT otherwise (Kafka answers
     REQUEST_TIMED_OUT at once for timeout <= 0; the change itself stays)."""
@@ -116,31 +138,12 @@ class AdminOps:
     async def _create_topics(
         self, specs: list[pb.TopicSpec], validate_only: bool
     ) -> list[_Pending]:
-        dupes = _duplicates(s.name for s in specs)
-        out: list[_Pending] = []
-        for spec in specs:
-            if spec.name in dupes:
-                out.append(
-                    _Pending(
-                        _code(
-                            spec.name,
-                            ErrorCode.INVALID_REQUEST,
-                            "Found multiple entries for this topic.",
-                        )
-                    )
-                )
-                continue
-            try:
-                out.append(await self._create_topic(spec, validate_only))
-            except KafkaError as exc:
-                log.info(
-                    "topic creation refused",
-                    topic=spec.name,
-                    error=exc.code.name,
-                    reason=exc.message,
-                )
-                out.append(_Pending(_error(spec.name, exc)))
-        return out
+        return await _each_topic(
+            specs,
+            lambda spec: self._create_topic(spec, validate_only),
+            "Found multiple entries for this topic.",
+            "topic creation refused",
+        )
 
     def _resolve_assignment(self, spec: pb.TopicSpec) -> tuple[dict[int, list[int]], bool]:
         if spec.assignments:
@@ -295,27 +298,12 @@ class AdminOps:
     async def _create_partitions(
         self, specs: list[pb.PartitionCountSpec], validate_only: bool
     ) -> list[_Pending]:
-        dupes = _duplicates(s.name for s in specs)
-        out: list[_Pending] = []
-        for spec in specs:
-            if spec.name in dupes:
-                out.append(
-                    _Pending(
-                        _code(spec.name, ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
-                    )
-                )
-                continue
-            try:
-                out.append(await self._add_partitions(spec, validate_only))
-            except KafkaError as exc:
-                log.info(
-                    "partition creation refused",
-                    topic=spec.name,
-                    error=exc.code.name,
-                    reason=exc.message,
-                )
-                out.append(_Pending(_error(spec.name, exc)))
-        return out
+        return await _each_topic(
+            specs,
+            lambda spec: self._add_partitions(spec, validate_only),
+            "Duplicate topic in request.",
+            "partition creation refused",
+        )
 
     async def _add_partitions(self, spec: pb.PartitionCountSpec, validate_only: bool) -> _Pending:
         name = spec.name
