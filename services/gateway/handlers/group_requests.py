@@ -22,6 +22,7 @@ ones; responses still leave in request order (``services.gateway.server``).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,9 +42,21 @@ Target = int | ErrorCode  # a coordinator id, or why the group cannot be routed
 
 
 def client_host(peer: str) -> str:
-    """The client's address as Kafka reports it (``InetAddress.toString``: ``/127.0.0.1``)."""
+    """The client's address as Kafka reports it, Java's ``InetAddress.toString``: ``/127.0.0.1``;
+    IPv6 in full with groups unpadded (``/0:0:0:0:0:0:0:1``, ``%scope`` kept); IPv4-mapped
+    IPv6 as the IPv4 address (Java makes those an Inet4Address). ``peer`` is ``host:port``."""
     host = peer.rsplit(":", 1)[0] if ":" in peer else peer
-    return "/" + host
+    bare, pct, scope = host.strip("[]").partition("%")
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        return "/" + host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return f"/{ip.ipv4_mapped}"
+        groups = ":".join(f"{int(g, 16):x}" for g in ip.exploded.split(":"))
+        return f"/{groups}{pct}{scope}"
+    return f"/{ip}"
 
 
 def forward_timeout_s(ctx: RequestContext, body: Body) -> float:

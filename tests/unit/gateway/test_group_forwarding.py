@@ -33,7 +33,7 @@ from services.common.zk import layout
 from services.gateway.context import GatewayServices
 from services.gateway.coordinators import CoordinatorClients
 from services.gateway.handlers import HANDLERS
-from services.gateway.handlers.group_requests import forward_timeout_s
+from services.gateway.handlers.group_requests import client_host, forward_timeout_s
 from services.gateway.server import KafkaServer
 
 from .fake_group_coordinator import FakeGroupCoordinator, group_in, place, register
@@ -496,3 +496,19 @@ async def test_long_join_group_blocks_neither_reading_nor_other_connections(
         for _, w in conns:
             w.close()
         await server.close()
+
+
+@pytest.mark.parametrize(
+    ("peer", "expected"),
+    [
+        ("127.0.0.1:50123", "/127.0.0.1"),
+        ("::1:50123", "/0:0:0:0:0:0:0:1"),
+        ("2001:db8::abcd:9092", "/2001:db8:0:0:0:0:0:abcd"),
+        ("fe80::1%eth0:9092", "/fe80:0:0:0:0:0:0:1%eth0"),
+        ("::ffff:10.0.0.1:9092", "/10.0.0.1"),
+        ("?", "/?"),
+    ],
+)
+def test_client_host_is_javas_inet_address_form(peer: str, expected: str) -> None:
+    """DescribeGroups shows member hosts as Kafka does (InetAddress.toString)."""
+    assert client_host(peer) == expected
