@@ -55,6 +55,7 @@ class GroupCoordinatorApp:
             settings,
             GroupConfig.from_settings(settings),
             self.metrics,
+            registration=lambda: self.registrar.czxid,
         )
         self.metrics.watch_groups(
             lambda: [s for shard in self.shards.loaded_shards() for s in shard.group_states()]
@@ -67,6 +68,7 @@ class GroupCoordinatorApp:
             lambda: self.endpoint.to_json(),
             settings.zookeeper_session_timeout_ms,
             f"group coordinator node.id {settings.node_id}",
+            on_registered=self.shards.reconcile,
         )
         self.admin: AdminServer | None = None
         self._server: grpc.aio.Server | None = None

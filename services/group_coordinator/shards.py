@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.common.errors import ErrorCode, KafkaError
@@ -50,8 +51,13 @@ class ShardManager:
         settings: GroupCoordinatorSettings,
         config: GroupConfig,
         metrics: CoordinatorMetrics,
+        registration: Callable[[], int] | None = None,
     ) -> None:
+        """``registration`` gives the czxid of this process's registration znode (0 while not
+        registered); the shard map stamps each owner with it, so entries made for an earlier
+        registration of this node id (a previous process, a lost session) are not taken."""
         self.node_id = node_id
+        self._registration = registration
         self._cache = cache
         self._storage = storage
         self._settings = settings
@@ -102,7 +108,15 @@ class ShardManager:
     def _still_placed_here_now(self, partition: int) -> bool:
         shard_map = self._cache.shard_map
         owner = shard_map.shards.get(partition) if shard_map is not None else None
-        return owner is not None and owner.owner == self.node_id and self._active
+        return owner is not None and self._is_mine(owner) and self._active
+
+    def _is_mine(self, owner: ShardOwner) -> bool:
+        """Placed on this node id, for this registration (maps without sessions: any)."""
+        if owner.owner != self.node_id:
+            return False
+        if self._registration is None or owner.session == 0:
+            return True
+        return owner.session == self._registration()
 
     def loaded_shards(self) -> list[GroupShard]:
         return [o.groups for _, o in sorted(self._owned.items()) if o.groups is not None]
@@ -127,9 +141,7 @@ class ShardManager:
             return
         shard_map = self._cache.shard_map
         wanted = {
-            p: s
-            for p, s in (shard_map.shards.items() if shard_map else ())
-            if s.owner == self.node_id
+            p: s for p, s in (shard_map.shards.items() if shard_map else ()) if self._is_mine(s)
         }
         for p, owned in list(self._owned.items()):
             if wanted.get(p) != owned.owner:

@@ -522,3 +522,49 @@ def test_a_shard_moved_away_is_resigned(
     (g,) = described["groups"]
     assert g["error_code"] == 0 and g["group_state"] == "Stable"
     assert [m["member_id"] for m in g["members"]] == [member]
+
+
+def test_a_placement_for_an_earlier_registration_is_not_taken(
+    small_cluster: LocalCluster, offsets_topic: KazooClient
+) -> None:
+    """The shard map stamps each owner with the czxid of its registration znode: an entry made
+    for an earlier registration of this node id (a previous process, a lost session) is left
+    alone until the controller places the shard for the current one."""
+    zk = offsets_topic
+    partition = 2
+    group = group_in(partition, "stale")
+    data, stat = zk.get(GROUP_COORDINATOR_SHARDS)
+    shard_map = ShardMap.from_json(data)
+    here = shard_map.shards[partition]
+    assert here.owner == 0 and here.session != 0
+
+    def place(owner: int, epoch: int, session: int, version: int) -> int:
+        shards = dict(shard_map.shards)
+        shards[partition] = ShardOwner(owner, epoch, here.producer_id, session)
+        moved = ShardMap(shard_map.partitions, shards, shard_map.topic_id)
+        return int(zk.set(GROUP_COORDINATOR_SHARDS, moved.to_json(), version=version).version)
+
+    start = log_size(small_cluster)
+    version = place(99, here.epoch + 1, here.session, stat.version)
+    wait_for(
+        "the resignation",
+        lambda: logged_since(
+            small_cluster, start, f"Resigned as the group coordinator for partition {partition}"
+        ),
+    )
+    start = log_size(small_cluster)
+    version = place(0, here.epoch + 2, here.session - 1, version)  # an older registration's
+    time.sleep(1.5)  # the map change reaches the coordinator within milliseconds
+    assert not logged_since(
+        small_cluster, start, f"Elected as the group coordinator for partition {partition}"
+    )
+    assert join(small_cluster, group)["error_code"] == ErrorCode.NOT_COORDINATOR
+
+    place(0, here.epoch + 3, here.session, version)  # this registration's: taken
+    wait_for(
+        "the election",
+        lambda: logged_since(
+            small_cluster, start, f"Elected as the group coordinator for partition {partition}"
+        ),
+    )
+    assert join(small_cluster, group)["error_code"] == ErrorCode.MEMBER_ID_REQUIRED

@@ -34,13 +34,18 @@ class EphemeralRegistrar:
         data: Callable[[], bytes],
         session_timeout_ms: int,
         what: str,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         self.zk = zk
         self.path = path
         self.what = what  # e.g. "broker.id 3", for messages
         self._data = data
+        self._on_registered = on_registered
         self._session_timeout_s = session_timeout_ms / 1000.0
         self.registered = False
+        self.czxid = (
+            0  # of the node this process created (0 until registered); a new one per session
+        )
         self._stopping = False
         self._session_lost = False
         self._repair: asyncio.Task[None] | None = None
@@ -72,11 +77,15 @@ class EphemeralRegistrar:
         try:
             await self.zk.create(self.path, self._data(), ephemeral=True)
         except NodeExistsError:
-            found = await self.zk.exists(self.path)
-            if found is None or found.ephemeralOwner != self.zk.session_id:
-                return False
+            pass
+        found = await self.zk.exists(self.path)
+        if found is None or found.ephemeralOwner != self.zk.session_id:
+            return False
+        self.czxid = found.czxid
         self.registered = True
-        log.info("registered", path=self.path, session_id=self.zk.session_id)
+        log.info("registered", path=self.path, session_id=self.zk.session_id, czxid=self.czxid)
+        if self._on_registered is not None:
+            self._on_registered()
         return True
 
     def _on_state(self, state: str) -> None:
@@ -84,6 +93,7 @@ class EphemeralRegistrar:
             return
         if state == "LOST":
             self.registered = False
+            self.czxid = 0
             self._session_lost = True
             log.warning("ZooKeeper session lost; registration is gone", path=self.path)
         elif state == "SUSPENDED":
