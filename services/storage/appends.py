@@ -73,14 +73,15 @@ def _append_one(
     result: pb.PartitionAppendResult,
 ) -> tuple[Partition, int]:
     p = rm.leader_or_error(pa.topic, pa.partition, pa.current_leader_epoch)
-    rm.metrics.total_produce_requests.labels(pa.topic).inc()
+    meters = rm.metrics.topic(pa.topic)
+    meters.produce_requests.inc()
     # the one copy (offsets are assigned in place): made by wire.parse_append_request, or here
     records = pa.records if isinstance(pa.records, bytearray) else bytearray(pa.records)
     headers = validate_batches(records)
     info = p.append_as_leader(records, headers, acks, rm.clock())
-    rm.metrics.bytes_in.labels(pa.topic).inc(len(records))
+    meters.bytes_in.inc(len(records))
     if not info.duplicate:
-        rm.metrics.messages_in.labels(pa.topic).inc(sum(h.record_count for h in headers))
+        meters.messages_in.inc(sum(h.record_count for h in headers))
         rm.on_append(p)
     result.error_code = ErrorCode.NONE
     result.base_offset = info.first_offset

@@ -104,7 +104,7 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
         try:
             p = rm.leader_or_error(pf.topic, pf.partition, pf.current_leader_epoch)
             if first:
-                rm.metrics.total_fetch_requests.labels(pf.topic).inc()
+                rm.metrics.topic(pf.topic).fetch_requests.inc()
             if follower:
                 p.check_follower(req.replica_id)
             limit = max(0, min(pf.partition_max_bytes, bytes_left))
@@ -153,7 +153,9 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
 
 
 def _count_bytes_out(rm: ReplicaManager, results: list[FetchResult], follower: bool) -> None:
-    counter = rm.metrics.replication_bytes_out if follower else rm.metrics.bytes_out
     for r in results:
         if r.records:
-            counter.labels(r.topic).inc(len(r.records))
+            if follower:
+                rm.metrics.replication_bytes_out.labels(r.topic).inc(len(r.records))
+            else:
+                rm.metrics.topic(r.topic).bytes_out.inc(len(r.records))

@@ -465,7 +465,7 @@ class Log:
                 if append_time:
                     set_log_append_time(records, h.position, h.size, now)
                     h = replace(h, max_timestamp=now, attributes=h.attributes | TIMESTAMP_TYPE_FLAG)
-                h = replace(h, base_offset=base, partition_leader_epoch=leader_epoch)
+                h = h.placed(base, leader_epoch)
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
                 final.append((h, base))
