@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from services.common.logging import configure_logging
-from services.common.runtime import run, stop_event_on_signals
+from services.common.runtime import freeze_startup_heap, run, stop_event_on_signals
 from services.controller.app import ControllerApp
 from services.controller.settings import ControllerSettings
 
@@ -17,6 +17,7 @@ async def main(argv: Sequence[str]) -> int:
     stop = stop_event_on_signals()
     app = ControllerApp(settings)
     await app.start()
+    freeze_startup_heap()
     await stop.wait()
     await app.stop()
     return 0

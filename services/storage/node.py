@@ -20,7 +20,7 @@ import grpc
 
 from services.common.admin_http import AdminServer
 from services.common.logging import get_logger
-from services.common.runtime import new_grpc_server, set_serving
+from services.common.runtime import freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.storage.log import checkpoint as ckpt
@@ -322,6 +322,7 @@ async def run_node(
     except BaseException:
         await node.stop()
         raise
+    freeze_startup_heap()
     await stop.wait()
     await node.stop()
     return 0
