@@ -16,7 +16,7 @@ from services.common.records.batch import (
     BatchHeader,
     compute_crc,
 )
-from services.storage.log import files
+from services.storage.log import files, reserve
 from services.storage.log.config import LogConfig
 from services.storage.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
@@ -52,6 +52,10 @@ class LogSegment:
         self._index_interval_bytes = config.index_interval_bytes
         self._preallocate = config.preallocate and new
         self._fd: int | None = None
+        # File position up to which disk blocks are reserved (reserve.py); reserving stops for
+        # good on a filesystem that refuses it.
+        self._reserved_to = 0
+        self._reserving = reserve.supported()
         if new:
             fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             if self._preallocate:
@@ -150,6 +154,8 @@ class LogSegment:
         position = self.size
         if position == 0:
             self._rolling_based_timestamp = largest_timestamp
+        if self._reserving and position + n > self._reserved_to:
+            self._reserve(position, n)
         _pwrite_all(self.fd(), data, position)
         self.size = position + n
         if largest_timestamp > self.max_timestamp:
@@ -160,6 +166,14 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += n
+
+    def _reserve(self, position: int, appending: int) -> None:
+        length = reserve.ahead_bytes(position, appending)
+        if reserve.reserve(self.fd(), position, length):
+            self._reserved_to = position + length
+        else:
+            self._reserving = False
+            log.info("segment_reserve_off", segment=str(self.log_path))
 
     # ------------------------------------------------------------------ scans
     def iter_headers(
@@ -341,8 +355,9 @@ class LogSegment:
                 bytes_truncated=truncated,
                 reason=reason or "trailing bytes",
             )
-            os.ftruncate(fd, valid)
+        reserve.release(fd, valid)  # also blocks reserved before an unclean shutdown
         self.size = valid
+        self._reserved_to = valid
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
         self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         self.bytes_since_last_index_entry = valid - last_index_entry
@@ -360,8 +375,9 @@ class LogSegment:
         removed = 0
         if mapping is not None:
             removed = self.size - mapping.position
-            os.ftruncate(self.fd(), mapping.position)
+            os.ftruncate(self.fd(), mapping.position)  # reserved blocks go too
             self.size = mapping.position
+            self._reserved_to = self.size
         if self.size == 0:
             self.created_ms = now_ms
             self._rolling_based_timestamp = None
@@ -384,15 +400,17 @@ class LogSegment:
         self.time_index.make_writable()
 
     def on_become_inactive(self) -> None:
-        """On roll: final time-index entry, trim indexes and a preallocated log file."""
+        """On roll: final time-index entry, trim indexes, give back the log file's reserved
+        blocks (and cut a preallocated file to its records)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
             )
         self.offset_index.make_readonly()
         self.time_index.make_readonly()
-        if self._fd is not None and os.fstat(self._fd).st_size != self.size:
-            os.ftruncate(self._fd, self.size)
+        if self._fd is not None:
+            reserve.release(self._fd, self.size)
+            self._reserved_to = self.size
 
     def flush(self) -> None:
         if self._fd is not None:
