@@ -16,6 +16,7 @@ import grpc
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from services.common import loop_lag
 from services.common.settings import ConfigError
 
 GRPC_OPTIONS = [
@@ -123,12 +124,21 @@ def new_channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
 
 
+async def _watching_loop_lag(main: Coroutine[Any, Any, int | None]) -> int | None:
+    watcher = asyncio.get_running_loop().create_task(loop_lag.watch())
+    try:
+        return await main
+    finally:
+        watcher.cancel()
+
+
 def run(main: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
-    """Run a service's async main under uvloop; config errors exit 2 with one line."""
+    """Run a service's async main under uvloop, with its event loop's lag measured
+    (``loop_lag``); config errors exit 2 with one line."""
     tune_malloc()
     code: int | None
     try:
-        code = uvloop.run(main())
+        code = uvloop.run(_watching_loop_lag(main()))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
