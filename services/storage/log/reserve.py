@@ -73,9 +73,15 @@ def reserve(fd: int, offset: int, length: int) -> bool:
 
 
 def release(fd: int, size: int) -> bool:
-    """Give back the blocks past ``size`` (and cut the file to ``size``); True when it did."""
+    """Give back the blocks past ``size`` (and cut the file to ``size``); True when it did.
+
+    When only reserved blocks go (the size stays), the file's modification time is kept:
+    ``ftruncate`` would set it to now, and a segment's mtime stands in for its age where its
+    batches carry no timestamps (retention) and for an active segment's creation time (roll)."""
     st = os.fstat(fd)
     if st.st_size == size and st.st_blocks * 512 <= size + _SLACK_BYTES:
         return False
     os.ftruncate(fd, size)
+    if st.st_size == size:
+        os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
     return True

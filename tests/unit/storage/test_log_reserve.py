@@ -125,3 +125,15 @@ def test_how_far_ahead() -> None:
     assert reserve.ahead_bytes(0, 100) == 100 + reserve.MIN_AHEAD_BYTES
     assert reserve.ahead_bytes(1 << 20, 100) == 100 + (1 << 20)
     assert reserve.ahead_bytes(1 << 30, 100) == 100 + reserve.MAX_AHEAD_BYTES
+
+
+def test_giving_blocks_back_keeps_the_modification_time(log_dir: Path) -> None:
+    """A segment's mtime is its age for retention (no timestamps) and roll after a restart."""
+    log = Log.open(log_dir, "t", 0, LogConfig(), now_ms=lambda: NOW)
+    append(log, batch())
+    seg = log.segments[-1]
+    os.utime(seg.log_path, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    assert allocated(seg.log_path) > seg.size + 4096
+    log.close()
+    assert allocated(seg.log_path) <= seg.size + 4096
+    assert seg.log_path.stat().st_mtime_ns == 1_600_000_000_000_000_000
