@@ -76,11 +76,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             deadline,
         )
 
-    answers = (
-        await controller_answers(call, specs, results, _result, "create_partitions_failed")
-        if specs
-        else {}
-    )
+    answers = await controller_answers(call, specs, results, _result, "create_partitions_failed")
     waits = []
     for spec in specs:
         r = answers.get(spec.name)

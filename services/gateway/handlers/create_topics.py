@@ -133,16 +133,12 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 configs=configs,
             )
         )
-    answers = (
-        await controller_answers(
-            lambda items: call_create(s, items, timeout_ms, validate_only, deadline),
-            specs,
-            results,
-            _result,
-            "create_topics_failed",
-        )
-        if specs
-        else {}
+    answers = await controller_answers(
+        lambda items: call_create(s, items, timeout_ms, validate_only, deadline),
+        specs,
+        results,
+        _result,
+        "create_topics_failed",
     )
     waits = []
     for spec in specs:
