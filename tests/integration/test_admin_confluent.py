@@ -327,6 +327,28 @@ def test_configs_of_unknown_topic(admin: AdminClient) -> None:
     assert error_code(fut) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+def test_compacted_topic_refuses_records_without_key(topic: TopicFactory, bootstrap: str) -> None:
+    """As Kafka does: a topic with cleanup.policy=compact refuses a batch with a record that
+    has no key (INVALID_RECORD) and appends nothing of it; keyed records go in."""
+    name = topic(config={"cleanup.policy": "compact"})
+    outcomes: dict[int, KafkaError | None] = {}
+
+    def on_delivery(err: KafkaError | None, msg: object) -> None:
+        outcomes[msg.partition()] = err  # type: ignore[attr-defined]
+
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0, "compression.type": "lz4"}
+    )
+    p.produce(name, key=b"k1", value=b"v1", partition=0, on_delivery=on_delivery)
+    p.produce(name, key=None, value=b"no key", partition=1, on_delivery=on_delivery)
+    assert p.flush(30) == 0
+    assert outcomes[0] is None, outcomes
+    assert outcomes[1] is not None and outcomes[1].code() == KafkaError.INVALID_RECORD, outcomes
+    got = consume_confluent(bootstrap, name, [0, 1, 2], 1)
+    assert [(r.rec.key, r.rec.value) for r in got[0]] == [(b"k1", b"v1")]
+    assert got[1] == [] and got[2] == []
+
+
 def test_max_message_bytes_is_enforced(
     admin: AdminClient, topic: TopicFactory, bootstrap: str
 ) -> None:

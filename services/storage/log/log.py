@@ -391,6 +391,18 @@ class Log:
         )
 
     # ================================================================= append
+    def _require_keys(self, records: bytearray, headers: Sequence[BatchHeader]) -> None:
+        """Kafka's rule for compacted topics: compaction keeps the latest record of each key,
+        so a record without one is refused (INVALID_RECORD). This decodes records, which only
+        compacted topics pay for."""
+        for h in headers:
+            if not h.is_control and any(r.key is None for r in iter_records(records, h)):
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD,
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.partition}.",
+                )
+
     def append_as_leader(
         self,
         records: bytearray,
@@ -430,6 +442,8 @@ class Log:
                             f"timestamp {ts} is out of range (now {now}, "
                             f"message.timestamp.difference.max.ms {max_diff})",
                         )
+        if cfg.compact_enabled and origin is AppendOrigin.CLIENT:
+            self._require_keys(records, headers)
         start_pos = headers[0].position
         end_pos = headers[-1].position + headers[-1].size
         size = end_pos - start_pos

@@ -10,6 +10,7 @@ import pytest
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.records.batch import crc_ok, iter_headers, parse_header, validate_batches
+from services.common.records.compression import Codec
 from services.common.records.record import Record, build_batch, iter_batch_records
 from services.storage.log import (
     AppendOrigin,
@@ -237,6 +238,34 @@ def test_append_validation_errors(tmp_path: Path) -> None:
     # the coordinator may write control batches
     log.append_as_leader(marker, validate_batches(marker), 0, NOW, origin=AppendOrigin.COORDINATOR)
     assert log.log_end_offset == 1
+
+
+@pytest.mark.parametrize("policy", [("compact",), ("compact", "delete")])
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP, Codec.ZSTD])
+def test_compacted_topic_refuses_records_without_key(
+    tmp_path: Path, policy: tuple[str, ...], codec: Codec
+) -> None:
+    """Kafka's LogValidator: one keyless record refuses the whole append, compressed or not."""
+    log = open_log(tmp_path, cleanup_policy=policy)
+    keyed = [Record(timestamp=NOW, key=b"k%d" % i, value=b"v") for i in range(3)]
+    ok = bytearray(build_batch(keyed, compression=codec))
+    mixed = bytearray(build_batch([*keyed, Record(timestamp=NOW, value=b"v")], compression=codec))
+    with pytest.raises(KafkaError) as e:
+        append(log, bytearray(ok + mixed))
+    assert e.value.code == ErrorCode.INVALID_RECORD
+    assert e.value.message == (
+        "Compacted topic cannot accept message without key in topic partition orders-0."
+    )
+    assert log.log_end_offset == 0
+    assert append(log, ok).last_offset == 2
+    # tombstones (a key and no value) are what compaction is for
+    tombstone = bytearray(build_batch([Record(timestamp=NOW, key=b"k1", value=None)]))
+    assert append(log, tombstone).first_offset == 3
+
+
+def test_keyless_records_go_into_delete_policy_topics(tmp_path: Path) -> None:
+    log = open_log(tmp_path, cleanup_policy=("delete",))
+    assert append(log, make_batch(2)).last_offset == 1
 
 
 def test_log_append_time(tmp_path: Path) -> None:

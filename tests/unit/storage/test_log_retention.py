@@ -16,7 +16,8 @@ HOUR = 3_600_000
 
 
 def make_batch(ts: int, size: int = 100) -> bytearray:
-    return bytearray(build_batch([Record(timestamp=ts, value=b"r" * size)]))
+    # keyed, so that the same batches go into compacted logs
+    return bytearray(build_batch([Record(timestamp=ts, key=b"k", value=b"r" * size)]))
 
 
 def build(tmp_path: Path, timestamps: list[int], **cfg: object) -> Log:
