@@ -100,6 +100,8 @@ class ReplicaManager:
         self.controller_epoch = -1  # highest controller epoch seen
         self.produce_waiters = DelayedOperations("produce")  # woken when the HW moves
         self.fetch_waiters = DelayedOperations("fetch")  # woken by appends and HW moves
+        # DeleteRecords: woken by follower fetches (they report their log start offsets)
+        self.delete_records_waiters = DelayedOperations("delete_records")
         self.fetchers: FollowerControl | None = None
         self.isr_control: IsrControl | None = None
         self._orders_lock = asyncio.Lock()
@@ -168,6 +170,7 @@ class ReplicaManager:
         whether it may join the ISR (Kafka's ``updateFollowerFetchState``)."""
         if p.update_follower_fetch(replica_id, fetch_offset, log_start_offset, self.clock()):
             self.on_high_watermark(p)
+        self.delete_records_waiters.notify(p.key)
         if self.isr_control is not None:
             self.isr_control.maybe_expand(p, replica_id)
 
@@ -176,11 +179,13 @@ class ReplicaManager:
         min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         p.maybe_increment_high_watermark(self.clock())
         self.on_high_watermark(p)
+        self.delete_records_waiters.notify(p.key)
 
     def on_state_change(self, key: TopicPartition) -> None:
         """Leadership changed or the partition went away: parked requests re-check at once."""
         self.produce_waiters.notify(key)
         self.fetch_waiters.notify(key)
+        self.delete_records_waiters.notify(key)
 
     # ---- start-up -------------------------------------------------------------------------
     def scan_log_dir(self) -> list[TopicPartition]:

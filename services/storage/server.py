@@ -10,6 +10,7 @@ from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.storage.appends import append
+from services.storage.delete_records import delete_records
 from services.storage.epochs import offset_for_leader_epoch
 from services.storage.exchange import serve_exchange
 from services.storage.fetches import fetch
@@ -56,6 +57,12 @@ class StorageService(pb_grpc.StorageServicer):
     ) -> pb.ListOffsetsResponse:
         with self.rm.metrics.timed("ListOffsets"):
             return list_offsets(self.rm, request)
+
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: Any
+    ) -> pb.DeleteRecordsResponse:
+        with self.rm.metrics.timed("DeleteRecords"):
+            return await delete_records(self.rm, request)
 
     async def UpdatePartitions(
         self, request: pb.UpdatePartitionsRequest, context: Any

@@ -349,6 +349,56 @@ def test_compacted_topic_refuses_records_without_key(topic: TopicFactory, bootst
     assert got[1] == [] and got[2] == []
 
 
+def _produce_counts(bootstrap: str, name: str, counts: dict[int, int]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    for partition, n in counts.items():
+        for i in range(n):
+            p.produce(name, key=b"k%d" % i, value=b"v%d" % i, partition=partition)
+    assert p.flush(30) == 0
+
+
+def test_delete_records(admin: AdminClient, topic: TopicFactory, bootstrap: str) -> None:
+    """DeleteRecords (kafka-delete-records.sh) on a replicated topic: the log start offset moves
+    up to the given offset (-1 = the high watermark), consumers start there, and offsets
+    beyond the high watermark are OFFSET_OUT_OF_RANGE."""
+    name = topic(3)
+    _produce_counts(bootstrap, name, {0: 10, 1: 5, 2: 3})
+    futures = admin.delete_records(
+        [TopicPartition(name, 0, 4), TopicPartition(name, 1, -1)],
+        request_timeout=30,
+        operation_timeout=30,
+    )
+    low = {tp.partition: f.result(timeout=60).low_watermark for tp, f in futures.items()}
+    assert low == {0: 4, 1: 5}
+    (beyond,) = admin.delete_records([TopicPartition(name, 2, 4)], request_timeout=30).values()
+    assert error_code(beyond) == KafkaError.OFFSET_OUT_OF_RANGE
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verifier-{name}"})
+    try:
+        marks = {
+            p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30) for p in range(3)
+        }
+    finally:
+        consumer.close()
+    assert marks == {0: (4, 10), 1: (5, 5), 2: (0, 3)}
+    got = consume_confluent(bootstrap, name, [0, 1, 2], 9)
+    assert [r.offset for r in got[0]] == list(range(4, 10))
+    assert got[1] == [] and [r.offset for r in got[2]] == [0, 1, 2]
+    # deleting below the current start changes nothing
+    (again,) = admin.delete_records([TopicPartition(name, 0, 2)], request_timeout=30).values()
+    assert again.result(timeout=60).low_watermark == 4
+
+
+def test_delete_records_on_a_compacted_topic_is_a_policy_violation(
+    admin: AdminClient, topic: TopicFactory, bootstrap: str
+) -> None:
+    compacted = topic(1, config={"cleanup.policy": "compact"})
+    _produce_counts(bootstrap, compacted, {0: 2})
+    (policy,) = admin.delete_records([TopicPartition(compacted, 0, 1)], request_timeout=30).values()
+    assert error_code(policy) == KafkaError.POLICY_VIOLATION
+    # (librdkafka answers an unknown topic itself, _NOENT, without asking the broker: the
+    # gateway's UNKNOWN_TOPIC_OR_PARTITION is checked in tests/unit/gateway/test_delete_records.py)
+
+
 def test_max_message_bytes_is_enforced(
     admin: AdminClient, topic: TopicFactory, bootstrap: str
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import kafka.errors as Errors
 import pytest
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import AlterConfigOp, ConfigResource, KafkaAdminClient
 from kafka_support import (
     REPLICATION_FACTOR,
@@ -204,3 +205,24 @@ def test_describe_cluster(kadmin: KafkaAdminClient, bootstrap: str) -> None:
     addrs = {(b["host"], b["port"]) for b in desc["brokers"]}
     assert (host, port) in addrs
     assert desc["controller_id"] in {b["broker_id"] for b in desc["brokers"]}
+
+
+def test_delete_records(
+    kadmin: KafkaAdminClient, admin: AdminClient, names: list[str], bootstrap: str
+) -> None:
+    """kafka-python's delete_records moves the log start offset; consumers start there."""
+    name = _create(kadmin, names, "kp-delete-records", partitions=2)
+    wait_for_topic(admin, name, 2)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(6):
+        producer.send(name, value=b"v%d" % i, partition=i % 2)
+    producer.flush(30)
+    producer.close()
+    result = kadmin.delete_records({TopicPartition(name, 0): 2, TopicPartition(name, 1): -1})
+    assert {tp.partition: r["low_watermark"] for tp, r in result.items()} == {0: 2, 1: 3}
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        parts = [TopicPartition(name, 0), TopicPartition(name, 1)]
+        assert consumer.beginning_offsets(parts) == dict(zip(parts, [2, 3], strict=True))
+    finally:
+        consumer.close()

@@ -10,7 +10,7 @@ from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body
-from services.gateway.storage_errors import rpc_error_code
+from services.gateway.leader_calls import call_leader, error_topics, leader_of
 
 LATEST = -1
 EARLIEST = -2
@@ -29,14 +29,12 @@ def _partition(index: int, code: ErrorCode) -> Body:
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
     s = ctx.services
-    cache = s.cache
     isolation = int(req.get("isolation_level", 0))
     topics_out: list[Body] = []
     by_node: dict[int, list[tuple[Any, Body]]] = {}
     seen: set[tuple[str, int]] = set()
     for t in req["topics"]:
         name = t["name"]
-        topic = cache.topic(name)
         parts: list[Body] = []
         topics_out.append({"name": name, "partitions": parts})
         for p in t["partitions"]:
@@ -45,16 +43,13 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 parts.append(_partition(index, ErrorCode.INVALID_REQUEST))
                 continue
             seen.add((name, index))
-            info = topic.partitions.get(index) if topic is not None else None
-            if info is None:
-                parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            if info.leader < 0:
-                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            leader = leader_of(s, name, index)
+            if isinstance(leader, ErrorCode):
+                parts.append(_partition(index, leader))
                 continue
             res = _partition(index, ErrorCode.NONE)
             parts.append(res)
-            by_node.setdefault(info.leader, []).append(
+            by_node.setdefault(leader, []).append(
                 (
                     pb.PartitionOffsetQuery(
                         topic=name,
@@ -75,23 +70,12 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
 async def _query(
     s: GatewayServices, node: int, items: list[tuple[Any, Body]], isolation: int
 ) -> None:
-    def fail(code: ErrorCode) -> None:
-        for _, res in items:
-            res.update(_partition(res["partition_index"], code))
-
-    stub = s.storage.stub(node)
-    if stub is None:
-        fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return
     request = pb.ListOffsetsRequest(isolation_level=isolation, partitions=[q for q, _ in items])
-    try:
-        resp = await stub.ListOffsets(request, timeout=s.request_timeout_s)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
-        fail(rpc_error_code("ListOffsets", exc))
+    by_key = await call_leader(s, node, "ListOffsets", request)
+    if isinstance(by_key, ErrorCode):
+        for _, res in items:
+            res.update(_partition(res["partition_index"], by_key))
         return
-    by_key = {(r.topic, r.partition): r for r in resp.partitions}
     for q, res in items:
         r = by_key.get((q.topic, q.partition))
         if r is None:
@@ -113,16 +97,7 @@ async def _query(
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {
-        "throttle_time": 0,
-        "topics": [
-            {
-                "name": t["name"],
-                "partitions": [_partition(p["partition_index"], code) for p in t["partitions"]],
-            }
-            for t in req.get("topics") or []
-        ],
-    }
+    return {"throttle_time": 0, "topics": error_topics(req, _partition, code)}
 
 
 HANDLER = ApiHandler(ApiKey.LIST_OFFSETS, "ListOffsets", handle, error_response)

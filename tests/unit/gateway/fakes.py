@@ -67,6 +67,7 @@ class FakeStorageNode:
         self.append_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.fetch_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.list_offsets_handler: Callable[[Any], Awaitable[Any]] | None = None
+        self.delete_records_error: BaseException | None = None
 
     async def Append(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
         if isinstance(request, list):  # buffers of a serialized request (append_request_parts)
@@ -98,6 +99,21 @@ class FakeStorageNode:
         self.calls.append(("ListOffsets", request))
         assert self.list_offsets_handler is not None
         return await self.list_offsets_handler(request)
+
+    async def DeleteRecords(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        """Answers every partition with its requested offset as the low watermark (or raises
+        ``delete_records_error``)."""
+        self.calls.append(("DeleteRecords", (request, timeout)))
+        if self.delete_records_error is not None:
+            raise self.delete_records_error
+        return spb.DeleteRecordsResponse(
+            partitions=[
+                spb.PartitionDeleteRecordsResult(
+                    topic=q.topic, partition=q.partition, low_watermark=q.offset
+                )
+                for q in request.partitions
+            ]
+        )
 
 
 class FakeStorage:

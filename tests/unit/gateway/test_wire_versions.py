@@ -164,6 +164,10 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "topics": [{"name": "a", "topic_id": None}],
         "timeout": 0,
     },
+    ApiKey.DELETE_RECORDS: {
+        "topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": 1}]}],
+        "timeout": 1000,
+    },
     ApiKey.CREATE_PARTITIONS: {
         "topics": [{"name": "a", "count": 2, "assignments": None}],
         "timeout": 0,

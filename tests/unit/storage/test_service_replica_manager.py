@@ -21,6 +21,7 @@ from services.common.records.batch import BatchHeader, iter_headers, set_base_of
 from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.storage.appends import append
+from services.storage.delete_records import delete_records
 from services.storage.fetches import fetch
 from services.storage.metrics import StorageMetrics
 from services.storage.offsets import list_offsets
@@ -759,3 +760,104 @@ async def test_close_writes_checkpoints(rm: ReplicaManager, tmp_path: Path) -> N
     assert text.splitlines()[:2] == ["0", "2"] and "t 0 2" in text and "t 1 0" in text
     assert "t 0 2" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
     assert (tmp_path / "log-start-offset-checkpoint").exists()
+
+
+# ---- DeleteRecords (on real logs) -----------------------------------------------------------
+@pytest.fixture
+def engine_rm(tmp_path: Path) -> ReplicaManager:
+    return ReplicaManager(ME, tmp_path, {}, metrics=StorageMetrics(CollectorRegistry()))
+
+
+async def delete(
+    rm: ReplicaManager, *parts: tuple[str, int, int], timeout_ms: int = 1000
+) -> list[pb.PartitionDeleteRecordsResult]:
+    req = pb.DeleteRecordsRequest(
+        timeout_ms=timeout_ms,
+        partitions=[pb.PartitionDeleteRecords(topic=t, partition=p, offset=o) for t, p, o in parts],
+    )
+    return list((await delete_records(rm, req)).partitions)
+
+
+async def test_delete_records_moves_the_log_start_offset(engine_rm: ReplicaManager) -> None:
+    rm = engine_rm
+    await order(rm, state(), state(partition=1))
+    await produce(rm, ("t", 0, batch(b"a", b"b", b"c", b"d")), ("t", 1, batch(b"x", b"y")))
+    a, b = await delete(rm, ("t", 0, 3), ("t", 1, -1))
+    assert (a.error_code, a.low_watermark, b.error_code, b.low_watermark) == (0, 3, 0, 2)
+    [earliest] = list_offsets_of(rm, ("t", 0, -2))  # ListOffsets earliest follows
+    assert earliest == 3
+    resp = await fetch(rm, fetch_req(("t", 0, 0)))
+    assert resp.partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    [again] = await delete(rm, ("t", 0, 1))  # below the start: nothing moves
+    assert (again.error_code, again.low_watermark) == (0, 3)
+
+
+def list_offsets_of(rm: ReplicaManager, *queries: tuple[str, int, int]) -> list[int]:
+    req = pb.ListOffsetsRequest(
+        partitions=[
+            pb.PartitionOffsetQuery(topic=t, partition=p, timestamp=ts, current_leader_epoch=-1)
+            for t, p, ts in queries
+        ]
+    )
+    return [r.offset for r in list_offsets(rm, req).partitions]
+
+
+async def test_delete_records_errors(engine_rm: ReplicaManager) -> None:
+    rm = engine_rm
+    await order(
+        rm,
+        state(),
+        state("compacted", config={"cleanup.policy": "compact"}),
+        state("led-elsewhere", leader=2, isr=(ME, 2)),
+    )
+    await produce(rm, ("t", 0, batch(b"a", b"b")))
+    results = await delete(
+        rm, ("t", 0, 3), ("t", 0, -2), ("compacted", 0, 0), ("led-elsewhere", 0, 0), ("no", 0, 0)
+    )
+    assert [r.error_code for r in results] == [
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        ErrorCode.POLICY_VIOLATION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ]
+    assert all(r.low_watermark == -1 for r in results)
+    assert "beyond the high watermark 2" in results[0].error_message
+    p = rm.get("t", 0)
+    assert p is not None and p.log.log_start_offset == 0
+
+
+async def test_delete_records_waits_for_the_in_sync_followers(engine_rm: ReplicaManager) -> None:
+    rm = engine_rm
+    """The answer comes once the follower reports the new log start offset in a fetch."""
+    await order(rm, state(isr=(ME, 2), replicas=(ME, 2)))
+    task = asyncio.create_task(produce(rm, ("t", 0, batch(b"a", b"b", b"c")), acks=-1))
+    await asyncio.sleep(0.02)  # appended, waiting for the follower
+    await fetch(rm, fetch_req(("t", 0, 0), replica_id=2))
+    await fetch(rm, fetch_req(("t", 0, 3), replica_id=2))  # HW 3
+    await asyncio.wait_for(task, 1.0)
+    waiting = asyncio.create_task(delete(rm, ("t", 0, 2), timeout_ms=5000))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # the follower still starts at 0
+    fetch_from = fetch_req(("t", 0, 3), replica_id=2)
+    fetch_from.partitions[0].log_start_offset = 2
+    await fetch(rm, fetch_from)
+    [r] = await asyncio.wait_for(waiting, 1.0)
+    assert (r.error_code, r.low_watermark) == (0, 2)
+    assert rm.delete_records_waiters.watcher_count() == 0
+
+
+async def test_delete_records_times_out_or_fails_with_leadership(engine_rm: ReplicaManager) -> None:
+    rm = engine_rm
+    await order(rm, state(epoch=1, isr=(ME, 2), replicas=(ME, 2)))
+    task = asyncio.create_task(produce(rm, ("t", 0, batch(b"a", b"b")), acks=-1))
+    await asyncio.sleep(0.02)
+    await fetch(rm, fetch_req(("t", 0, 2), replica_id=2))
+    await asyncio.wait_for(task, 1.0)
+    [r] = await delete(rm, ("t", 0, 1), timeout_ms=50)
+    assert (r.error_code, r.low_watermark) == (ErrorCode.REQUEST_TIMED_OUT, 0)
+    waiting = asyncio.create_task(delete(rm, ("t", 0, 2), timeout_ms=5000))
+    await asyncio.sleep(0.02)
+    await order(rm, state(epoch=2, leader=2, isr=(ME, 2), replicas=(ME, 2)))
+    [r] = await asyncio.wait_for(waiting, 1.0)
+    assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
