@@ -190,6 +190,10 @@ def test_kafkajs_admin(
     assert [p["partitionId"] for p in parts] == [0, 1, 2]
     assert all(p["partitionErrorCode"] == 0 and p["leader"] >= 0 for p in parts), parts
     assert name in r["listedBefore"]
+    # deleteTopicRecords (DeleteRecords) moved partition 0's start to 3; fetchTopicOffsets
+    # (ListOffsets) agrees
+    marks = {o["partition"]: (o["low"], o["high"]) for o in r["offsetsAfterDelete"]}
+    assert marks == {0: ("3", "5"), 1: ("0", "0"), 2: ("0", "0")}
     assert name not in r["listedAfter"]
     # the other client agrees: the topic is gone
     assert name not in admin.list_topics(timeout=10).topics
