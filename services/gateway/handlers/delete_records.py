@@ -17,7 +17,7 @@ from services.gateway.handlers.base import ApiHandler, Body
 from services.gateway.leader_calls import PartitionKey, call_leader, error_topics, leader_of
 
 
-def _partition(index: int, code: ErrorCode, low_watermark: int = -1) -> Body:
+def _partition(index: int, code: int, low_watermark: int = -1) -> Body:
     return {"partition_index": index, "low_watermark": low_watermark, "error_code": int(code)}
 
 
@@ -71,7 +71,7 @@ async def _delete(
         out[key] = (
             _partition(q.partition, ErrorCode.UNKNOWN_SERVER_ERROR)
             if r is None
-            else _partition(q.partition, ErrorCode(r.error_code), r.low_watermark)
+            else _partition(q.partition, r.error_code, r.low_watermark)
         )
     return out
 
