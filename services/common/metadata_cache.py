@@ -20,7 +20,7 @@ import binascii
 import functools
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -141,9 +141,11 @@ class MetadataCache:
     def on_topic_removed(self, callback: Callable[[str], None]) -> None:
         self._removal_listeners.append(callback)
 
-    async def changed(self) -> None:
-        """Return after the next change of anything in the cache."""
-        await self._event().wait()
+    def changed(self) -> Coroutine[Any, Any, bool]:
+        """An awaitable that completes at the next change of anything in the cache. This call
+        arms it, not the first await, so a change between the two is not missed (a caller that
+        looks at the cache in between would otherwise sleep through it)."""
+        return self._event().wait()
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:  # noqa: ASYNC109
         """Wait until ``predicate()`` is true (checked after every change); False on timeout."""

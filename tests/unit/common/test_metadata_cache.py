@@ -75,6 +75,19 @@ async def test_wait_for_wakes_on_change() -> None:
     assert await cache.wait_for(lambda: cache.controller_id == 4, 0.05) is False
 
 
+async def test_changed_is_armed_when_called_not_when_awaited() -> None:
+    """A change between ``changed()`` and its first await still wakes it: the group
+    coordinator reconciles its shards in between, and once slept through a shard-map update."""
+    cache = MetadataCache()
+    change = asyncio.ensure_future(cache.changed())  # not started yet
+    cache.apply_controller(layout.controller_json(3))  # changes before the task first runs
+    assert await asyncio.wait_for(change, 1.0) is True
+    later = asyncio.ensure_future(cache.changed())  # and nothing wakes it without a change
+    await asyncio.sleep(0.01)
+    assert not later.done()
+    later.cancel()
+
+
 async def test_follows_zookeeper(zk_connect: str) -> None:
     writer = AsyncZk(zk_connect)
     await writer.start()
