@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -22,6 +21,7 @@ from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
 from services.common.zk.layout import GROUP_COORDINATOR_SHARDS, ShardMap, group_partition
+from tests.integration.kafka_support import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,16 +47,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.stop()
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def produce(bootstrap: str, start: int, count: int) -> None:

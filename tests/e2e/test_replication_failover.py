@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
+from tests.integration.kafka_support import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -53,16 +54,6 @@ def partition_state(zk: KazooClient) -> dict[str, Any]:
     data, _ = zk.get(f"/brokers/topics/{TOPIC}/partitions/0/state")
     state: dict[str, Any] = json.loads(data)
     return state
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def read_all(bootstrap: str, expected: int, timeout: float = 30) -> list[bytes]:

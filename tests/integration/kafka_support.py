@@ -19,7 +19,7 @@ import struct
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -407,6 +407,21 @@ class TopicFactory(Protocol):
 def unique_topic_name(hint: str) -> str:
     base = re.sub(r"[^a-zA-Z0-9._-]+", "-", hint).strip("-.")[:60] or "t"
     return f"it-{base}-{next(_topic_seq)}-{uuid.uuid4().hex[:6]}"
+
+
+def wait_for(
+    what: str, cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1
+) -> Any:
+    """Poll ``cond`` until it returns something truthy (returned); AssertionError naming
+    ``what`` and the last value after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def wait_for_topic(admin: Any, name: str, partitions: int, timeout: float = 30.0) -> None:

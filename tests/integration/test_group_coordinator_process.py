@@ -15,13 +15,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_support import wait_for
 from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
@@ -201,16 +202,6 @@ def test_sigterm_deregisters_and_exits_0(small_cluster: LocalCluster, tmp_path: 
 SESSION_MS = 10000
 REBALANCE_MS = 20000
 PROTOCOL = [{"name": "range", "metadata": b"subscription"}]
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def log_size(cluster: LocalCluster) -> int:
