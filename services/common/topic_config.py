@@ -48,6 +48,7 @@ class TopicConfigDef:
     doc: str
     valid: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
 
 _D = TopicConfigDef
@@ -149,6 +150,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             ConfigType.DOUBLE,
             "dirty ratio that makes a log cleanable",
             minimum=0,
+            maximum=1,
         ),
         _D(
             "min.compaction.lag.ms",
@@ -273,6 +275,8 @@ def parse_value(defn: TopicConfigDef, raw: str) -> Any:
         return value
     if defn.minimum is not None and value < defn.minimum:
         raise bad(f"Value must be at least {defn.minimum:g}")
+    if defn.maximum is not None and value > defn.maximum:
+        raise bad(f"Value must be no more than {defn.maximum:g}")
     return value
 
 

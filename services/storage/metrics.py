@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -191,6 +191,27 @@ class StorageMetrics:
             "Request handling time in ms",
             ["request"],
             buckets=LATENCY_BUCKETS_MS,
+            registry=r,
+        )
+        self.cleaner_runs = Counter(
+            "kafkapy_log_cleaner_runs", "Log compactions done by this node's cleaner", registry=r
+        )
+        self.cleaner_recopy_percent = Gauge(
+            "kafka_log_logcleaner_cleaner_recopy_percent",
+            "Bytes written as a percentage of bytes read, last cleaning",
+            registry=r,
+        )
+        self.cleaner_max_clean_time_secs = Gauge(
+            "kafka_log_logcleaner_max_clean_time_secs", "Duration of the last cleaning", registry=r
+        )
+        self.cleaner_buffer_utilization_percent = Gauge(
+            "kafka_log_logcleaner_max_buffer_utilization_percent",
+            "Offset map entries used by the last cleaning, as a percentage of its capacity",
+            registry=r,
+        )
+        self.cleaner_max_dirty_percent = Gauge(
+            "kafka_log_logcleanermanager_max_dirty_percent",
+            "Largest dirty ratio among compacted logs, as a percentage",
             registry=r,
         )
         self._state_collector: _StateCollector | None = None

@@ -24,12 +24,14 @@ from services.common.runtime import freeze_startup_heap, new_grpc_server, set_se
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.storage.log import checkpoint as ckpt
+from services.storage.log.cleaner import CleanerSettings
 from services.storage.log.meta_properties import (
     InvalidMetaPropertiesError,
     MetaProperties,
     read_meta_properties,
     write_meta_properties,
 )
+from services.storage.log_cleaner import LogCleaner
 from services.storage.metrics import StorageMetrics
 from services.storage.registration import BrokerRegistrar, StartupError, get_or_create_cluster_id
 from services.storage.replica_manager import ReplicaManager
@@ -106,6 +108,7 @@ class StorageNode:
         self.metrics = metrics
         self.rm: ReplicaManager | None = None
         self.replication: Replication | None = None
+        self.cleaner: LogCleaner | None = None
         self.cluster_id: str | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self._health: Any = None
@@ -154,6 +157,7 @@ class StorageNode:
             replica_lag_time_max_ms=s.replica_lag_time_max_ms,
         )
         await self._load_logs()
+        self.cleaner = self._new_cleaner()
         self.replication = Replication(self.zk, self.rm, s)
         await self._start_grpc()
         self.admin = AdminServer(s.admin_host, s.admin_port, self.ready)
@@ -191,6 +195,25 @@ class StorageNode:
         count = await self.rm.load_logs(overrides, clean_shutdown=clean)
         ckpt.take_clean_shutdown_marker(self.log_dir)
         log.info("logs loaded", count=count, clean_shutdown=clean)
+
+    def _new_cleaner(self) -> LogCleaner | None:
+        s, rm = self.settings, self.rm
+        assert rm is not None
+        if not s.log_cleaner_enable:
+            log.info("log cleaner disabled: compacted topics are not compacted")
+            return None
+        cleaner = LogCleaner(
+            self.log_dir,
+            lambda: {key: h.log for key, h in rm.hosted.items()},
+            CleanerSettings(
+                dedupe_buffer_size=s.log_cleaner_dedupe_buffer_size,
+                io_buffer_load_factor=s.log_cleaner_io_buffer_load_factor,
+            ),
+            self.metrics,
+            rm.clock,
+        )
+        cleaner.load_checkpoint()
+        return cleaner
 
     async def _start_grpc(self) -> None:
         assert self.rm is not None
@@ -245,6 +268,15 @@ class StorageNode:
                 rm.checkpoint_high_watermarks,
             ),
         ]
+        if self.cleaner is not None:
+            jobs.append(
+                (
+                    "log-cleaner",
+                    s.log_cleaner_backoff_ms,
+                    s.log_cleaner_backoff_ms,
+                    self._run_cleaner,
+                )
+            )
         if self.replication is not None:
             isr_check_ms = max(1, s.replica_lag_time_max_ms // 2)
             jobs.append(
@@ -257,6 +289,10 @@ class StorageNode:
             self._tasks.append(
                 asyncio.create_task(self._periodic(name, period_ms, delay_ms, job), name=name)
             )
+
+    async def _run_cleaner(self) -> None:
+        if self.cleaner is not None:
+            await self.cleaner.run_pass()
 
     async def _periodic(
         self, name: str, period_ms: int, delay_ms: int, job: Callable[[], Awaitable[None]]
@@ -287,6 +323,8 @@ class StorageNode:
         if self.grpc_server is not None:
             await self.grpc_server.stop(self.settings.shutdown_grace_ms / 1000.0)
         self._stop_tasks.set()
+        if self.cleaner is not None:
+            self.cleaner.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.replication is not None:

@@ -102,6 +102,21 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     )
     log_roll_hours: int = kafka_prop(168, "log.roll.hours", "segment age before a roll (hours)")
     shutdown_grace_ms: int = kafka_prop(5000, "shutdown.grace.ms", "gRPC drain time at shutdown")
+    log_cleaner_enable: bool = kafka_prop(
+        True, "log.cleaner.enable", "compact logs whose cleanup.policy includes compact"
+    )
+    log_cleaner_backoff_ms: int = kafka_prop(
+        15000, "log.cleaner.backoff.ms", "pause of the cleaner when no log needs cleaning"
+    )
+    log_cleaner_threads: int = kafka_prop(1, "log.cleaner.threads", "cleaner threads (only 1)")
+    log_cleaner_dedupe_buffer_size: int = kafka_prop(
+        134217728,
+        "log.cleaner.dedupe.buffer.size",
+        "offset map budget of a cleaning, counted as Kafka does (24 bytes a key)",
+    )
+    log_cleaner_io_buffer_load_factor: float = kafka_prop(
+        0.9, "log.cleaner.io.buffer.load.factor", "share of the offset map that may be filled"
+    )
 
     @field_validator(
         "broker_id",
@@ -119,6 +134,8 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
         "log_retention_hours",
         "log_roll_hours",
         "shutdown_grace_ms",
+        "log_cleaner_backoff_ms",
+        "log_cleaner_dedupe_buffer_size",
     )
     @classmethod
     def _non_negative(cls, v: int, info: ValidationInfo) -> int:
@@ -126,6 +143,20 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
             raise ValueError("must be >= 0")
         if info.field_name != "broker_id" and info.field_name != "shutdown_grace_ms" and v == 0:
             raise ValueError("must be > 0")
+        return v
+
+    @field_validator("log_cleaner_threads")
+    @classmethod
+    def _one_cleaner_thread(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError("only 1 cleaner thread is supported")
+        return v
+
+    @field_validator("log_cleaner_io_buffer_load_factor")
+    @classmethod
+    def _load_factor(cls, v: float) -> float:
+        if not 0 < v <= 1:
+            raise ValueError("must be in (0, 1]")
         return v
 
     @field_validator("log_dirs")

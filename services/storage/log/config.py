@@ -26,6 +26,10 @@ _NAMES: dict[str, str] = {
     "file_delete_delay_ms": "file.delete.delay.ms",
     "preallocate": "preallocate",
     "cleanup_policy": "cleanup.policy",
+    "delete_retention_ms": "delete.retention.ms",
+    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
+    "min_compaction_lag_ms": "min.compaction.lag.ms",
+    "max_compaction_lag_ms": "max.compaction.lag.ms",
 }
 
 
@@ -46,6 +50,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     preallocate: bool = False
     cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
 
     @classmethod
     def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
@@ -73,11 +81,19 @@ class LogConfig:
     def compact_enabled(self) -> bool:
         return "compact" in self.cleanup_policy
 
+    @property
+    def max_segment_ms(self) -> int:
+        """Age that rolls the active segment: a compacted topic also rolls at
+        max.compaction.lag.ms, so the cleaner can reach its records (KIP-354)."""
+        if self.compact_enabled and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
     def random_segment_jitter(self) -> int:
         """Kafka's per-segment roll jitter: uniform in [0, min(segment.jitter.ms, segment.ms))."""
         if self.segment_jitter_ms <= 0:
             return 0
-        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
+        return random.randrange(min(self.segment_jitter_ms, self.max_segment_ms))
 
 
 def _coerce(field_name: str, value: Any) -> Any:
@@ -93,4 +109,6 @@ def _coerce(field_name: str, value: Any) -> Any:
         return bool(value)
     if field_name == "message_timestamp_type":
         return str(value)
+    if field_name == "min_cleanable_dirty_ratio":
+        return float(value)
     return int(value)

@@ -42,6 +42,11 @@ def txn_index_file(dir: Path, base_offset: int) -> Path:
     return dir / (filename_prefix(base_offset) + TXN_INDEX_SUFFIX)
 
 
+def suffixed(path: Path, suffix: str) -> Path:
+    """``path`` with ``suffix`` appended to its name (``x.log`` -> ``x.log.swap``)."""
+    return path.with_name(path.name + suffix) if suffix else path
+
+
 def snapshot_file(dir: Path, offset: int) -> Path:
     return dir / (filename_prefix(offset) + SNAPSHOT_SUFFIX)
 

@@ -119,6 +119,7 @@ class Log:
         self._pending_flush_offset: int | None = None
         self._dir_dirty = False
         self._pending_deletes: list[_PendingDelete] = []
+        self._truncated_to: int | None = None  # lowest truncation since the cleaner last looked
         self._closed = False
         self._log = log.bind(topic=topic, partition=partition)
         self.leader_epoch_cache: LeaderEpochCache
@@ -152,6 +153,7 @@ class Log:
         self = cls(dir, topic, partition, config, now_ms, producer_id_expiration_ms)
         with self._lock:
             self._load_topic_id(topic_id)
+            self._complete_swaps()
             self._remove_leftovers()
             self.leader_epoch_cache = LeaderEpochCache(dir, lambda: self._leo)
             self._load(recovery_point, clean_shutdown, log_start_offset)
@@ -173,6 +175,38 @@ class Log:
         """Record the topic id (writes ``partition.metadata``); a different existing id is an error."""
         with self._lock:
             self._load_topic_id(topic_id)
+
+    def _complete_swaps(self) -> None:
+        """Finish compaction swaps cut short by a crash (Kafka's completeSwapOperations): a
+        ``.swap`` segment is complete (fsynced before it got that name), so the live segments
+        it replaces - those starting inside its offset range - go and it takes their place."""
+        for swap in sorted(self.dir.glob("*" + files.LOG_SUFFIX + files.SWAP_SUFFIX)):
+            base = files.offset_from_name(swap.name)
+            if base is None:
+                continue
+            seg = LogSegment.load(
+                self.dir, base, self.config, active=False, suffix=files.SWAP_SUFFIX
+            )
+            next_offset = base
+            for h in seg.iter_headers():
+                next_offset = h.next_offset
+            seg.close_handles()
+            replaced = []
+            for p in self.dir.iterdir():
+                off = files.offset_from_name(p.name)
+                if (
+                    off is not None
+                    and base <= off < max(next_offset, base + 1)
+                    and p.name.endswith(
+                        (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
+                    )
+                ):
+                    p.unlink()
+                    replaced.append(p.name)
+            seg.change_suffix("")
+            self._log.warning(
+                "log_swap_completed", segment=base, next_offset=next_offset, replaced=replaced
+            )
 
     def _remove_leftovers(self) -> None:
         removed = []
@@ -600,7 +634,7 @@ class Log:
         cfg = self.config
         if seg.should_roll(
             max_segment_bytes=cfg.segment_bytes,
-            max_segment_ms=cfg.segment_ms,
+            max_segment_ms=cfg.max_segment_ms,
             messages_size=messages_size,
             max_timestamp_in_messages=max_ts,
             max_offset_in_messages=max_offset,
@@ -777,6 +811,61 @@ class Log:
                 return rec.offset, rec.timestamp
         return max(h.base_offset, start_offset), h.max_timestamp
 
+    # ============================================================= compaction
+    def locked(self) -> threading.RLock:
+        """The log's lock, for the cleaner's consistent looks at the segment list."""
+        return self._lock
+
+    def take_truncation_mark(self) -> int | None:
+        """Lowest offset the log was truncated to since the last call (the cleaner moves its
+        checkpoint back to it: what was appended after a truncation is dirty again)."""
+        with self._lock:
+            mark, self._truncated_to = self._truncated_to, None
+            return mark
+
+    def _mark_truncation(self, offset: int) -> None:
+        if self._truncated_to is None or offset < self._truncated_to:
+            self._truncated_to = offset
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> bool:
+        """Swap the cleaned segment ``new`` (files suffixed ``.swap``) in for ``old``.
+
+        False, with ``new``'s files removed, when ``old`` is no longer a run of rolled segments
+        of this log (truncated, deleted by retention, log closed). The old files are renamed
+        ``.deleted`` before ``new`` loses its suffix, so a crash in between is completed by
+        :meth:`open` (``_complete_swaps``).
+        """
+        with self._lock:
+            segs = self._segments
+            try:
+                i = segs.index(old[0]) if not self._closed else -1
+            except ValueError:
+                i = -1
+            n = len(old)
+            if (
+                i < 0
+                or i + n >= len(segs)
+                or any(a is not b for a, b in zip(segs[i : i + n], old, strict=True))
+            ):
+                new.delete_files()
+                return False
+            now = self._now()
+            for seg in old:
+                paths = seg.rename_with_suffix(files.DELETED_SUFFIX)
+                self._pending_deletes.append(
+                    _PendingDelete(now + self.config.file_delete_delay_ms, paths)
+                )
+            new.change_suffix("")
+            self._segments = [*segs[:i], new, *segs[i + n :]]
+            files.fsync_dir(self.dir)
+            self._log.info(
+                "segments_compacted",
+                replaced=[s.base_offset for s in old],
+                bytes_before=sum(s.size for s in old),
+                bytes_after=new.size,
+            )
+            return True
+
     # ============================================================== retention
     def delete_retained_segments(self, now_ms: int) -> int:
         """Apply retention (log start offset, retention.bytes, retention.ms); returns segments deleted.
@@ -919,6 +1008,7 @@ class Log:
             self._check_open()
             if offset >= self._leo:
                 return False
+            self._mark_truncation(offset)
             if self._segments[0].base_offset > offset:
                 self._truncate_fully_locked(offset)
                 return True
@@ -957,6 +1047,7 @@ class Log:
             self._truncate_fully_locked(offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
+        self._mark_truncation(offset)
         now = self._now()
         for seg in self._segments:
             self._delete_segment_async(seg, now)

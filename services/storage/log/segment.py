@@ -43,10 +43,12 @@ class LogSegment:
         active: bool,
         created_ms: int,
         new: bool,
+        suffix: str = "",
     ) -> None:
         self.dir = dir
         self.base_offset = base_offset
-        self.log_path = files.log_file(dir, base_offset)
+        self.suffix = suffix  # "" for a live segment, ".cleaned" / ".swap" while compacting
+        self.log_path = files.suffixed(files.log_file(dir, base_offset), suffix)
         self.created_ms = created_ms
         self.roll_jitter_ms = config.random_segment_jitter()
         self._index_interval_bytes = config.index_interval_bytes
@@ -63,17 +65,17 @@ class LogSegment:
             self._fd = fd
             self.size = 0
             for p in (files.index_file(dir, base_offset), files.time_index_file(dir, base_offset)):
-                p.unlink(missing_ok=True)
+                files.suffixed(p, suffix).unlink(missing_ok=True)
         else:
             self.size = self.log_path.stat().st_size
         self.offset_index = OffsetIndex(
-            files.index_file(dir, base_offset),
+            files.suffixed(files.index_file(dir, base_offset), suffix),
             base_offset,
             config.segment_index_bytes,
             writable=active,
         )
         self.time_index = TimeIndex(
-            files.time_index_file(dir, base_offset),
+            files.suffixed(files.time_index_file(dir, base_offset), suffix),
             base_offset,
             config.segment_index_bytes,
             writable=active,
@@ -85,12 +87,18 @@ class LogSegment:
 
     # ----------------------------------------------------------------- basics
     @classmethod
-    def create(cls, dir: Path, base_offset: int, config: LogConfig, now_ms: int) -> LogSegment:
-        return cls(dir, base_offset, config, active=True, created_ms=now_ms, new=True)
+    def create(
+        cls, dir: Path, base_offset: int, config: LogConfig, now_ms: int, *, suffix: str = ""
+    ) -> LogSegment:
+        return cls(
+            dir, base_offset, config, active=True, created_ms=now_ms, new=True, suffix=suffix
+        )
 
     @classmethod
-    def load(cls, dir: Path, base_offset: int, config: LogConfig, *, active: bool) -> LogSegment:
-        path = files.log_file(dir, base_offset)
+    def load(
+        cls, dir: Path, base_offset: int, config: LogConfig, *, active: bool, suffix: str = ""
+    ) -> LogSegment:
+        path = files.suffixed(files.log_file(dir, base_offset), suffix)
         return cls(
             dir,
             base_offset,
@@ -98,6 +106,7 @@ class LogSegment:
             active=active,
             created_ms=int(path.stat().st_mtime * 1000),
             new=False,
+            suffix=suffix,
         )
 
     def __repr__(self) -> str:
@@ -449,6 +458,23 @@ class LogSegment:
             os.replace(txn, new)
             renamed.append(new)
         return renamed
+
+    def change_suffix(self, suffix: str) -> None:
+        """Close and rename the log and index files from the current suffix to ``suffix``
+        (compaction: ``.cleaned`` -> ``.swap`` -> live)."""
+        self.close_handles()
+        new_log = files.suffixed(files.log_file(self.dir, self.base_offset), suffix)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        for idx, plain in (
+            (self.offset_index, files.index_file(self.dir, self.base_offset)),
+            (self.time_index, files.time_index_file(self.dir, self.base_offset)),
+        ):
+            if idx.path.exists():
+                idx.rename(files.suffixed(plain, suffix))
+            else:
+                idx.path = files.suffixed(plain, suffix)
+        self.suffix = suffix
 
     def delete_files(self) -> None:
         self.close_handles()

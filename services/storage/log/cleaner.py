@@ -1,0 +1,423 @@
+"""Log compaction of one partition log (Kafka's ``Cleaner``).
+
+A compacted log keeps at least the last record of every key. The log is split at the
+*first dirty offset* (where the previous cleaning stopped, from ``cleaner-offset-checkpoint``)
+into a clean head and a dirty tail; the dirty tail up to the *first uncleanable offset* (the
+active segment, the high watermark, ``min.compaction.lag.ms``) is cleanable. Cleaning:
+
+1. builds a map key -> last offset over the cleanable dirty segments (whole segments only,
+   as many as ``log.cleaner.dedupe.buffer.size`` allows);
+2. recopies every segment below the end of that range, in groups that fit one segment
+   (``segment.bytes``), keeping a record only when no later offset of its key is in the map.
+   Records without a key are dropped. Tombstones (null values) are kept while their segment is
+   younger than the *delete horizon*: the last clean segment's modification time minus
+   ``delete.retention.ms``. A batch that loses every record is dropped, unless it is its
+   producer's last batch: that one stays, empty, so the producer's sequence survives;
+3. swaps each cleaned group in: files are written as ``.cleaned``, fsynced, renamed ``.swap``,
+   and the log replaces the group under its lock (see ``Log.replace_segments``; a crash
+   between the steps is completed on the next open).
+
+Offsets never change: a rewritten batch keeps its base offset and last offset, so consumers
+and followers see gaps, as with Kafka. The work runs in a worker thread; the log's lock is
+taken only to look at the segment list, open the files and swap.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.logging import get_logger
+from services.common.records.batch import (
+    CRC_OFFSET,
+    HEADER_SIZE,
+    BatchHeader,
+    compute_crc,
+    iter_headers,
+)
+from services.common.records.record import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    Record,
+    build_batch,
+    iter_records,
+)
+from services.storage.log import files
+from services.storage.log.config import LONG_MAX
+from services.storage.log.log import Log
+from services.storage.log.segment import LogSegment
+
+log = get_logger(__name__)
+
+READ_CHUNK = 1 << 20
+MAP_ENTRY_BYTES = 24  # what Kafka counts per offset-map slot (16-byte MD5 + 8-byte offset)
+_INT32_MAX = 2**31 - 1
+BASE_TIMESTAMP_OFFSET = 27  # baseTimestamp, then maxTimestamp (batch.py's layout)
+_TIMESTAMPS = struct.Struct(">qq")
+_CRC = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class CleanerSettings:
+    dedupe_buffer_size: int = 134217728  # log.cleaner.dedupe.buffer.size
+    io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+
+    @property
+    def max_map_entries(self) -> int:
+        return max(1, int(self.dedupe_buffer_size // MAP_ENTRY_BYTES * self.io_buffer_load_factor))
+
+
+@dataclass(frozen=True)
+class CleanableRange:
+    """Where a log stands for the cleaner (Kafka's LogToClean)."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    overdue: bool  # max.compaction.lag.ms has passed for the first dirty record
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+
+@dataclass
+class CleanStats:
+    first_dirty_offset: int = 0
+    end_offset: int = 0  # the next cleaning's first dirty offset
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    keyless_dropped: int = 0
+    tombstones_dropped: int = 0
+    segments_before: int = 0
+    segments_after: int = 0
+    map_entries: int = 0
+    elapsed_s: float = 0.0
+    aborted: bool = False
+    groups: list[int] = field(default_factory=list)
+
+    @property
+    def recopy_ratio(self) -> float:
+        return self.bytes_written / self.bytes_read if self.bytes_read else 0.0
+
+
+def cleanable_range(lg: Log, checkpoint: int | None, now_ms: int) -> CleanableRange | None:
+    """The log's cleanable range, or None when it has no non-active segment to clean."""
+    with lg.locked():
+        segs = lg.segments
+        lso, leo, hw = lg.log_start_offset, lg.log_end_offset, lg.high_watermark
+        cfg = lg.config
+        first_dirty = checkpoint if checkpoint is not None else lso
+        if first_dirty < lso or first_dirty > leo:
+            first_dirty = lso
+        bound = min(segs[-1].base_offset, hw)
+        # whole segments only: a segment is cleanable when it ends at or before ``bound``
+        end = first_dirty
+        clean_bytes = cleanable = 0
+        overdue = False
+        min_lag_cutoff = now_ms - cfg.min_compaction_lag_ms
+        for i, seg in enumerate(segs[:-1]):
+            nxt = segs[i + 1].base_offset
+            if nxt <= first_dirty:
+                clean_bytes += seg.size
+                continue
+            if nxt > bound or (
+                cfg.min_compaction_lag_ms > 0 and seg.largest_timestamp() > min_lag_cutoff
+            ):
+                break
+            if end == first_dirty and cfg.max_compaction_lag_ms < LONG_MAX:
+                first_ts = seg.first_batch_timestamp()
+                overdue = 0 <= first_ts < now_ms - cfg.max_compaction_lag_ms
+            cleanable += seg.size
+            end = nxt
+    if end <= first_dirty:
+        return None
+    return CleanableRange(first_dirty, end, clean_bytes, cleanable, overdue)
+
+
+def clean(
+    lg: Log,
+    rng: CleanableRange,
+    settings: CleanerSettings,
+    now_ms: int | None = None,
+    *,
+    stopping: Callable[[], bool] = lambda: False,
+) -> CleanStats:
+    """Compact ``lg`` below ``rng.first_uncleanable_offset``; returns what was done.
+
+    Stops early (``aborted``) when the log changes underneath (truncation, retention,
+    deletion) or ``stopping()`` says so (checked between segments): the next pass starts
+    again from the checkpoint.
+    """
+    started = time.monotonic()
+    stats = CleanStats(first_dirty_offset=rng.first_dirty_offset)
+    with lg.locked():
+        segs = [s for s in lg.segments[:-1] if s.base_offset < rng.first_uncleanable_offset]
+        horizon_seg = [s for s in segs if _end_of(lg, s) <= rng.first_dirty_offset]
+        delete_horizon_ms = (
+            horizon_seg[-1].last_modified_ms() - lg.config.delete_retention_ms if horizon_seg else 0
+        )
+        last_batch_of_producer = {
+            pid: entry.last_data_offset for pid, entry in lg.producer_state.producers.items()
+        }
+        readers = {id(s): _SegmentReader.open(s) for s in segs}
+        ends = {id(s): _end_of(lg, s) for s in segs}
+    stats.segments_before = len(segs)
+    try:
+        dirty = [s for s in segs if ends[id(s)] > rng.first_dirty_offset]
+        if not dirty:
+            return stats
+        offset_map, end = _build_offset_map(
+            dirty,
+            readers,
+            ends,
+            settings.max_map_entries,
+            lg,
+            stopping,
+        )
+        stats.end_offset = end
+        stats.map_entries = len(offset_map)
+        if end <= rng.first_dirty_offset:
+            return stats
+        to_clean = [s for s in segs if s.base_offset < end]
+        for group in _group_by_size(to_clean, ends, lg.config.segment_bytes):
+            if stopping():
+                stats.aborted = True
+                break
+            cleaned = _clean_group(
+                lg, group, readers, offset_map, delete_horizon_ms, last_batch_of_producer, stats
+            )
+            if not lg.replace_segments(group, cleaned):
+                stats.aborted = True
+                break
+            stats.groups.append(group[0].base_offset)
+    finally:
+        for r in readers.values():
+            r.close()
+    with lg.locked():
+        stats.segments_after = sum(1 for s in lg.segments if s.base_offset < end)
+    stats.elapsed_s = time.monotonic() - started
+    return stats
+
+
+def _end_of(lg: Log, seg: LogSegment) -> int:
+    """Offset after ``seg``: the next segment's base offset (callers hold the lock)."""
+    segs = lg.segments
+    i = segs.index(seg)
+    return segs[i + 1].base_offset if i + 1 < len(segs) else lg.log_end_offset
+
+
+class _SegmentReader:
+    """A private descriptor on a segment's log file: it keeps reading the same data even if
+    retention renames or removes the file meanwhile."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+
+    @classmethod
+    def open(cls, seg: LogSegment) -> _SegmentReader:
+        return cls(os.open(seg.log_path, os.O_RDONLY), seg.size)
+
+    def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        """(header, buffer) for every batch; ``header.position`` is relative to the buffer."""
+        pos = 0
+        while self.size - pos >= HEADER_SIZE:
+            buf = os.pread(self.fd, min(READ_CHUNK, self.size - pos), pos)
+            consumed = 0
+            for h in iter_headers(buf):
+                yield h, buf
+                consumed = h.position + h.size
+            if consumed == 0:  # one batch larger than the chunk
+                size = int.from_bytes(buf[8:12], "big", signed=True) + 12
+                if size < HEADER_SIZE or pos + size > self.size:
+                    return
+                buf = os.pread(self.fd, size, pos)
+                for h in iter_headers(buf):
+                    yield h, buf
+                consumed = size
+            pos += consumed
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _build_offset_map(
+    dirty: Sequence[LogSegment],
+    readers: dict[int, _SegmentReader],
+    ends: dict[int, int],
+    max_entries: int,
+    lg: Log,
+    stopping: Callable[[], bool],
+) -> tuple[dict[bytes, int], int]:
+    """key -> last offset over whole dirty segments; returns the map and where it stops."""
+    offset_map: dict[bytes, int] = {}
+    end = dirty[0].base_offset
+    for seg in dirty:
+        if stopping():
+            break
+        seg_map: dict[bytes, int] = {}
+        for h, buf in readers[id(seg)].batches():
+            if h.is_control or h.record_count == 0:
+                continue
+            for rec in iter_records(buf, h):
+                if rec.key is not None:
+                    seg_map[rec.key] = rec.offset
+        if offset_map and len(offset_map) + len(seg_map) > max_entries:
+            log.info(
+                "cleaner_offset_map_full",
+                topic=lg.topic,
+                partition=lg.partition,
+                entries=len(offset_map),
+                stopped_at=seg.base_offset,
+            )
+            break
+        offset_map.update(seg_map)
+        end = ends[id(seg)]
+    return offset_map, end
+
+
+def _group_by_size(
+    segs: Sequence[LogSegment], ends: dict[int, int], max_size: int
+) -> list[list[LogSegment]]:
+    """Consecutive segments whose total size fits one segment and whose offsets fit a 32-bit
+    delta from the group's base offset (Kafka's groupSegmentsBySize)."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segs):
+        group = [segs[i]]
+        size = segs[i].size
+        i += 1
+        while (
+            i < len(segs)
+            and size + segs[i].size <= max_size
+            and ends[id(segs[i])] - 1 - group[0].base_offset <= _INT32_MAX
+        ):
+            group.append(segs[i])
+            size += segs[i].size
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def _clean_group(
+    lg: Log,
+    group: Sequence[LogSegment],
+    readers: dict[int, _SegmentReader],
+    offset_map: dict[bytes, int],
+    delete_horizon_ms: int,
+    last_batch_of_producer: dict[int, int],
+    stats: CleanStats,
+) -> LogSegment:
+    """Write the retained batches of ``group`` into a new ``.swap`` segment."""
+    base = group[0].base_offset
+    stale = files.suffixed(files.log_file(lg.dir, base), files.CLEANED_SUFFIX)
+    stale.unlink(missing_ok=True)
+    cleaned = LogSegment.create(lg.dir, base, lg.config, 0, suffix=files.CLEANED_SUFFIX)
+    newest_mtime = 0
+    try:
+        for seg in group:
+            seg_mtime = seg.last_modified_ms()
+            newest_mtime = max(newest_mtime, seg_mtime)
+            retain_deletes = seg_mtime > delete_horizon_ms
+            for h, buf in readers[id(seg)].batches():
+                stats.bytes_read += h.size
+                out = _retained_batch(
+                    h, buf, offset_map, retain_deletes, last_batch_of_producer, stats
+                )
+                if out is None:
+                    continue
+                data, max_ts = out
+                cleaned.append(h.last_offset, max_ts, h.last_offset, data)
+                stats.bytes_written += len(data)
+        cleaned.on_become_inactive()
+        _fsync_paths(cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path)
+        cleaned.close_handles()
+        # the cleaned segment keeps the age of the data it holds (delete horizon, retention.ms)
+        os.utime(cleaned.log_path, ns=(newest_mtime * 1_000_000, newest_mtime * 1_000_000))
+        cleaned.created_ms = newest_mtime
+        cleaned.change_suffix(files.SWAP_SUFFIX)
+        files.fsync_dir(lg.dir)
+    except BaseException:
+        cleaned.delete_files()
+        raise
+    return cleaned
+
+
+def _retained_batch(
+    h: BatchHeader,
+    buf: bytes,
+    offset_map: dict[bytes, int],
+    retain_deletes: bool,
+    last_batch_of_producer: dict[int, int],
+    stats: CleanStats,
+) -> tuple[bytes | memoryview, int] | None:
+    """The batch as it stays in the log, with its max timestamp; None when it goes."""
+    original = memoryview(buf)[h.position : h.position + h.size]
+    if h.is_control:
+        return original, h.max_timestamp
+    records = list(iter_records(buf, h))
+    stats.records_read += len(records)
+    kept: list[Record] = []
+    for rec in records:
+        if rec.key is None:
+            stats.keyless_dropped += 1
+        elif rec.offset < offset_map.get(rec.key, -1):
+            pass
+        elif rec.value is None and not retain_deletes:
+            stats.tombstones_dropped += 1
+        else:
+            kept.append(rec)
+    stats.records_retained += len(kept)
+    if len(kept) == len(records):
+        return original, h.max_timestamp
+    if not kept and not (
+        h.has_producer_id and last_batch_of_producer.get(h.producer_id) == h.last_offset
+    ):
+        return None
+    return _rebuilt(h, kept), max((r.timestamp for r in kept), default=h.max_timestamp)
+
+
+def _rebuilt(h: BatchHeader, kept: list[Record]) -> bytes:
+    """``h``'s batch holding only ``kept``: same base and last offset, producer fields, leader
+    epoch and codec. With no record left it is Kafka's empty batch (``writeEmptyHeader``):
+    uncompressed, both timestamps the original max timestamp, kept so that the producer's last
+    sequence outlives its records."""
+    out = build_batch(
+        kept,
+        base_offset=h.base_offset,
+        compression=h.compression if kept else 0,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        partition_leader_epoch=h.partition_leader_epoch,
+        timestamp_type=LOG_APPEND_TIME if h.log_append_time else CREATE_TIME,
+        keep_offsets=True,
+        last_offset_delta=h.last_offset_delta,
+    )
+    if kept:
+        return out
+    empty = bytearray(out)
+    _TIMESTAMPS.pack_into(empty, BASE_TIMESTAMP_OFFSET, h.max_timestamp, h.max_timestamp)
+    _CRC.pack_into(empty, CRC_OFFSET, compute_crc(empty, 0, len(empty)))
+    return bytes(empty)
+
+
+def _fsync_paths(*paths: Path) -> None:
+    for p in paths:
+        if not p.exists():
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,149 @@
+"""The storage node's log cleaner: picks compacted logs and compacts them (Kafka's LogCleaner
+and LogCleanerManager; one cleaner thread, ``log.cleaner.threads`` 1).
+
+Each pass looks at every hosted log whose ``cleanup.policy`` includes ``compact``, takes the
+one with the largest dirty ratio above its ``min.cleanable.dirty.ratio`` (or any log
+whose ``max.compaction.lag.ms`` has passed), compacts it in a worker thread, records where it
+stopped in ``cleaner-offset-checkpoint`` and goes on until no log is cleanable. Between passes
+it waits ``log.cleaner.backoff.ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from services.common.logging import get_logger
+from services.storage.log import checkpoint as ckpt
+from services.storage.log.cleaner import CleanableRange, CleanerSettings, CleanStats, clean
+from services.storage.log.cleaner import cleanable_range as compute_cleanable_range
+from services.storage.log.log import Log
+from services.storage.metrics import StorageMetrics
+
+log = get_logger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class LogCleaner:
+    def __init__(
+        self,
+        log_dir: Path,
+        logs: Callable[[], Mapping[TopicPartition, object]],
+        settings: CleanerSettings,
+        metrics: StorageMetrics,
+        clock: Callable[[], int],
+    ) -> None:
+        self.path = Path(log_dir) / ckpt.CLEANER_OFFSET_CHECKPOINT
+        self._logs = logs
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.checkpoints: dict[TopicPartition, int] = {}
+        self._stopping = False
+
+    def load_checkpoint(self) -> None:
+        try:
+            self.checkpoints = ckpt.read_offset_checkpoint(self.path)
+        except ckpt.CorruptCheckpointError as exc:
+            log.warning("cleaner checkpoint unreadable, starting over", error=str(exc))
+            self.checkpoints = {}
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """Stop after the log being cleaned (if any)."""
+        self._stopping = True
+
+    async def run_pass(self) -> int:
+        """Clean logs until none is cleanable; returns how many cleanings were done."""
+        done = 0
+        while not self._stopping:
+            picked = await asyncio.to_thread(self._pick)
+            if picked is None:
+                break
+            key, lg, rng = picked
+            try:
+                stats = await asyncio.to_thread(
+                    clean, lg, rng, self.settings, self.clock(), stopping=self._is_stopping
+                )
+            except Exception:
+                # Kafka marks such a partition uncleanable; here it is tried again next pass
+                log.exception("log cleaning failed", topic=key[0], partition=key[1])
+                break
+            done += 1
+            if not self._record(key, stats):
+                break  # the log changed underneath or nothing was left to do: next pass
+            await asyncio.to_thread(self._write_checkpoint)
+        return done
+
+    # ---- choosing ---------------------------------------------------------------------------
+    def _compacted_logs(self) -> dict[TopicPartition, Log]:
+        return {
+            key: lg
+            for key, lg in self._logs().items()
+            if isinstance(lg, Log) and lg.config.compact_enabled and not lg.closed
+        }
+
+    def _pick(self) -> tuple[TopicPartition, Log, CleanableRange] | None:
+        logs = self._compacted_logs()
+        for key in [k for k in self.checkpoints if k not in logs]:
+            del self.checkpoints[key]
+        now = self.clock()
+        best: tuple[TopicPartition, Log, CleanableRange] | None = None
+        max_dirty = 0.0
+        for key, lg in logs.items():
+            mark = lg.take_truncation_mark()
+            if mark is not None and key in self.checkpoints:
+                self.checkpoints[key] = min(self.checkpoints[key], mark)
+            rng = compute_cleanable_range(lg, self.checkpoints.get(key), now)
+            if rng is None:
+                continue
+            ratio = rng.dirty_ratio
+            max_dirty = max(max_dirty, ratio)
+            # strictly above the ratio, as Kafka: min.cleanable.dirty.ratio 1 never cleans
+            if ratio <= lg.config.min_cleanable_dirty_ratio and not rng.overdue:
+                continue
+            if best is None or rng.overdue > best[2].overdue or ratio > best[2].dirty_ratio:
+                best = (key, lg, rng)
+        self.metrics.cleaner_max_dirty_percent.set(round(100 * max_dirty))
+        return best
+
+    # ---- bookkeeping ------------------------------------------------------------------------
+    def _record(self, key: TopicPartition, stats: CleanStats) -> bool:
+        """Metrics and log line of one cleaning; True when the checkpoint moved."""
+        m = self.metrics
+        m.cleaner_recopy_percent.set(round(100 * stats.recopy_ratio))
+        m.cleaner_max_clean_time_secs.set(stats.elapsed_s)
+        m.cleaner_buffer_utilization_percent.set(
+            round(100 * stats.map_entries / self.settings.max_map_entries)
+        )
+        m.cleaner_runs.inc()
+        if stats.aborted:
+            log.info("log cleaning stopped: the log changed", topic=key[0], partition=key[1])
+            return False
+        moved = stats.end_offset > stats.first_dirty_offset
+        if moved:
+            self.checkpoints[key] = stats.end_offset
+        log.info(
+            "log cleaned",
+            topic=key[0],
+            partition=key[1],
+            first_dirty_offset=stats.first_dirty_offset,
+            cleaned_to=stats.end_offset,
+            bytes_read=stats.bytes_read,
+            bytes_written=stats.bytes_written,
+            records_read=stats.records_read,
+            records_retained=stats.records_retained,
+            tombstones_dropped=stats.tombstones_dropped,
+            keyless_dropped=stats.keyless_dropped,
+            segments_before=stats.segments_before,
+            segments_after=stats.segments_after,
+            elapsed_s=round(stats.elapsed_s, 3),
+        )
+        return moved
+
+    def _write_checkpoint(self) -> None:
+        ckpt.write_offset_checkpoint(self.path, dict(self.checkpoints))

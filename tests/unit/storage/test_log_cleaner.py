@@ -1,0 +1,325 @@
+"""Log compaction (services/storage/log/cleaner.py) on real log files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.common.records.batch import iter_headers, validate_batches
+from services.common.records.compression import Codec
+from services.common.records.record import Record, build_batch, iter_batch_records
+from services.storage.log import Log, LogConfig, cleaner, files
+from services.storage.log.cleaner import (
+    CleanerSettings,
+    CleanStats,
+    clean,
+    cleanable_range,
+)
+from services.storage.log.segment import LogSegment
+
+NOW = 1_700_000_000_000
+HOUR = 3_600_000
+SETTINGS = CleanerSettings()
+
+
+def open_log(tmp_path: Path, **cfg: object) -> Log:
+    config = LogConfig(
+        segment_bytes=cfg.pop("segment_bytes", 400),  # type: ignore[arg-type]
+        cleanup_policy=("compact",),
+        file_delete_delay_ms=0,
+        **cfg,  # type: ignore[arg-type]
+    )
+    return Log.open(tmp_path / "t-0", "t", 0, config, now_ms=lambda: NOW)
+
+
+def append(lg: Log, *records: tuple[bytes | None, bytes | None], **batch: object) -> None:
+    """One batch holding ``records`` (key, value); the high watermark follows."""
+    buf = bytearray(
+        build_batch(
+            [Record(timestamp=NOW, key=k, value=v) for k, v in records],
+            **batch,  # type: ignore[arg-type]
+        )
+    )
+    lg.append_as_leader(buf, validate_batches(buf), 0, NOW)
+    lg.high_watermark = lg.log_end_offset
+
+
+def contents(lg: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record, read through the log's own read path."""
+    data = bytes(lg.read(lg.log_start_offset, 1 << 30).records)
+    return [(r.offset, r.key, r.value) for _, r in iter_batch_records(data)]
+
+
+def compact(lg: Log, checkpoint: int | None = None) -> CleanStats:
+    rng = cleanable_range(lg, checkpoint, NOW)
+    assert rng is not None
+    return clean(lg, rng, SETTINGS, NOW)
+
+
+def test_only_the_latest_value_of_each_key_survives(tmp_path: Path) -> None:
+    # the checklist's example: K1 has 3 messages and only V4 survives
+    lg = open_log(tmp_path)
+    for k, v in [(b"K1", b"V1"), (b"K2", b"V2"), (b"K1", b"V3"), (b"K1", b"V4"), (b"K3", b"V5")]:
+        append(lg, (k, v))
+    lg.roll()
+    append(lg, (b"K2", b"V6"))  # the active segment is never cleaned
+    before_leo = lg.log_end_offset
+    stats = compact(lg)
+    assert stats.end_offset == 5 and not stats.aborted
+    # K2's V2 stays: its later value is in the active segment, which the map does not cover
+    assert contents(lg) == [
+        (1, b"K2", b"V2"),
+        (3, b"K1", b"V4"),
+        (4, b"K3", b"V5"),
+        (5, b"K2", b"V6"),
+    ]
+    assert lg.log_end_offset == before_leo
+    # offsets are kept: a read from a removed offset starts at the next kept batch
+    assert lg.read(2, 1 << 20).first_offset == 3
+    assert lg.log_start_offset == 0
+
+
+def test_a_clean_log_is_not_cleanable_until_new_segments_roll(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    for i in range(6):
+        append(lg, (b"k%d" % (i % 2), b"v%d" % i))
+    lg.roll()
+    append(lg, (b"k0", b"late"))
+    stats = compact(lg)
+    assert cleanable_range(lg, stats.end_offset, NOW) is None
+    lg.roll()
+    rng = cleanable_range(lg, stats.end_offset, NOW)
+    assert rng is not None
+    assert rng.first_dirty_offset == stats.end_offset
+    assert 0 < rng.dirty_ratio < 1
+    clean(lg, rng, SETTINGS, NOW)
+    assert [(k, v) for _, k, v in contents(lg)] == [(b"k1", b"v5"), (b"k0", b"late")]
+
+
+def test_nothing_above_the_high_watermark_is_cleaned(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    for i in range(4):
+        append(lg, (b"k", b"v%d" % i))
+        lg.roll()
+    lg.high_watermark = 2
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None and rng.first_uncleanable_offset == 2
+
+
+def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, min_compaction_lag_ms=HOUR)
+    append(lg, (b"k", b"v"))
+    lg.roll()
+    assert cleanable_range(lg, None, NOW) is None  # records stamped NOW are too young
+    assert cleanable_range(lg, None, NOW + 2 * HOUR) is not None
+
+
+def test_max_compaction_lag_makes_a_log_overdue_and_rolls_the_active_segment(
+    tmp_path: Path,
+) -> None:
+    lg = open_log(tmp_path, max_compaction_lag_ms=HOUR, segment_ms=7 * 24 * HOUR)
+    assert lg.config.max_segment_ms == HOUR
+    append(lg, (b"k", b"v"))
+    lg.roll()
+    assert not cleanable_range(lg, None, NOW).overdue  # type: ignore[union-attr]
+    assert cleanable_range(lg, None, NOW + 2 * HOUR).overdue  # type: ignore[union-attr]
+
+
+def test_tombstones_stay_for_delete_retention_ms_then_go(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, delete_retention_ms=0)
+    append(lg, (b"a", b"1"))
+    append(lg, (b"b", b"2"))
+    append(lg, (b"a", None))
+    lg.roll()
+    append(lg, (b"c", b"3"))
+    first = compact(lg)
+    # the first cleaning has no clean head, so its delete horizon is 0: the tombstone stays
+    assert contents(lg)[:2] == [(1, b"b", b"2"), (2, b"a", None)]
+    lg.roll()
+    compact(lg, first.end_offset)
+    assert contents(lg) == [(1, b"b", b"2"), (3, b"c", b"3")]
+
+
+def test_tombstones_within_delete_retention_ms_are_kept(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)  # delete.retention.ms 24 h
+    append(lg, (b"a", b"1"))
+    append(lg, (b"a", None))
+    lg.roll()
+    first = compact(lg)
+    append(lg, (b"b", b"2"))
+    lg.roll()
+    compact(lg, first.end_offset)
+    assert (1, b"a", None) in contents(lg)
+
+
+def test_keyless_records_are_dropped(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    lg.update_config(LogConfig(segment_bytes=400, file_delete_delay_ms=0))  # delete policy
+    append(lg, (None, b"no key"), (b"k", b"v"))
+    lg.update_config(LogConfig(segment_bytes=400, cleanup_policy=("compact",)))
+    lg.roll()
+    stats = compact(lg)
+    assert stats.keyless_dropped == 1
+    assert contents(lg) == [(1, b"k", b"v")]
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.ZSTD, Codec.SNAPPY])
+def test_a_rewritten_batch_keeps_codec_offsets_headers_and_producer(
+    tmp_path: Path, codec: Codec
+) -> None:
+    lg = open_log(tmp_path, segment_bytes=4000)
+    buf = bytearray(
+        build_batch(
+            [
+                Record(
+                    timestamp=NOW + i, key=b"k%d" % (i % 3), value=b"v%d" % i, headers=[("h", b"x")]
+                )
+                for i in range(6)
+            ],
+            compression=codec,
+        )
+    )
+    lg.append_as_leader(buf, validate_batches(buf), 7, NOW)
+    lg.high_watermark = lg.log_end_offset
+    lg.roll()
+    compact(lg)
+    data = bytes(lg.read(0, 1 << 20).records)
+    (h,) = list(iter_headers(data))
+    assert (h.base_offset, h.last_offset, h.compression) == (0, 5, codec)
+    assert h.partition_leader_epoch == 7
+    recs = [r for _, r in iter_batch_records(data)]
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in recs] == [
+        (3, b"k0", b"v3", NOW + 3),
+        (4, b"k1", b"v4", NOW + 4),
+        (5, b"k2", b"v5", NOW + 5),
+    ]
+    assert all(r.headers == [("h", b"x")] for r in recs)
+
+
+def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    append(lg, (b"k", b"idempotent"), producer_id=42, producer_epoch=3, base_sequence=0)
+    append(lg, (b"other", b"x"), producer_id=43, producer_epoch=0, base_sequence=0)
+    append(lg, (b"other", b"y"), producer_id=43, producer_epoch=0, base_sequence=1)
+    append(lg, (b"k", b"plain"))
+    lg.roll()
+    compact(lg)
+    data = bytes(lg.read(0, 1 << 20).records)
+    headers = list(iter_headers(data))
+    # producer 42's only batch is empty now but keeps its offsets, epoch and sequence;
+    # producer 43's first batch, superseded and not its last, is gone
+    assert [(h.base_offset, h.record_count, h.producer_id) for h in headers] == [
+        (0, 0, 42),
+        (2, 1, 43),
+        (3, 1, -1),
+    ]
+    assert (headers[0].producer_epoch, headers[0].base_sequence) == (3, 0)
+    assert headers[0].max_timestamp == NOW
+    # the state is rebuilt from those batches after a restart without snapshots
+    lg.close()
+    for p in (tmp_path / "t-0").glob("*.snapshot"):
+        p.unlink()
+    lg = Log.open(tmp_path / "t-0", "t", 0, lg.config, now_ms=lambda: NOW)
+    assert lg.producer_state.last_entry(42).last_seq == 0  # type: ignore[union-attr]
+
+
+def test_small_segments_are_merged_up_to_segment_bytes(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=1000)
+    for i in range(8):
+        append(lg, (b"k%d" % i, b"v"))
+        lg.roll()
+    append(lg, (b"k8", b"v"))
+    assert len(lg.segments) == 9
+    compact(lg)
+    assert len(lg.segments) < 9
+    assert sum(s.size for s in lg.segments[:-1]) == 8 * lg.segments[-1].size
+    assert [o for o, _, _ in contents(lg)] == list(range(9))
+    names = sorted(p.name for p in (tmp_path / "t-0").iterdir() if p.suffix == ".log")
+    assert names == [files.log_file(lg.dir, s.base_offset).name for s in lg.segments]
+
+
+def test_the_offset_map_budget_limits_one_cleaning(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    for i in range(6):
+        append(lg, (b"k%d" % i, b"v"))
+        lg.roll()
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None
+    stats = clean(lg, rng, CleanerSettings(dedupe_buffer_size=24 * 2, io_buffer_load_factor=1), NOW)
+    assert stats.end_offset == 2  # two keys fit: the cleaning stops after two segments
+    assert stats.map_entries == 2
+
+
+def test_a_log_changed_underneath_aborts_the_swap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lg = open_log(tmp_path)
+    for i in range(4):
+        append(lg, (b"k", b"v%d" % i))
+        lg.roll()
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None
+    write_group = cleaner._clean_group
+
+    def truncate_meanwhile(*args: object) -> LogSegment:
+        seg = write_group(*args)  # type: ignore[arg-type]
+        lg.truncate_to(1)  # what a follower does after a leader change
+        return seg
+
+    monkeypatch.setattr(cleaner, "_clean_group", truncate_meanwhile)
+    stats = clean(lg, rng, SETTINGS, NOW)
+    assert stats.aborted
+    assert contents(lg) == [(0, b"k", b"v0")]
+    assert not [p for p in lg.dir.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    assert lg.take_truncation_mark() == 1
+    assert lg.take_truncation_mark() is None
+
+
+def _crash_during_swap(monkeypatch: pytest.MonkeyPatch, lg: Log, old_renamed: bool) -> None:
+    """Clean, but stop the swap as a crash would: the ``.swap`` segment is written, the old
+    segments are (or are not yet) renamed ``.deleted``, and the log is never closed."""
+
+    def crash(old: list, new: object) -> bool:  # type: ignore[type-arg]
+        if old_renamed:
+            for seg in old:
+                seg.rename_with_suffix(files.DELETED_SUFFIX)
+        raise SystemExit("crash")
+
+    monkeypatch.setattr(lg, "replace_segments", crash)
+    with pytest.raises(SystemExit):
+        compact(lg)
+
+
+@pytest.mark.parametrize("old_renamed", [False, True])
+def test_a_swap_cut_short_by_a_crash_is_completed_on_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_renamed: bool
+) -> None:
+    lg = open_log(tmp_path, segment_bytes=10_000)
+    for i in range(6):
+        append(lg, (b"k%d" % (i % 2), b"v%d" % i))
+        lg.roll()
+    append(lg, (b"k2", b"tail"))
+    expected = [(4, b"k0", b"v4"), (5, b"k1", b"v5"), (6, b"k2", b"tail")]
+    _crash_during_swap(monkeypatch, lg, old_renamed)
+    assert list(lg.dir.glob("*.log.swap"))
+    reopened = Log.open(lg.dir, "t", 0, lg.config, now_ms=lambda: NOW)
+    reopened.high_watermark = reopened.log_end_offset
+    assert contents(reopened) == expected
+    assert reopened.log_end_offset == 7
+    left = sorted(p.name for p in lg.dir.iterdir() if ".log" in p.name)
+    assert left == [files.log_file(lg.dir, s.base_offset).name for s in reopened.segments]
+
+
+def test_a_half_written_cleaned_segment_is_removed_on_open(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    append(lg, (b"k", b"v"))
+    lg.roll()
+    append(lg, (b"k", b"w"))
+    cleaned = files.suffixed(files.log_file(lg.dir, 0), files.CLEANED_SUFFIX)
+    cleaned.write_bytes(b"\0" * 30)
+    lg.close()
+    reopened = Log.open(lg.dir, "t", 0, lg.config, now_ms=lambda: NOW)
+    reopened.high_watermark = reopened.log_end_offset
+    assert not cleaned.exists()
+    assert contents(reopened) == [(0, b"k", b"v"), (1, b"k", b"w")]
