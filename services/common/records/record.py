@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import crc32c
 
@@ -334,8 +335,6 @@ def build_batch(
     body = b"".join(
         encode_record(r, d, r.timestamp - base_ts) for r, d in zip(items, deltas, strict=True)
     )
-    if compression:
-        body = compress(compression, body)
     attributes = compression & COMPRESSION_MASK
     if timestamp_type == LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_FLAG
@@ -343,16 +342,105 @@ def build_batch(
         attributes |= TRANSACTIONAL_FLAG
     if is_control:
         attributes |= CONTROL_FLAG
+    return _pack_batch(
+        body, len(items),
+        base_offset, partition_leader_epoch, attributes, last_delta, base_ts, max_ts,
+        producer_id, producer_epoch, base_sequence,
+    )  # fmt: skip
+
+
+def _pack_batch(
+    body: bytes,
+    record_count: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """Header + ``body`` (uncompressed records; compressed here by ``attributes``' codec)."""
+    codec = attributes & COMPRESSION_MASK
+    if codec:
+        body = compress(codec, body)
     out = bytearray(HEADER_SIZE + len(body))
     _HEADER.pack_into(
         out, 0,
         base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, CURRENT_MAGIC, 0,
-        attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
-        len(items),
+        attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+        producer_epoch, base_sequence, record_count,
     )  # fmt: skip
     out[HEADER_SIZE:] = body
     struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
+
+
+class RecordSpan(NamedTuple):
+    """Where one record sits in its batch's (decompressed) records section, and what
+    compaction needs of it. Its timestamp is absolute (LogAppendTime: the batch's)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    has_value: bool
+    start: int
+    end: int
+
+
+def scan_records(payload: Buffer, header: BatchHeader) -> Iterator[RecordSpan]:
+    """Every record of the records section ``payload`` (see ``records_payload``) without
+    decoding its value or headers; ``iter_records`` raises on the same malformations."""
+    pos = 0
+    end = len(payload)
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    append_ts = header.max_timestamp if header.log_append_time else None
+    for _ in range(header.record_count):
+        length, body = decode_varint(payload, pos)
+        record_end = body + length
+        if length < 1 or record_end > end:
+            raise _corrupt(f"record length {length} does not fit in the batch")
+        ts_delta, p = decode_varlong(payload, body + 1)
+        offset_delta, p = decode_varint(payload, p)
+        key, p = _read_bytes(payload, p, record_end, "key")
+        value_len, p = decode_varint(payload, p)
+        if p > record_end or value_len < -1 or p + max(value_len, 0) > record_end:
+            raise _corrupt(f"invalid value length {value_len}")
+        yield RecordSpan(
+            base_offset + offset_delta,
+            append_ts if append_ts is not None else base_ts + ts_delta,
+            key,
+            value_len >= 0,
+            pos,
+            record_end,
+        )
+        pos = record_end
+    if pos != end:
+        raise _corrupt(f"{end - pos} bytes left after {header.record_count} records")
+
+
+def rebuild_batch(header: BatchHeader, payload: Buffer, kept: Sequence[RecordSpan]) -> bytes:
+    """``header``'s batch holding only the records ``kept`` (spans of ``payload``), their bytes
+    copied as they are: same base offset and last offset delta, base timestamp (the records'
+    deltas stay valid), codec, producer fields and leader epoch; maxTimestamp from ``kept``.
+    With nothing kept it is Kafka's empty batch: uncompressed, both timestamps the original
+    maxTimestamp (it keeps a producer's last sequence once its records are gone)."""
+    view = memoryview(payload)
+    body = b"".join(view[s.start : s.end] for s in kept)
+    attributes = header.attributes
+    base_ts = header.base_timestamp
+    if kept:
+        max_ts = header.max_timestamp if header.log_append_time else max(s.timestamp for s in kept)
+    else:
+        attributes &= ~COMPRESSION_MASK
+        base_ts = max_ts = header.max_timestamp
+    return _pack_batch(
+        body, len(kept),
+        header.base_offset, header.partition_leader_epoch, attributes, header.last_offset_delta,
+        base_ts, max_ts, header.producer_id, header.producer_epoch, header.base_sequence,
+    )  # fmt: skip
 
 
 def _offset_deltas(items: Sequence[Record], base_offset: int, keep_offsets: bool) -> list[int]:

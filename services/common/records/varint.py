@@ -68,6 +68,15 @@ def encode_varint(value: int) -> bytes:
 
 
 def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    # one- and two-byte values (|v| < 8192) are nearly all of them in records: no loop
+    if pos + 1 < len(buf):
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        b2 = buf[pos + 1]
+        if b2 < 0x80:
+            raw = (b & 0x7F) | (b2 << 7)
+            return (raw >> 1) ^ -(raw & 1), pos + 2
     raw, pos = _decode_unsigned(buf, pos, 5, "varint")
     if raw > _UINT32_MAX:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "varint does not fit in 32 bits")
@@ -82,6 +91,9 @@ def encode_varlong(value: int) -> bytes:
 
 
 def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:
+        b = buf[pos]
+        return (b >> 1) ^ -(b & 1), pos + 1
     raw, pos = _decode_unsigned(buf, pos, 10, "varlong")
     if raw > _UINT64_MAX:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "varlong does not fit in 64 bits")

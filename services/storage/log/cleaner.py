@@ -25,26 +25,18 @@ taken only to look at the segment list, open the files and swap.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.logging import get_logger
-from services.common.records.batch import (
-    CRC_OFFSET,
-    HEADER_SIZE,
-    BatchHeader,
-    compute_crc,
-    iter_headers,
-)
+from services.common.records.batch import HEADER_SIZE, BatchHeader, iter_headers, parse_header
 from services.common.records.record import (
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    Record,
-    build_batch,
-    iter_records,
+    RecordSpan,
+    rebuild_batch,
+    records_payload,
+    scan_records,
 )
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX
@@ -56,9 +48,6 @@ log = get_logger(__name__)
 READ_CHUNK = 1 << 20
 MAP_ENTRY_BYTES = 24  # what Kafka counts per offset-map slot (16-byte MD5 + 8-byte offset)
 _INT32_MAX = 2**31 - 1
-BASE_TIMESTAMP_OFFSET = 27  # baseTimestamp, then maxTimestamp (batch.py's layout)
-_TIMESTAMPS = struct.Struct(">qq")
-_CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True)
@@ -268,9 +257,9 @@ def _build_offset_map(
         for h, buf in readers[id(seg)].batches():
             if h.is_control or h.record_count == 0:
                 continue
-            for rec in iter_records(buf, h):
-                if rec.key is not None:
-                    seg_map[rec.key] = rec.offset
+            for span in scan_records(records_payload(buf, h), h):
+                if span.key is not None:
+                    seg_map[span.key] = span.offset
         if offset_map and len(offset_map) + len(seg_map) > max_entries:
             log.info(
                 "cleaner_offset_map_full",
@@ -364,52 +353,28 @@ def _retained_batch(
     original = memoryview(buf)[h.position : h.position + h.size]
     if h.is_control:
         return original, h.max_timestamp
-    records = list(iter_records(buf, h))
-    stats.records_read += len(records)
-    kept: list[Record] = []
-    for rec in records:
-        if rec.key is None:
+    payload = records_payload(buf, h)
+    spans = list(scan_records(payload, h))
+    stats.records_read += len(spans)
+    kept: list[RecordSpan] = []
+    for span in spans:
+        if span.key is None:
             stats.keyless_dropped += 1
-        elif rec.offset < offset_map.get(rec.key, -1):
+        elif span.offset < offset_map.get(span.key, -1):
             pass
-        elif rec.value is None and not retain_deletes:
+        elif not span.has_value and not retain_deletes:
             stats.tombstones_dropped += 1
         else:
-            kept.append(rec)
+            kept.append(span)
     stats.records_retained += len(kept)
-    if len(kept) == len(records):
+    if len(kept) == len(spans):
         return original, h.max_timestamp
     if not kept and not (
         h.has_producer_id and last_batch_of_producer.get(h.producer_id) == h.last_offset
     ):
         return None
-    return _rebuilt(h, kept), max((r.timestamp for r in kept), default=h.max_timestamp)
-
-
-def _rebuilt(h: BatchHeader, kept: list[Record]) -> bytes:
-    """``h``'s batch holding only ``kept``: same base and last offset, producer fields, leader
-    epoch and codec. With no record left it is Kafka's empty batch (``writeEmptyHeader``):
-    uncompressed, both timestamps the original max timestamp, kept so that the producer's last
-    sequence outlives its records."""
-    out = build_batch(
-        kept,
-        base_offset=h.base_offset,
-        compression=h.compression if kept else 0,
-        producer_id=h.producer_id,
-        producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence,
-        is_transactional=h.is_transactional,
-        partition_leader_epoch=h.partition_leader_epoch,
-        timestamp_type=LOG_APPEND_TIME if h.log_append_time else CREATE_TIME,
-        keep_offsets=True,
-        last_offset_delta=h.last_offset_delta,
-    )
-    if kept:
-        return out
-    empty = bytearray(out)
-    _TIMESTAMPS.pack_into(empty, BASE_TIMESTAMP_OFFSET, h.max_timestamp, h.max_timestamp)
-    _CRC.pack_into(empty, CRC_OFFSET, compute_crc(empty, 0, len(empty)))
-    return bytes(empty)
+    rebuilt = rebuild_batch(h, payload, kept)
+    return rebuilt, parse_header(rebuilt).max_timestamp
 
 
 def _fsync_paths(*paths: Path) -> None:

@@ -17,6 +17,8 @@ from services.common.records.batch import (
 )
 from services.common.records.compression import Codec, compress
 from services.common.records.record import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
     ControlRecordType,
     Record,
     build_batch,
@@ -27,6 +29,9 @@ from services.common.records.record import (
     iter_records,
     parse_control_key,
     parse_end_txn_marker,
+    rebuild_batch,
+    records_payload,
+    scan_records,
 )
 from services.common.records.varint import encode_varint
 
@@ -259,3 +264,75 @@ def test_header_keys_with_invalid_utf8_are_replaced() -> None:
 def test_headers_iterable_helper_matches_batch_module() -> None:
     buf = b"".join(build_batch(sample_records(2), base_offset=i * 2) for i in range(3))
     assert [h.base_offset for h in iter_headers(buf)] == [0, 2, 4]
+
+
+# ---- compaction's view of records: scan_records / rebuild_batch ----------------------------
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+@pytest.mark.parametrize("timestamp_type", [CREATE_TIME, LOG_APPEND_TIME])
+def test_scan_records_sees_what_iter_records_decodes(codec: int, timestamp_type: int) -> None:
+    batch = build_batch(
+        sample_records(9), base_offset=500, compression=codec, timestamp_type=timestamp_type
+    )
+    header = parse_header(batch)
+    spans = list(scan_records(records_payload(batch, header), header))
+    records = list(iter_records(batch, header))
+    assert [(s.offset, s.timestamp, s.key, s.has_value) for s in spans] == [
+        (r.offset, r.timestamp, r.key, r.value is not None) for r in records
+    ]
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_rebuild_batch_keeps_the_chosen_records_and_the_batch_fields(codec: int) -> None:
+    batch = build_batch(
+        sample_records(9),
+        base_offset=500,
+        compression=codec,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=40,
+        partition_leader_epoch=12,
+    )
+    header = parse_header(batch)
+    payload = records_payload(batch, header)
+    spans = list(scan_records(payload, header))
+    kept = [spans[2], spans[5], spans[6]]
+    rebuilt = rebuild_batch(header, payload, kept)
+    [new] = iter_headers(rebuilt)
+    assert crc_ok(rebuilt, new) and new.size == len(rebuilt)
+    originals = list(iter_records(batch, header))
+    assert list(iter_records(rebuilt, new)) == [originals[2], originals[5], originals[6]]
+    assert (new.base_offset, new.last_offset, new.record_count) == (500, 508, 3)
+    assert (new.producer_id, new.producer_epoch, new.base_sequence) == (77, 3, 40)
+    assert (new.partition_leader_epoch, new.compression) == (12, codec)
+    assert new.max_timestamp == max(originals[i].timestamp for i in (2, 5, 6))
+
+
+def test_rebuild_batch_with_nothing_kept_is_an_empty_uncompressed_batch() -> None:
+    batch = build_batch(sample_records(4), base_offset=10, compression=Codec.ZSTD, producer_id=5)
+    header = parse_header(batch)
+    empty = rebuild_batch(header, records_payload(batch, header), [])
+    [new] = iter_headers(empty)
+    assert crc_ok(empty, new)
+    assert (new.base_offset, new.last_offset, new.record_count, new.compression) == (10, 13, 0, 0)
+    assert new.base_timestamp == new.max_timestamp == header.max_timestamp
+    assert new.producer_id == 5 and len(empty) == HEADER_SIZE
+
+
+@pytest.mark.parametrize(
+    ("body", "count"),
+    [
+        (_record_body(key=b"k") + b"\x00", 1),  # trailing byte after the last record
+        (_record_body(key=b"k"), 2),  # fewer records than declared
+        (_record_body(key=b"k")[:-1], 1),  # truncated
+        (encode_varint(3) + b"\x00\x00\x00", 1),  # record ends before its key length
+        (b"\x0c\x00\x00\x00\x05k\x00\x00", 1),  # key length -3
+    ],
+)
+def test_scan_records_refuses_malformed_records(body: bytes, count: int) -> None:
+    batch = _raw_batch(body, count)
+    header = parse_header(batch)
+    with pytest.raises(KafkaError) as info:
+        list(scan_records(records_payload(batch, header), header))
+    assert info.value.code == ErrorCode.CORRUPT_MESSAGE

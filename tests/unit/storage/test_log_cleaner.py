@@ -17,6 +17,7 @@ from services.storage.log.cleaner import (
     cleanable_range,
 )
 from services.storage.log.segment import LogSegment
+from services.storage.replication.batches import follower_batches
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
@@ -323,3 +324,21 @@ def test_a_half_written_cleaned_segment_is_removed_on_open(tmp_path: Path) -> No
     reopened.high_watermark = reopened.log_end_offset
     assert not cleaned.exists()
     assert contents(reopened) == [(0, b"k", b"v"), (1, b"k", b"w")]
+
+
+def test_a_new_follower_copies_a_compacted_log(tmp_path: Path) -> None:
+    """A replica that catches up after compaction (a new or long-dead follower) appends the
+    leader's cleaned batches as they are: gaps, rewritten and empty batches."""
+    lg = open_log(tmp_path)
+    append(lg, (b"k", b"idempotent"), producer_id=42, producer_epoch=0, base_sequence=0)
+    for i in range(6):
+        append(lg, (b"k%d" % (i % 2), b"v%d" % i), (b"k", b"x%d" % i))
+    lg.roll()
+    compact(lg)
+    data = bytes(lg.read(0, 1 << 20).records)
+    follower = Log.open(tmp_path / "f" / "t-0", "t", 0, lg.config, now_ms=lambda: NOW)
+    follower.append_as_follower(data, follower_batches(data), NOW)
+    follower.high_watermark = follower.log_end_offset
+    assert follower.log_end_offset == lg.log_end_offset
+    assert contents(follower) == contents(lg)
+    assert follower.producer_state.last_entry(42).last_seq == 0  # type: ignore[union-attr]
