@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -105,6 +106,11 @@ def test_a_compacted_topic_keeps_the_last_value_of_each_key_on_every_replica(
     # the consumer ends up with exactly one record per key: its last value or its tombstone
     assert wait_for("the consumer to see one record per key", compacted_view, 60) == expected
 
+    # kafka-python reads the same compacted partition: offset gaps, tombstones as None
+    assert _kafka_python_view(bootstrap, topic) == [
+        (r.offset, r.rec.key, r.rec.value) for r in consume_confluent(bootstrap, topic, [0], 0)[0]
+    ]
+
     offsets_seen = [r.offset for r in consume_confluent(bootstrap, topic, [0], 0)[0]]
     assert offsets_seen == sorted(offsets_seen) and len(offsets_seen) < produced
     assert offsets_seen[-1] == produced - 1  # offsets are never rewritten
@@ -121,6 +127,27 @@ def test_a_compacted_topic_keeps_the_last_value_of_each_key_on_every_replica(
     # followers compact their own copies: every replica holds the same records
     on_disk = wait_for("every replica to be compacted", replicas_agree, 60)
     assert {k: v for _, k, v in on_disk} == expected
+
+
+def _kafka_python_view(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        tp = KTopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"kafka-python read {len(out)} records"
+            for msgs in consumer.poll(timeout_ms=500).values():
+                out.extend((m.offset, m.key, m.value) for m in msgs)
+        return out
+    finally:
+        consumer.close()
 
 
 def test_consumer_offsets_are_compacted_and_reloaded_after_a_coordinator_restart(
