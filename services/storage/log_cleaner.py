@@ -41,6 +41,7 @@ class LogCleaner:
         self.metrics = metrics
         self.clock = clock
         self.checkpoints: dict[TopicPartition, int] = {}
+        self.uncleanable: set[TopicPartition] = set()  # cleaning failed (corrupt data, I/O)
         self._stopping = False
 
     def load_checkpoint(self) -> None:
@@ -70,9 +71,15 @@ class LogCleaner:
                     clean, lg, rng, self.settings, self.clock(), stopping=self._is_stopping
                 )
             except Exception:
-                # Kafka marks such a partition uncleanable; here it is tried again next pass
-                log.exception("log cleaning failed", topic=key[0], partition=key[1])
-                break
+                # as Kafka: the partition is left alone until the node restarts
+                log.exception(
+                    "log cleaning failed; partition marked uncleanable",
+                    topic=key[0],
+                    partition=key[1],
+                )
+                self.uncleanable.add(key)
+                self.metrics.cleaner_uncleanable_partitions.set(len(self.uncleanable))
+                continue
             done += 1
             if not self._record(key, stats):
                 break  # the log changed underneath or nothing was left to do: next pass
@@ -91,10 +98,14 @@ class LogCleaner:
         logs = self._compacted_logs()
         for key in [k for k in self.checkpoints if k not in logs]:
             del self.checkpoints[key]
+        self.uncleanable &= logs.keys()
+        self.metrics.cleaner_uncleanable_partitions.set(len(self.uncleanable))
         now = self.clock()
         best: tuple[TopicPartition, Log, CleanableRange] | None = None
         max_dirty = 0.0
         for key, lg in logs.items():
+            if key in self.uncleanable:
+                continue
             mark = lg.take_truncation_mark()
             if mark is not None and key in self.checkpoints:
                 self.checkpoints[key] = min(self.checkpoints[key], mark)

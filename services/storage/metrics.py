@@ -214,6 +214,11 @@ class StorageMetrics:
             "Largest dirty ratio among compacted logs, as a percentage",
             registry=r,
         )
+        self.cleaner_uncleanable_partitions = Gauge(
+            "kafka_log_logcleanermanager_uncleanable_partitions_count",
+            "Partitions whose cleaning failed; not cleaned again until the node restarts",
+            registry=r,
+        )
         self._state_collector: _StateCollector | None = None
         self._topics: dict[str, TopicMeters] = {}
         self._timers: dict[str, Any] = {}

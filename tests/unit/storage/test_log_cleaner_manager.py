@@ -92,3 +92,22 @@ def test_a_stopped_cleaner_does_nothing(tmp_path: Path) -> None:
     cleaner = cleaner_for(tmp_path, {("c", 0): lg})
     cleaner.stop()
     assert asyncio.run(cleaner.run_pass()) == 0
+
+
+def test_a_log_that_cannot_be_cleaned_is_left_alone_and_counted(tmp_path: Path) -> None:
+    broken = make_log(tmp_path, "b", cleanup_policy=("compact",))
+    fine = make_log(tmp_path, "c", cleanup_policy=("compact",))
+    fill(broken, 6)
+    fill(fine, 6)
+    seg = broken.segments[0]
+    with open(seg.log_path, "r+b") as f:  # a record section that does not decode
+        f.seek(61)
+        f.write(b"\xff" * 8)
+    logs = {("b", 0): broken, ("c", 0): fine}
+    cleaner = cleaner_for(tmp_path, logs)
+    asyncio.run(cleaner.run_pass())
+    assert cleaner.uncleanable == {("b", 0)}
+    assert cleaner.checkpoints == {("c", 0): 6}  # the other log was still cleaned
+    assert cleaner.metrics.cleaner_uncleanable_partitions._value.get() == 1
+    assert asyncio.run(cleaner.run_pass()) == 0  # not tried again
+    assert not [p for p in broken.dir.iterdir() if p.name.endswith((".cleaned", ".swap"))]
