@@ -44,7 +44,15 @@ def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
 
 
 def _as_rpc_error(exc: BaseException) -> grpc.aio.AioRpcError:
+    """The error every call of a failed stream gets. The stream's own status is a transport
+    status (the nodes' answers to calls travel inside the stream), so UNKNOWN and INTERNAL -
+    what gRPC sometimes says of a peer that died - become UNAVAILABLE like the rest."""
     if isinstance(exc, grpc.aio.AioRpcError):
+        code = exc.code()
+        if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+            return _rpc_error(
+                grpc.StatusCode.UNAVAILABLE, f"exchange stream broke: {code.name} {exc.details()}"
+            )
         return exc
     if isinstance(exc, asyncio.CancelledError):
         return _rpc_error(grpc.StatusCode.CANCELLED, "exchange stream closed")
@@ -99,7 +107,7 @@ class _Stream:
                             grpc.StatusCode.UNAVAILABLE if status == grpc.StatusCode.OK else status,
                             details or "exchange stream ended",
                         )
-                    )
+                    )  # (fail() turns UNKNOWN and INTERNAL into UNAVAILABLE)
                     return
                 for call_id, kind, result in message:
                     future = self.pending.pop(call_id, None)

@@ -17,6 +17,7 @@ from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
 from services.common.rpc.kafkapy.v1 import controller_pb2, controller_pb2_grpc
+from services.common.rpc_status import connection_broke
 from services.common.runtime import new_channel
 
 log = get_logger("gateway.controller")
@@ -83,7 +84,7 @@ class ControllerClient:
                 code = exc.code()
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise TimeoutError from None
-                if code not in _RETRIABLE:
+                if code not in _RETRIABLE and not connection_broke(code, exc.details()):
                     raise ControllerError(f"{method}: {code.name} {exc.details()}") from None
                 log.info("controller_retry", method=method, code=code.name)
             await asyncio.sleep(min(_BACKOFF_S, max(deadline - loop.time(), 0)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from services.common.errors import ErrorCode
+from services.common.rpc_status import connection_broke
 from services.gateway.metrics import STORAGE_RPC_ERRORS
 
 
@@ -15,7 +16,7 @@ def rpc_error_code(method: str, exc: BaseException) -> ErrorCode:
         STORAGE_RPC_ERRORS.labels(method, status.name).inc()
         if status == grpc.StatusCode.DEADLINE_EXCEEDED:
             return ErrorCode.REQUEST_TIMED_OUT
-        if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        if status == grpc.StatusCode.CANCELLED or connection_broke(status, exc.details()):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_SERVER_ERROR
     STORAGE_RPC_ERRORS.labels(method, type(exc).__name__).inc()

@@ -186,3 +186,31 @@ async def test_broken_stream_fails_pending_calls_and_a_new_stream_follows(
     finally:
         assert restarted.server is not None
         await restarted.server.stop(0)
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL])
+async def test_a_stream_ended_with_unknown_or_internal_fails_its_calls_as_unavailable(
+    status: grpc.StatusCode,
+) -> None:
+    """gRPC sometimes reports a peer that died as UNKNOWN "Stream removed" (grpc/grpc#34076):
+    for the calls on the stream that is a broken connection, retriable like UNAVAILABLE."""
+
+    class DyingNode(Node):
+        async def exchange(self, request_iterator: Any, context: Any) -> None:
+            await context.read()
+            await context.abort(status, "Stream removed")
+
+    node = DyingNode()
+    port = await node.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    exchange = StorageExchange(channel)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await exchange.append(_append(1), timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert status.name in (info.value.details() or "")
+    finally:
+        exchange.close()
+        await channel.close()
+        assert node.server is not None
+        await node.server.stop(0)
