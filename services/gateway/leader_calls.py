@@ -1,4 +1,5 @@
-"""Requests that each partition's leader storage node answers (ListOffsets, DeleteRecords):
+"""Requests that each partition's leader storage node answers (ListOffsets, DeleteRecords,
+OffsetForLeaderEpoch):
 which node leads a partition, and one unary call per node whose failures become Kafka errors."""
 
 from __future__ import annotations

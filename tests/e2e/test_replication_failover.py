@@ -79,6 +79,55 @@ def read_all(bootstrap: str, expected: int, timeout: float = 30) -> list[bytes]:
     return values
 
 
+class LiveConsumer(threading.Thread):
+    """A confluent-kafka consumer assigned partition 0 from the start, polling until stopped."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "live",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.values: list[bytes] = []
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        self.consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        try:
+            while not self._halt.is_set():
+                for m in self.consumer.consume(1000, 0.2):
+                    if m.error() is None:
+                        self.values.append(m.value())
+                    else:
+                        self.errors.append(str(m.error()))
+        finally:
+            self.consumer.close()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+
+def gateway_requests(cluster: LocalCluster, request: str) -> dict[int, int]:
+    """Requests of one API the gateway has served: {version: count}."""
+    with urllib.request.urlopen(cluster.admin_url("gateway", 0) + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[int, int] = {}
+    for labels, value in re.findall(
+        r"kafka_network_requestmetrics_requests_total\{([^}]*)\} (\S+)", text
+    ):
+        version = re.search(r'version="(\d+)"', labels)
+        if f'request="{request}"' in labels and version:
+            out[int(version.group(1))] = int(float(value))
+    return out
+
+
 def log_end_offset(cluster: LocalCluster, broker: int) -> int | None:
     with urllib.request.urlopen(cluster.admin_url("storage", broker) + "/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -156,6 +205,13 @@ def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
                 if sent % 100 == 0:
                     time.sleep(0.01)
 
+        # a consumer reading through the failover: after the leader change librdkafka checks
+        # its position with OffsetForLeaderEpoch (KIP-320) before it fetches on
+        live = LiveConsumer(bootstrap)
+        live.start()
+        wait_for("the live consumer to catch up", lambda: len(live.values) >= FIRST_BATCH, 30)
+        epoch_requests_before = gateway_requests(cluster, "OffsetForLeaderEpoch")
+
         t = threading.Thread(target=produce_loop)
         t.start()
         time.sleep(1.0)
@@ -210,6 +266,15 @@ def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
         got = read_all(bootstrap, len(acked))
         assert len(got) == len(set(got)), "duplicates"
         assert got == acked
+
+        # the live consumer read on through the failover, and validated its position
+        wait_for("the live consumer to reach the end", lambda: len(live.values) >= len(acked), 30)
+        live.stop()
+        assert not live.errors, live.errors[:5]
+        assert live.values == acked
+        # (librdkafka asks v2 of it; kafka-py advertises v2-v4)
+        epoch_requests = gateway_requests(cluster, "OffsetForLeaderEpoch")
+        assert epoch_requests.get(2, 0) > epoch_requests_before.get(2, 0), epoch_requests
 
         # the restarted node holds the same log as the leader
         wait_for(

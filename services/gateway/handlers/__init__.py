@@ -25,6 +25,7 @@ from services.gateway.handlers import (
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
 )
 from services.gateway.handlers.base import ApiHandler
@@ -37,6 +38,7 @@ HANDLERS: dict[int, ApiHandler] = {
         produce.HANDLER,
         fetch.HANDLER,
         list_offsets.HANDLER,
+        offset_for_leader_epoch.HANDLER,
         create_topics.HANDLER,
         delete_topics.HANDLER,
         delete_records.HANDLER,

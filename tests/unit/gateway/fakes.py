@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from services.common.errors import ErrorCode
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import SUPPORTED_VERSIONS
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
@@ -68,6 +69,7 @@ class FakeStorageNode:
         self.fetch_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.list_offsets_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.delete_records_error: BaseException | None = None
+        self.epoch_error: BaseException | None = None
 
     async def Append(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
         if isinstance(request, list):  # buffers of a serialized request (append_request_parts)
@@ -110,6 +112,24 @@ class FakeStorageNode:
             partitions=[
                 spb.PartitionDeleteRecordsResult(
                     topic=q.topic, partition=q.partition, low_watermark=q.offset
+                )
+                for q in request.partitions
+            ]
+        )
+
+    async def OffsetForLeaderEpoch(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        """Epoch e ends at offset 100 * (e + 1); a current leader epoch above 5 is fenced."""
+        self.calls.append(("OffsetForLeaderEpoch", request))
+        if self.epoch_error is not None:
+            raise self.epoch_error
+        return spb.OffsetForLeaderEpochResponse(
+            partitions=[
+                spb.EpochEndOffset(
+                    topic=q.topic,
+                    partition=q.partition,
+                    error_code=ErrorCode.UNKNOWN_LEADER_EPOCH if q.current_leader_epoch > 5 else 0,
+                    leader_epoch=q.leader_epoch if q.current_leader_epoch <= 5 else -1,
+                    end_offset=100 * (q.leader_epoch + 1) if q.current_leader_epoch <= 5 else -1,
                 )
                 for q in request.partitions
             ]

@@ -168,6 +168,15 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": 1}]}],
         "timeout": 1000,
     },
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: {
+        "replica_id": -1,
+        "topics": [
+            {
+                "topic": "a",
+                "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}],
+            }
+        ],
+    },
     ApiKey.CREATE_PARTITIONS: {
         "topics": [{"name": "a", "count": 2, "assignments": None}],
         "timeout": 0,
