@@ -16,9 +16,16 @@ from pathlib import Path
 
 from services.common.logging import get_logger
 from services.storage.log import checkpoint as ckpt
-from services.storage.log.cleaner import CleanableRange, CleanerSettings, CleanStats, clean
+from services.storage.log.cleaner import (
+    CleanableRange,
+    CleanerSettings,
+    CleanStats,
+    Pace,
+    clean,
+)
 from services.storage.log.cleaner import cleanable_range as compute_cleanable_range
 from services.storage.log.log import Log
+from services.storage.log.throttler import Throttler
 from services.storage.metrics import StorageMetrics
 
 log = get_logger(__name__)
@@ -43,6 +50,9 @@ class LogCleaner:
         self.checkpoints: dict[TopicPartition, int] = {}
         self.uncleanable: set[TopicPartition] = set()  # cleaning failed (corrupt data, I/O)
         self._stopping = False
+        # one throttler for the cleaner thread, as Kafka shares one across its cleaner threads
+        self.throttler = Throttler(settings.io_max_bytes_per_second)
+        self._pace = Pace(stopping=self._is_stopping, throttle=self.throttler.maybe_throttle)
 
     def load_checkpoint(self) -> None:
         try:
@@ -68,7 +78,7 @@ class LogCleaner:
             key, lg, rng = picked
             try:
                 stats = await asyncio.to_thread(
-                    clean, lg, rng, self.settings, self.clock(), stopping=self._is_stopping
+                    clean, lg, rng, self.settings, self.clock(), pace=self._pace
                 )
             except Exception:
                 # as Kafka: the partition is left alone until the node restarts

@@ -117,6 +117,11 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_cleaner_io_buffer_load_factor: float = kafka_prop(
         0.9, "log.cleaner.io.buffer.load.factor", "share of the offset map that may be filled"
     )
+    log_cleaner_io_max_bytes_per_second: float = kafka_prop(
+        1.7976931348623157e308,
+        "log.cleaner.io.max.bytes.per.second",
+        "bytes the cleaner may read and write per second (default: unlimited)",
+    )
 
     @field_validator(
         "broker_id",
@@ -150,6 +155,13 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     def _one_cleaner_thread(cls, v: int) -> int:
         if v != 1:
             raise ValueError("only 1 cleaner thread is supported")
+        return v
+
+    @field_validator("log_cleaner_io_max_bytes_per_second")
+    @classmethod
+    def _positive_rate(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
         return v
 
     @field_validator("log_cleaner_io_buffer_load_factor")

@@ -54,6 +54,7 @@ _INT32_MAX = 2**31 - 1
 class CleanerSettings:
     dedupe_buffer_size: int = 134217728  # log.cleaner.dedupe.buffer.size
     io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+    io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
 
     @property
     def max_map_entries(self) -> int:
@@ -132,18 +133,27 @@ def cleanable_range(lg: Log, checkpoint: int | None, now_ms: int) -> CleanableRa
     return CleanableRange(first_dirty, end, clean_bytes, cleanable, overdue)
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How a cleaning is paced: ``stopping()`` is asked between segments (a node shutting
+    down), ``throttle(n)`` is told of every n bytes read or written and may sleep."""
+
+    stopping: Callable[[], bool] = lambda: False
+    throttle: Callable[[int], None] = lambda n: None
+
+
 def clean(
     lg: Log,
     rng: CleanableRange,
     settings: CleanerSettings,
     now_ms: int | None = None,
     *,
-    stopping: Callable[[], bool] = lambda: False,
+    pace: Pace = Pace(),
 ) -> CleanStats:
     """Compact ``lg`` below ``rng.first_uncleanable_offset``; returns what was done.
 
     Stops early (``aborted``) when the log changes underneath (truncation, retention,
-    deletion) or ``stopping()`` says so (checked between segments): the next pass starts
+    deletion) or ``pace.stopping()`` says so (checked between segments): the next pass starts
     again from the checkpoint.
     """
     started = time.monotonic()
@@ -170,7 +180,7 @@ def clean(
             ends,
             settings.max_map_entries,
             lg,
-            stopping,
+            pace,
         )
         stats.end_offset = end
         stats.map_entries = len(offset_map)
@@ -178,11 +188,18 @@ def clean(
             return stats
         to_clean = [s for s in segs if s.base_offset < end]
         for group in _group_by_size(to_clean, ends, lg.config.segment_bytes):
-            if stopping():
+            if pace.stopping():
                 stats.aborted = True
                 break
             cleaned = _clean_group(
-                lg, group, readers, offset_map, delete_horizon_ms, last_batch_of_producer, stats
+                lg,
+                group,
+                readers,
+                offset_map,
+                delete_horizon_ms,
+                last_batch_of_producer,
+                stats,
+                pace,
             )
             if not lg.replace_segments(group, cleaned):
                 stats.aborted = True
@@ -245,16 +262,17 @@ def _build_offset_map(
     ends: dict[int, int],
     max_entries: int,
     lg: Log,
-    stopping: Callable[[], bool],
+    pace: Pace,
 ) -> tuple[dict[bytes, int], int]:
     """key -> last offset over whole dirty segments; returns the map and where it stops."""
     offset_map: dict[bytes, int] = {}
     end = dirty[0].base_offset
     for seg in dirty:
-        if stopping():
+        if pace.stopping():
             break
         seg_map: dict[bytes, int] = {}
         for h, buf in readers[id(seg)].batches():
+            pace.throttle(h.size)
             if h.is_control or h.record_count == 0:
                 continue
             for span in scan_records(records_payload(buf, h), h):
@@ -305,6 +323,7 @@ def _clean_group(
     delete_horizon_ms: int,
     last_batch_of_producer: dict[int, int],
     stats: CleanStats,
+    pace: Pace,
 ) -> LogSegment:
     """Write the retained batches of ``group`` into a new ``.swap`` segment."""
     base = group[0].base_offset
@@ -319,6 +338,7 @@ def _clean_group(
             retain_deletes = seg_mtime > delete_horizon_ms
             for h, buf in readers[id(seg)].batches():
                 stats.bytes_read += h.size
+                pace.throttle(h.size)
                 out = _retained_batch(
                     h, buf, offset_map, retain_deletes, last_batch_of_producer, stats
                 )
@@ -327,6 +347,7 @@ def _clean_group(
                 data, max_ts = out
                 cleaned.append(h.last_offset, max_ts, h.last_offset, data)
                 stats.bytes_written += len(data)
+                pace.throttle(len(data))
         cleaned.on_become_inactive()
         _fsync_paths(cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path)
         cleaned.close_handles()

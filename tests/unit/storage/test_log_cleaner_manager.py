@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from services.common.records.batch import validate_batches
 from services.common.records.record import Record, build_batch
-from services.storage.log import Log, LogConfig
+from services.storage.log import Log, LogConfig, throttler
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.cleaner import CleanerSettings
+from services.storage.log.throttler import Throttler
 from services.storage.log_cleaner import LogCleaner
 from services.storage.metrics import StorageMetrics
 
@@ -111,3 +114,35 @@ def test_a_log_that_cannot_be_cleaned_is_left_alone_and_counted(tmp_path: Path) 
     assert cleaner.metrics.cleaner_uncleanable_partitions._value.get() == 1
     assert asyncio.run(cleaner.run_pass()) == 0  # not tried again
     assert not [p for p in broken.dir.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+
+
+def test_the_throttler_holds_the_cleaner_to_its_byte_rate() -> None:
+    clock = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock[0] += s
+
+    t = Throttler(1000.0, clock=lambda: clock[0], sleep=sleep)
+    for _ in range(10):  # 500 bytes every 0.1 s: 5,000 bytes/s asked, 1,000 allowed
+        clock[0] += 0.1
+        t.maybe_throttle(500)
+    assert slept and abs(clock[0] - 5.0) < 0.01  # 5,000 bytes took 5 s
+    assert Throttler(float("inf")).unlimited
+
+
+def test_a_throttled_cleaning_sleeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = make_log(tmp_path, "c", cleanup_policy=("compact",))
+    fill(lg, 6)
+    c = LogCleaner(
+        tmp_path,
+        lambda: {("c", 0): lg},
+        CleanerSettings(io_max_bytes_per_second=2000),
+        StorageMetrics(),
+        lambda: NOW,
+    )
+    monkeypatch.setattr(throttler, "CHECK_INTERVAL_S", 0.0)
+    asyncio.run(c.run_pass())
+    assert c.checkpoints == {("c", 0): 6}
+    assert c.throttler.slept_s > 0.1  # ~500 bytes read and written at 2,000 bytes/s
