@@ -25,7 +25,7 @@ from services.storage.log.cleaner import (
 )
 from services.storage.log.cleaner import cleanable_range as compute_cleanable_range
 from services.storage.log.log import Log
-from services.storage.log.throttler import Throttler
+from services.storage.log.throttler import GilYielder, Throttler
 from services.storage.metrics import StorageMetrics
 
 log = get_logger(__name__)
@@ -52,7 +52,8 @@ class LogCleaner:
         self._stopping = False
         # one throttler for the cleaner thread, as Kafka shares one across its cleaner threads
         self.throttler = Throttler(settings.io_max_bytes_per_second)
-        self._pace = Pace(stopping=self._is_stopping, throttle=self.throttler.maybe_throttle)
+        self._yielder = GilYielder()
+        self._pace = Pace(stopping=self._is_stopping, throttle=self._throttle)
 
     def load_checkpoint(self) -> None:
         try:
@@ -60,6 +61,10 @@ class LogCleaner:
         except ckpt.CorruptCheckpointError as exc:
             log.warning("cleaner checkpoint unreadable, starting over", error=str(exc))
             self.checkpoints = {}
+
+    def _throttle(self, n: int) -> None:
+        self.throttler.maybe_throttle(n)
+        self._yielder.maybe_yield()
 
     def _is_stopping(self) -> bool:
         return self._stopping

@@ -146,3 +146,14 @@ def test_a_throttled_cleaning_sleeps(tmp_path: Path, monkeypatch: pytest.MonkeyP
     asyncio.run(c.run_pass())
     assert c.checkpoints == {("c", 0): 6}
     assert c.throttler.slept_s > 0.1  # ~500 bytes read and written at 2,000 bytes/s
+
+
+def test_the_cleaner_hands_the_gil_over_once_per_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    sleeps: list[float] = []
+    monkeypatch.setattr(throttler.time, "sleep", sleeps.append)
+    y = throttler.GilYielder(0.001, clock=lambda: clock[0])
+    for _ in range(10):
+        clock[0] += 0.0004
+        y.maybe_yield()
+    assert sleeps == [0, 0, 0]  # at 1.2, 2.4 and 3.6 ms of work
