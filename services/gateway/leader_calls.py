@@ -1,12 +1,12 @@
 """Requests that each partition's leader storage node answers (ListOffsets, DeleteRecords,
-OffsetForLeaderEpoch):
-which node leads a partition, and one unary call per node whose failures become Kafka errors."""
+OffsetForLeaderEpoch): which node leads a partition, one unary call per node whose failures
+become Kafka errors, and the per-partition answers gathered back into topics."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from services.common.errors import ErrorCode
 from services.gateway.context import GatewayServices
@@ -14,6 +14,7 @@ from services.gateway.handlers.base import Body
 from services.gateway.storage_errors import rpc_error_code
 
 PartitionKey = tuple[str, int]
+T = TypeVar("T")
 
 
 def leader_of(s: GatewayServices, topic: str, partition: int) -> int | ErrorCode:
@@ -58,3 +59,47 @@ def error_topics(
         }
         for t in req.get("topics") or []
     ]
+
+
+async def ask_leaders(
+    s: GatewayServices,
+    wanted: Iterable[tuple[PartitionKey, T]],
+    call: Callable[[int, list[T]], Awaitable[dict[PartitionKey, Any] | ErrorCode]],
+    answer: Callable[[int, Any], Body],
+    failed: Callable[[int, ErrorCode], Body],
+) -> dict[PartitionKey, Body]:
+    """Each partition's answer, asking the leaders concurrently: ``wanted`` pairs a partition
+    with its request item, ``call(node, items)`` asks one node (see :func:`call_leader`),
+    ``answer(partition, result)`` and ``failed(partition, code)`` build the partition bodies."""
+    results: dict[PartitionKey, Body] = {}
+    by_node: dict[int, list[tuple[PartitionKey, T]]] = {}
+    for key, item in wanted:
+        leader = leader_of(s, *key)
+        if isinstance(leader, ErrorCode):
+            results[key] = failed(key[1], leader)
+        else:
+            by_node.setdefault(leader, []).append((key, item))
+
+    async def ask(node: int, entries: list[tuple[PartitionKey, T]]) -> dict[PartitionKey, Body]:
+        by_key = await call(node, [item for _, item in entries])
+        out: dict[PartitionKey, Body] = {}
+        for key, _ in entries:
+            if isinstance(by_key, ErrorCode):
+                out[key] = failed(key[1], by_key)
+            elif (result := by_key.get(key)) is None:
+                out[key] = failed(key[1], ErrorCode.UNKNOWN_SERVER_ERROR)
+            else:
+                out[key] = answer(key[1], result)
+        return out
+
+    for part in await asyncio.gather(*(ask(n, e) for n, e in by_node.items())):
+        results.update(part)
+    return results
+
+
+def by_topic(results: dict[PartitionKey, Body], name_field: str) -> list[Body]:
+    """The response's ``topics``: partition bodies grouped under their topic's name."""
+    topics: dict[str, list[Body]] = {}
+    for (name, _), body in results.items():
+        topics.setdefault(name, []).append(body)
+    return [{name_field: name, "partitions": parts} for name, parts in topics.items()]

@@ -7,14 +7,20 @@ timeout for its in-sync followers (services/storage/delete_records.py).
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
-from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body
-from services.gateway.leader_calls import PartitionKey, call_leader, error_topics, leader_of
+from services.gateway.leader_calls import (
+    PartitionKey,
+    ask_leaders,
+    by_topic,
+    call_leader,
+    error_topics,
+)
 
 
 def _partition(index: int, code: int, low_watermark: int = -1) -> Body:
@@ -28,52 +34,24 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     for t in req["topics"]:
         for p in t["partitions"]:
             offsets[(t["name"], p["partition_index"])] = p["offset"]
-    results: dict[PartitionKey, Body] = {}
-    by_node: dict[int, list[pb.PartitionDeleteRecords]] = {}
-    for (name, index), offset in offsets.items():
-        leader = leader_of(s, name, index)
-        if isinstance(leader, ErrorCode):
-            results[(name, index)] = _partition(index, leader)
-            continue
-        by_node.setdefault(leader, []).append(
-            pb.PartitionDeleteRecords(topic=name, partition=index, offset=offset)
-        )
-    if by_node:
-        answers = await asyncio.gather(
-            *(_delete(s, node, items, timeout_ms) for node, items in by_node.items())
-        )
-        for answer in answers:
-            results.update(answer)
-    topics: dict[str, list[Body]] = {}
-    for (name, _), res in results.items():
-        topics.setdefault(name, []).append(res)
-    return {
-        "throttle_time": 0,
-        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
-    }
 
+    def call(node: int, items: list[pb.PartitionDeleteRecords]) -> Any:
+        request = pb.DeleteRecordsRequest(partitions=items, timeout_ms=timeout_ms)
+        # the node answers by the request's timeout; the call may take that long plus a hop
+        timeout_s = max(timeout_ms, 0) / 1000.0 + s.request_timeout_s
+        return call_leader(s, node, "DeleteRecords", request, timeout_s)
 
-async def _delete(
-    s: GatewayServices, node: int, items: list[pb.PartitionDeleteRecords], timeout_ms: int
-) -> dict[PartitionKey, Body]:
-    request = pb.DeleteRecordsRequest(partitions=items, timeout_ms=timeout_ms)
-    # the node answers by the request's timeout; the call may take that long plus a hop
-    by_key = await call_leader(
-        s, node, "DeleteRecords", request, max(timeout_ms, 0) / 1000.0 + s.request_timeout_s
+    results = await ask_leaders(
+        s,
+        (
+            (key, pb.PartitionDeleteRecords(topic=key[0], partition=key[1], offset=offset))
+            for key, offset in offsets.items()
+        ),
+        call,
+        lambda index, r: _partition(index, r.error_code, r.low_watermark),
+        _partition,
     )
-    out: dict[PartitionKey, Body] = {}
-    for q in items:
-        key = (q.topic, q.partition)
-        if isinstance(by_key, ErrorCode):
-            out[key] = _partition(q.partition, by_key)
-            continue
-        r = by_key.get(key)
-        out[key] = (
-            _partition(q.partition, ErrorCode.UNKNOWN_SERVER_ERROR)
-            if r is None
-            else _partition(q.partition, r.error_code, r.low_watermark)
-        )
-    return out
+    return {"throttle_time": 0, "topics": by_topic(results, "name")}
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:

@@ -281,3 +281,14 @@ class FakeCoordinators:
 
     async def close(self) -> None:
         return None
+
+
+def leaders_setup() -> tuple[Any, MetadataCache]:
+    """Services for the requests partition leaders answer: gateway 1; storage nodes 11 and 12;
+    topic "a" with partitions 0 and 2 led by 11 and 1 by 12; "leaderless" with no leader."""
+    cache = MetadataCache()
+    add_gateway(cache, 1, "z1")
+    add_brokers(cache, 11, 12)
+    add_topic(cache, "a", {0: [11], 1: [12], 2: [11]})
+    add_topic(cache, "leaderless", {0: [12]}, leaders={0: -1})
+    return services(cache), cache

@@ -5,20 +5,10 @@ from __future__ import annotations
 import grpc
 
 from services.common.errors import ErrorCode
-from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.gateway.handlers import delete_records
 
-from .fakes import add_brokers, add_gateway, add_topic, context, services
-
-
-def _svc() -> tuple[object, MetadataCache]:
-    cache = MetadataCache()
-    add_gateway(cache, 1, "z1")
-    add_brokers(cache, 11, 12)
-    add_topic(cache, "a", {0: [11], 1: [12], 2: [11]})
-    add_topic(cache, "leaderless", {0: [12]}, leaders={0: -1})
-    return services(cache), cache
+from .fakes import add_topic, context, leaders_setup
 
 
 def _request(*items: tuple[str, int, int], timeout: int = 5000) -> dict[str, object]:
@@ -40,7 +30,7 @@ def _answers(resp: dict[str, object]) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 async def test_one_call_per_leader_and_the_last_offset_of_a_partition_wins() -> None:
-    svc, _ = _svc()
+    svc, _ = leaders_setup()
     req = _request(("a", 0, 3), ("a", 1, 7), ("a", 2, -1), ("a", 0, 5), timeout=1234)
     resp = await delete_records.handle(context(svc, ApiKey.DELETE_RECORDS, 2), req)
     assert _answers(resp) == {("a", 0): (0, 5), ("a", 1): (0, 7), ("a", 2): (0, -1)}
@@ -54,7 +44,7 @@ async def test_one_call_per_leader_and_the_last_offset_of_a_partition_wins() -> 
 
 
 async def test_unknown_and_leaderless_partitions() -> None:
-    svc, _ = _svc()
+    svc, _ = leaders_setup()
     req = _request(("a", 9, 1), ("missing", 0, 1), ("leaderless", 0, 1), ("a", 1, 2))
     resp = await delete_records.handle(context(svc, ApiKey.DELETE_RECORDS, 0), req)
     assert _answers(resp) == {
@@ -66,7 +56,7 @@ async def test_unknown_and_leaderless_partitions() -> None:
 
 
 async def test_a_failed_node_fails_only_its_partitions() -> None:
-    svc, cache = _svc()
+    svc, cache = leaders_setup()
     svc.storage.node(12).delete_records_error = grpc.aio.AioRpcError(  # type: ignore[attr-defined]
         grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone"
     )

@@ -5,20 +5,10 @@ from __future__ import annotations
 import grpc
 
 from services.common.errors import ErrorCode
-from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.gateway.handlers import offset_for_leader_epoch
 
-from .fakes import add_brokers, add_gateway, add_topic, context, services
-
-
-def _svc() -> tuple[object, MetadataCache]:
-    cache = MetadataCache()
-    add_gateway(cache, 1, "z1")
-    add_brokers(cache, 11, 12)
-    add_topic(cache, "a", {0: [11], 1: [12], 2: [11]})
-    add_topic(cache, "leaderless", {0: [12]}, leaders={0: -1})
-    return services(cache), cache
+from .fakes import add_topic, context, leaders_setup
 
 
 def _request(*items: tuple[str, int, int, int], replica_id: int = -1) -> dict[str, object]:
@@ -42,7 +32,7 @@ def _answers(resp: dict[str, object]) -> dict[tuple[str, int], tuple[int, int, i
 
 
 async def test_each_leader_answers_its_partitions_once() -> None:
-    svc, _ = _svc()
+    svc, _ = leaders_setup()
     req = _request(("a", 0, 2, 1), ("a", 1, 2, 0), ("a", 2, 9, 2), ("a", 0, 2, 1))
     resp = await offset_for_leader_epoch.handle(
         context(svc, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4), req
@@ -62,7 +52,7 @@ async def test_each_leader_answers_its_partitions_once() -> None:
 
 
 async def test_unknown_leaderless_and_unreachable_partitions() -> None:
-    svc, cache = _svc()
+    svc, cache = leaders_setup()
     svc.storage.node(12).epoch_error = grpc.aio.AioRpcError(  # type: ignore[attr-defined]
         grpc.StatusCode.UNKNOWN, grpc.aio.Metadata(), grpc.aio.Metadata(), "Stream removed"
     )
