@@ -159,17 +159,22 @@ def clean(
     started = time.monotonic()
     stats = CleanStats(first_dirty_offset=rng.first_dirty_offset)
     with lg.locked():
-        segs = [s for s in lg.segments[:-1] if s.base_offset < rng.first_uncleanable_offset]
-        horizon_seg = [s for s in segs if _end_of(lg, s) <= rng.first_dirty_offset]
+        all_segs = lg.segments
+        ends = {
+            id(seg): all_segs[i + 1].base_offset if i + 1 < len(all_segs) else lg.log_end_offset
+            for i, seg in enumerate(all_segs)
+        }
+        segs = [s for s in all_segs[:-1] if s.base_offset < rng.first_uncleanable_offset]
+        horizon_seg = [s for s in segs if ends[id(s)] <= rng.first_dirty_offset]
         delete_horizon_ms = (
             horizon_seg[-1].last_modified_ms() - lg.config.delete_retention_ms if horizon_seg else 0
         )
         last_batch_of_producer = {
             pid: entry.last_data_offset for pid, entry in lg.producer_state.producers.items()
         }
-        readers = {id(s): _SegmentReader.open(s) for s in segs}
-        ends = {id(s): _end_of(lg, s) for s in segs}
+        truncations = lg.truncations
     stats.segments_before = len(segs)
+    readers = _Readers(lg)
     try:
         dirty = [s for s in segs if ends[id(s)] > rng.first_dirty_offset]
         if not dirty:
@@ -201,24 +206,18 @@ def clean(
                 stats,
                 pace,
             )
-            if not lg.replace_segments(group, cleaned):
+            if not lg.replace_segments(group, cleaned, truncations):
                 stats.aborted = True
                 break
             stats.groups.append(group[0].base_offset)
+    except _LogChanged:
+        stats.aborted = True
     finally:
-        for r in readers.values():
-            r.close()
+        readers.close()
     with lg.locked():
         stats.segments_after = sum(1 for s in lg.segments if s.base_offset < end)
     stats.elapsed_s = time.monotonic() - started
     return stats
-
-
-def _end_of(lg: Log, seg: LogSegment) -> int:
-    """Offset after ``seg``: the next segment's base offset (callers hold the lock)."""
-    segs = lg.segments
-    i = segs.index(seg)
-    return segs[i + 1].base_offset if i + 1 < len(segs) else lg.log_end_offset
 
 
 class _SegmentReader:
@@ -228,10 +227,7 @@ class _SegmentReader:
     def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
         self.size = size
-
-    @classmethod
-    def open(cls, seg: LogSegment) -> _SegmentReader:
-        return cls(os.open(seg.log_path, os.O_RDONLY), seg.size)
+        self.mtime_ms = os.fstat(fd).st_mtime_ns // 1_000_000
 
     def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
         """(header, buffer) for every batch; ``header.position`` is relative to the buffer."""
@@ -256,9 +252,50 @@ class _SegmentReader:
         os.close(self.fd)
 
 
+class _LogChanged(Exception):
+    """A segment to read is no longer part of the log (retention, truncation, deletion)."""
+
+
+class _Readers:
+    """Readers of a log's segments, each opened under the log's lock when first needed and
+    closed when its pass is done with it (a log with many segments does not hold a descriptor
+    for each). Whether the segments are still the log's is checked by the swap."""
+
+    def __init__(self, lg: Log) -> None:
+        self._lg = lg
+        self._open: dict[int, _SegmentReader] = {}
+
+    def batches(self, seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
+        return self.get(seg).batches()
+
+    def get(self, seg: LogSegment) -> _SegmentReader:
+        reader = self._open.get(id(seg))
+        if reader is None:
+            with self._lg.locked():
+                if self._lg.closed:
+                    raise _LogChanged(seg.base_offset)
+                try:  # a segment retention renamed is still readable; a purged one is gone
+                    fd = os.open(seg.log_path, os.O_RDONLY)
+                except FileNotFoundError:
+                    raise _LogChanged(seg.base_offset) from None
+                reader = _SegmentReader(fd, seg.size)
+            self._open[id(seg)] = reader
+        return reader
+
+    def done_with(self, seg: LogSegment) -> None:
+        reader = self._open.pop(id(seg), None)
+        if reader is not None:
+            reader.close()
+
+    def close(self) -> None:
+        for reader in self._open.values():
+            reader.close()
+        self._open.clear()
+
+
 def _build_offset_map(
     dirty: Sequence[LogSegment],
-    readers: dict[int, _SegmentReader],
+    readers: _Readers,
     ends: dict[int, int],
     max_entries: int,
     lg: Log,
@@ -271,13 +308,14 @@ def _build_offset_map(
         if pace.stopping():
             break
         seg_map: dict[bytes, int] = {}
-        for h, buf in readers[id(seg)].batches():
+        for h, buf in readers.batches(seg):
             pace.throttle(h.size)
             if h.is_control or h.record_count == 0:
                 continue
             for span in scan_records(records_payload(buf, h), h):
                 if span.key is not None:
                     seg_map[span.key] = span.offset
+        readers.done_with(seg)
         if offset_map and len(offset_map) + len(seg_map) > max_entries:
             log.info(
                 "cleaner_offset_map_full",
@@ -318,7 +356,7 @@ def _group_by_size(
 def _clean_group(
     lg: Log,
     group: Sequence[LogSegment],
-    readers: dict[int, _SegmentReader],
+    readers: _Readers,
     offset_map: dict[bytes, int],
     delete_horizon_ms: int,
     last_batch_of_producer: dict[int, int],
@@ -333,10 +371,10 @@ def _clean_group(
     newest_mtime = 0
     try:
         for seg in group:
-            seg_mtime = seg.last_modified_ms()
+            seg_mtime = readers.get(seg).mtime_ms
             newest_mtime = max(newest_mtime, seg_mtime)
             retain_deletes = seg_mtime > delete_horizon_ms
-            for h, buf in readers[id(seg)].batches():
+            for h, buf in readers.batches(seg):
                 stats.bytes_read += h.size
                 pace.throttle(h.size)
                 out = _retained_batch(
@@ -348,6 +386,7 @@ def _clean_group(
                 cleaned.append(h.last_offset, max_ts, h.last_offset, data)
                 stats.bytes_written += len(data)
                 pace.throttle(len(data))
+            readers.done_with(seg)
         cleaned.on_become_inactive()
         _fsync_paths(cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path)
         cleaned.close_handles()

@@ -120,6 +120,7 @@ class Log:
         self._dir_dirty = False
         self._pending_deletes: list[_PendingDelete] = []
         self._truncated_to: int | None = None  # lowest truncation since the cleaner last looked
+        self.truncations = 0  # how many times the log was truncated (compaction checks it)
         self._closed = False
         self._log = log.bind(topic=topic, partition=partition)
         self.leader_epoch_cache: LeaderEpochCache
@@ -824,14 +825,18 @@ class Log:
             return mark
 
     def _mark_truncation(self, offset: int) -> None:
+        self.truncations += 1
         if self._truncated_to is None or offset < self._truncated_to:
             self._truncated_to = offset
 
-    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> bool:
+    def replace_segments(
+        self, old: Sequence[LogSegment], new: LogSegment, truncations: int | None = None
+    ) -> bool:
         """Swap the cleaned segment ``new`` (files suffixed ``.swap``) in for ``old``.
 
         False, with ``new``'s files removed, when ``old`` is no longer a run of rolled segments
-        of this log (truncated, deleted by retention, log closed). The old files are renamed
+        of this log (deleted by retention, log closed) or the log was truncated since its
+        ``truncations`` count was read (``old`` may hold other records now). The old files are renamed
         ``.deleted`` before ``new`` loses its suffix, so a crash in between is completed by
         :meth:`open` (``_complete_swaps``).
         """
@@ -843,7 +848,8 @@ class Log:
                 i = -1
             n = len(old)
             if (
-                i < 0
+                (truncations is not None and truncations != self.truncations)
+                or i < 0
                 or i + n >= len(segs)
                 or any(a is not b for a, b in zip(segs[i : i + n], old, strict=True))
             ):

@@ -277,11 +277,46 @@ def test_a_log_changed_underneath_aborts_the_swap(
     assert lg.take_truncation_mark() is None
 
 
+def test_a_truncation_during_the_cleaning_aborts_it_even_after_new_rolls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower truncated into the segments being cleaned, then appended and rolled past
+    them again: the cleaned copy holds the records from before the truncation, so it must not
+    be swapped in."""
+    lg = open_log(tmp_path, segment_bytes=10_000)
+    for i in range(4):
+        append(lg, (b"k%d" % i, b"old%d" % i))
+    lg.roll()
+    append(lg, (b"z", b"active"))
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None
+    write_group = cleaner._clean_group
+
+    def truncate_and_refill(*args: object) -> LogSegment:
+        seg = write_group(*args)  # type: ignore[arg-type]
+        lg.truncate_to(2)
+        append(lg, (b"k2", b"new2"), (b"k3", b"new3"))
+        lg.roll()
+        append(lg, (b"z", b"active again"))
+        return seg
+
+    monkeypatch.setattr(cleaner, "_clean_group", truncate_and_refill)
+    stats = clean(lg, rng, SETTINGS, NOW)
+    assert stats.aborted
+    assert contents(lg) == [
+        (0, b"k0", b"old0"),
+        (1, b"k1", b"old1"),
+        (2, b"k2", b"new2"),
+        (3, b"k3", b"new3"),
+        (4, b"z", b"active again"),
+    ]
+
+
 def _crash_during_swap(monkeypatch: pytest.MonkeyPatch, lg: Log, old_renamed: bool) -> None:
     """Clean, but stop the swap as a crash would: the ``.swap`` segment is written, the old
     segments are (or are not yet) renamed ``.deleted``, and the log is never closed."""
 
-    def crash(old: list, new: object) -> bool:  # type: ignore[type-arg]
+    def crash(old: list, new: object, truncations: object = None) -> bool:  # type: ignore[type-arg]
         if old_renamed:
             for seg in old:
                 seg.rename_with_suffix(files.DELETED_SUFFIX)
@@ -342,3 +377,32 @@ def test_a_new_follower_copies_a_compacted_log(tmp_path: Path) -> None:
     assert follower.log_end_offset == lg.log_end_offset
     assert contents(follower) == contents(lg)
     assert follower.producer_state.last_entry(42).last_seq == 0  # type: ignore[union-attr]
+
+
+def test_the_cleaner_holds_one_segment_open_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lg = open_log(tmp_path, segment_bytes=100_000)
+    for i in range(40):
+        append(lg, (b"k%d" % (i % 3), b"v%d" % i))
+        lg.roll()
+    append(lg, (b"z", b"active"))
+    open_now, most = 0, 0
+    real_init, real_close = cleaner._SegmentReader.__init__, cleaner._SegmentReader.close
+
+    def counting_init(self: object, fd: int, size: int) -> None:
+        nonlocal open_now, most
+        real_init(self, fd, size)  # type: ignore[arg-type]
+        open_now += 1
+        most = max(most, open_now)
+
+    def counting_close(self: object) -> None:
+        nonlocal open_now
+        real_close(self)  # type: ignore[arg-type]
+        open_now -= 1
+
+    monkeypatch.setattr(cleaner._SegmentReader, "__init__", counting_init)
+    monkeypatch.setattr(cleaner._SegmentReader, "close", counting_close)
+    compact(lg)
+    assert [k for _, k, _ in contents(lg)] == [b"k1", b"k2", b"k0", b"z"]
+    assert most == 1 and open_now == 0
