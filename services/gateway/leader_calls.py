@@ -48,14 +48,20 @@ async def call_leader(
 
 
 def error_topics(
-    req: Body, partition: Callable[[int, ErrorCode], Body], code: ErrorCode
+    req: Body,
+    partition: Callable[[int, ErrorCode], Body],
+    code: ErrorCode,
+    *,
+    name_field: str = "name",
+    index_field: str = "partition_index",
 ) -> list[Body]:
     """The ``topics`` of an answer failing the whole request: each requested partition with
-    ``code``, as ``partition(index, code)`` builds it."""
+    ``code``, as ``partition(index, code)`` builds it (``name_field`` / ``index_field``: what
+    the API calls a topic's name and a partition's index, in its request and its answer)."""
     return [
         {
-            "name": t["name"],
-            "partitions": [partition(p["partition_index"], code) for p in t["partitions"]],
+            name_field: t[name_field],
+            "partitions": [partition(p[index_field], code) for p in t["partitions"]],
         }
         for t in req.get("topics") or []
     ]

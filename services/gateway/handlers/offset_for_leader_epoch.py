@@ -16,7 +16,13 @@ from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body
-from services.gateway.leader_calls import PartitionKey, ask_leaders, by_topic, call_leader
+from services.gateway.leader_calls import (
+    PartitionKey,
+    ask_leaders,
+    by_topic,
+    call_leader,
+    error_topics,
+)
 
 CONSUMER_REPLICA_ID = -1
 
@@ -62,16 +68,8 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {
-        "throttle_time": 0,
-        "topics": [
-            {
-                "topic": t["topic"],
-                "partitions": [_partition(p["partition"], code) for p in t["partitions"]],
-            }
-            for t in req.get("topics") or []
-        ],
-    }
+    topics = error_topics(req, _partition, code, name_field="topic", index_field="partition")
+    return {"throttle_time": 0, "topics": topics}
 
 
 HANDLER = ApiHandler(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", handle, error_response)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.logging import get_logger
@@ -92,7 +92,6 @@ class CleanStats:
     map_entries: int = 0
     elapsed_s: float = 0.0
     aborted: bool = False
-    groups: list[int] = field(default_factory=list)
 
     @property
     def recopy_ratio(self) -> float:
@@ -173,8 +172,8 @@ def clean(
             pid: entry.last_data_offset for pid, entry in lg.producer_state.producers.items()
         }
         truncations = lg.truncations
-    stats.segments_before = len(segs)
     readers = _Readers(lg)
+    end = rng.first_dirty_offset  # where the next cleaning starts if this one gets nowhere
     try:
         dirty = [s for s in segs if ends[id(s)] > rng.first_dirty_offset]
         if not dirty:
@@ -192,6 +191,7 @@ def clean(
         if end <= rng.first_dirty_offset:
             return stats
         to_clean = [s for s in segs if s.base_offset < end]
+        stats.segments_before = len(to_clean)
         for group in _group_by_size(to_clean, ends, lg.config.segment_bytes):
             if pace.stopping():
                 stats.aborted = True
@@ -209,7 +209,6 @@ def clean(
             if not lg.replace_segments(group, cleaned, truncations):
                 stats.aborted = True
                 break
-            stats.groups.append(group[0].base_offset)
     except _LogChanged:
         stats.aborted = True
     finally:

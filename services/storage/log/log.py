@@ -23,7 +23,7 @@ from services.common.records.batch import (
     set_base_offset,
     set_log_append_time,
 )
-from services.common.records.record import iter_records
+from services.common.records.record import iter_records, records_payload, scan_records
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX, LogConfig
 from services.storage.log.leader_epoch import LeaderEpochCache
@@ -428,10 +428,12 @@ class Log:
     # ================================================================= append
     def _require_keys(self, records: bytearray, headers: Sequence[BatchHeader]) -> None:
         """Kafka's rule for compacted topics: compaction keeps the latest record of each key,
-        so a record without one is refused (INVALID_RECORD). This decodes records, which only
-        compacted topics pay for."""
+        so a record without one is refused (INVALID_RECORD). This reads each record's key (not
+        its value or headers), which only compacted topics pay for."""
         for h in headers:
-            if not h.is_control and any(r.key is None for r in iter_records(records, h)):
+            if h.is_control:
+                continue
+            if any(r.key is None for r in scan_records(records_payload(records, h), h)):
                 raise KafkaError(
                     ErrorCode.INVALID_RECORD,
                     "Compacted topic cannot accept message without key in topic partition "
@@ -830,7 +832,7 @@ class Log:
             self._truncated_to = offset
 
     def replace_segments(
-        self, old: Sequence[LogSegment], new: LogSegment, truncations: int | None = None
+        self, old: Sequence[LogSegment], new: LogSegment, truncations: int
     ) -> bool:
         """Swap the cleaned segment ``new`` (files suffixed ``.swap``) in for ``old``.
 
@@ -848,7 +850,7 @@ class Log:
                 i = -1
             n = len(old)
             if (
-                (truncations is not None and truncations != self.truncations)
+                truncations != self.truncations
                 or i < 0
                 or i + n >= len(segs)
                 or any(a is not b for a, b in zip(segs[i : i + n], old, strict=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,18 @@ def test_the_offset_map_budget_limits_one_cleaning(tmp_path: Path) -> None:
     assert stats.map_entries == 2
 
 
+def after_each_group(monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]) -> None:
+    """Run ``action`` between the writing of each cleaned group and its swap."""
+    write_group = cleaner._clean_group
+
+    def write_then_act(*args: object) -> LogSegment:
+        seg = write_group(*args)  # type: ignore[arg-type]
+        action()
+        return seg
+
+    monkeypatch.setattr(cleaner, "_clean_group", write_then_act)
+
+
 def test_a_log_changed_underneath_aborts_the_swap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,14 +274,7 @@ def test_a_log_changed_underneath_aborts_the_swap(
         lg.roll()
     rng = cleanable_range(lg, None, NOW)
     assert rng is not None
-    write_group = cleaner._clean_group
-
-    def truncate_meanwhile(*args: object) -> LogSegment:
-        seg = write_group(*args)  # type: ignore[arg-type]
-        lg.truncate_to(1)  # what a follower does after a leader change
-        return seg
-
-    monkeypatch.setattr(cleaner, "_clean_group", truncate_meanwhile)
+    after_each_group(monkeypatch, lambda: lg.truncate_to(1))  # a follower's leader changed
     stats = clean(lg, rng, SETTINGS, NOW)
     assert stats.aborted
     assert contents(lg) == [(0, b"k", b"v0")]
@@ -290,17 +296,14 @@ def test_a_truncation_during_the_cleaning_aborts_it_even_after_new_rolls(
     append(lg, (b"z", b"active"))
     rng = cleanable_range(lg, None, NOW)
     assert rng is not None
-    write_group = cleaner._clean_group
 
-    def truncate_and_refill(*args: object) -> LogSegment:
-        seg = write_group(*args)  # type: ignore[arg-type]
+    def truncate_and_refill() -> None:
         lg.truncate_to(2)
         append(lg, (b"k2", b"new2"), (b"k3", b"new3"))
         lg.roll()
         append(lg, (b"z", b"active again"))
-        return seg
 
-    monkeypatch.setattr(cleaner, "_clean_group", truncate_and_refill)
+    after_each_group(monkeypatch, truncate_and_refill)
     stats = clean(lg, rng, SETTINGS, NOW)
     assert stats.aborted
     assert contents(lg) == [
@@ -310,6 +313,26 @@ def test_a_truncation_during_the_cleaning_aborts_it_even_after_new_rolls(
         (3, b"k3", b"new3"),
         (4, b"z", b"active again"),
     ]
+
+
+def test_a_segment_purged_before_the_cleaner_reads_it_aborts_the_cleaning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lg = open_log(tmp_path)
+    for i in range(4):
+        append(lg, (b"k", b"v%d" % i))
+        lg.roll()
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None
+
+    def purged(path: object, flags: int) -> int:
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(cleaner.os, "open", purged)  # retention removed the file meanwhile
+    stats = clean(lg, rng, SETTINGS, NOW)
+    monkeypatch.undo()
+    assert stats.aborted and stats.end_offset == 0
+    assert [v for _, _, v in contents(lg)] == [b"v0", b"v1", b"v2", b"v3"]
 
 
 def _crash_during_swap(monkeypatch: pytest.MonkeyPatch, lg: Log, old_renamed: bool) -> None:
