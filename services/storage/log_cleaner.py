@@ -144,7 +144,7 @@ class LogCleaner:
         m.cleaner_recopy_percent.set(round(100 * stats.recopy_ratio))
         m.cleaner_max_clean_time_secs.set(stats.elapsed_s)
         m.cleaner_buffer_utilization_percent.set(
-            round(100 * stats.map_entries / self.settings.max_map_entries)
+            round(100 * stats.map_bytes / max(self.settings.map_budget_bytes, 1))
         )
         m.cleaner_runs.inc()
         if stats.aborted:

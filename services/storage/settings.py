@@ -112,7 +112,7 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_cleaner_dedupe_buffer_size: int = kafka_prop(
         134217728,
         "log.cleaner.dedupe.buffer.size",
-        "offset map budget of a cleaning, counted as Kafka does (24 bytes a key)",
+        "memory of a cleaning's offset map (about 145 bytes a key; keys over 16 bytes hashed)",
     )
     log_cleaner_io_buffer_load_factor: float = kafka_prop(
         0.9, "log.cleaner.io.buffer.load.factor", "share of the offset map that may be filled"

@@ -5,11 +5,12 @@ A compacted log keeps at least the last record of every key. The log is split at
 into a clean head and a dirty tail; the dirty tail up to the *first uncleanable offset* (the
 active segment, the high watermark, ``min.compaction.lag.ms``) is cleanable. Cleaning:
 
-1. builds a map key -> last offset over the cleanable dirty segments (whole segments only,
-   as many as ``log.cleaner.dedupe.buffer.size`` allows);
-2. recopies every segment below the end of that range, in groups that fit one segment
-   (``segment.bytes``), keeping a record only when no later offset of its key is in the map.
-   Records without a key are dropped. Tombstones (null values) are kept while their segment is
+1. builds a map key -> last offset over the cleanable dirty records, as many as fit in
+   ``log.cleaner.dedupe.buffer.size`` (``offset_map``); where the map is full, the cleaning's
+   range ends, possibly inside a segment or a batch, and the next cleaning starts there;
+2. recopies every segment that starts below the end of that range, in groups that fit one
+   segment (``segment.bytes``), keeping a record when it lies past the range or no later
+   offset of its key is in the map. Records without a key within the range are dropped. Tombstones (null values) are kept while their segment is
    younger than the *delete horizon*: the last clean segment's modification time minus
    ``delete.retention.ms``. A batch that loses every record is dropped, unless it is its
    producer's last batch: that one stays, empty, so the producer's sequence survives;
@@ -41,12 +42,12 @@ from services.common.records.record import (
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX
 from services.storage.log.log import Log
+from services.storage.log.offset_map import OffsetMap
 from services.storage.log.segment import LogSegment
 
 log = get_logger(__name__)
 
 READ_CHUNK = 1 << 20
-MAP_ENTRY_BYTES = 24  # what Kafka counts per offset-map slot (16-byte MD5 + 8-byte offset)
 _INT32_MAX = 2**31 - 1
 
 
@@ -57,8 +58,8 @@ class CleanerSettings:
     io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
 
     @property
-    def max_map_entries(self) -> int:
-        return max(1, int(self.dedupe_buffer_size // MAP_ENTRY_BYTES * self.io_buffer_load_factor))
+    def map_budget_bytes(self) -> int:
+        return int(self.dedupe_buffer_size * self.io_buffer_load_factor)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class CleanStats:
     segments_before: int = 0
     segments_after: int = 0
     map_entries: int = 0
+    map_bytes: int = 0
     elapsed_s: float = 0.0
     aborted: bool = False
 
@@ -178,16 +180,11 @@ def clean(
         dirty = [s for s in segs if ends[id(s)] > rng.first_dirty_offset]
         if not dirty:
             return stats
-        offset_map, end = _build_offset_map(
-            dirty,
-            readers,
-            ends,
-            settings.max_map_entries,
-            lg,
-            pace,
-        )
+        offset_map = OffsetMap(settings.map_budget_bytes, rng.first_dirty_offset)
+        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace)
         stats.end_offset = end
         stats.map_entries = len(offset_map)
+        stats.map_bytes = offset_map.bytes_used
         if end <= rng.first_dirty_offset:
             return stats
         to_clean = [s for s in segs if s.base_offset < end]
@@ -200,9 +197,7 @@ def clean(
                 lg,
                 group,
                 readers,
-                offset_map,
-                delete_horizon_ms,
-                last_batch_of_producer,
+                _Retention(offset_map, end, delete_horizon_ms, last_batch_of_producer),
                 stats,
                 pace,
             )
@@ -293,40 +288,38 @@ class _Readers:
 
 
 def _build_offset_map(
+    offset_map: OffsetMap,
     dirty: Sequence[LogSegment],
     readers: _Readers,
     ends: dict[int, int],
-    max_entries: int,
     lg: Log,
     pace: Pace,
-) -> tuple[dict[bytes, int], int]:
-    """key -> last offset over whole dirty segments; returns the map and where it stops."""
-    offset_map: dict[bytes, int] = {}
-    end = dirty[0].base_offset
+) -> int:
+    """Fill ``offset_map`` from the dirty segments; returns where the mapped range ends: the
+    end of the last segment read whole, or the first record that did not fit."""
+    end = offset_map.start
     for seg in dirty:
         if pace.stopping():
             break
-        seg_map: dict[bytes, int] = {}
         for h, buf in readers.batches(seg):
             pace.throttle(h.size)
-            if h.is_control or h.record_count == 0:
+            if h.is_control or h.record_count == 0 or h.last_offset < offset_map.start:
                 continue
-            for span in scan_records(records_payload(buf, h), h):
-                if span.key is not None:
-                    seg_map[span.key] = span.offset
+            stopped_at = offset_map.add(scan_records(records_payload(buf, h), h))
+            if stopped_at is not None:
+                log.info(
+                    "cleaner_offset_map_full",
+                    topic=lg.topic,
+                    partition=lg.partition,
+                    entries=len(offset_map),
+                    map_bytes=offset_map.bytes_used,
+                    stopped_at=stopped_at,
+                )
+                readers.done_with(seg)
+                return stopped_at
         readers.done_with(seg)
-        if offset_map and len(offset_map) + len(seg_map) > max_entries:
-            log.info(
-                "cleaner_offset_map_full",
-                topic=lg.topic,
-                partition=lg.partition,
-                entries=len(offset_map),
-                stopped_at=seg.base_offset,
-            )
-            break
-        offset_map.update(seg_map)
         end = ends[id(seg)]
-    return offset_map, end
+    return end
 
 
 def _group_by_size(
@@ -352,13 +345,21 @@ def _group_by_size(
     return groups
 
 
+@dataclass(frozen=True)
+class _Retention:
+    """What decides whether a record stays."""
+
+    offset_map: OffsetMap
+    range_end: int  # records from here on were not mapped: they all stay
+    delete_horizon_ms: int
+    last_batch_of_producer: dict[int, int]  # producer id -> offset of its last batch
+
+
 def _clean_group(
     lg: Log,
     group: Sequence[LogSegment],
     readers: _Readers,
-    offset_map: dict[bytes, int],
-    delete_horizon_ms: int,
-    last_batch_of_producer: dict[int, int],
+    retention: _Retention,
     stats: CleanStats,
     pace: Pace,
 ) -> LogSegment:
@@ -372,13 +373,11 @@ def _clean_group(
         for seg in group:
             seg_mtime = readers.get(seg).mtime_ms
             newest_mtime = max(newest_mtime, seg_mtime)
-            retain_deletes = seg_mtime > delete_horizon_ms
+            retain_deletes = seg_mtime > retention.delete_horizon_ms
             for h, buf in readers.batches(seg):
                 stats.bytes_read += h.size
                 pace.throttle(h.size)
-                out = _retained_batch(
-                    h, buf, offset_map, retain_deletes, last_batch_of_producer, stats
-                )
+                out = _retained_batch(h, buf, retention, retain_deletes, stats)
                 if out is None:
                     continue
                 data, max_ts = out
@@ -403,23 +402,25 @@ def _clean_group(
 def _retained_batch(
     h: BatchHeader,
     buf: bytes,
-    offset_map: dict[bytes, int],
+    retention: _Retention,
     retain_deletes: bool,
-    last_batch_of_producer: dict[int, int],
     stats: CleanStats,
 ) -> tuple[bytes | memoryview, int] | None:
     """The batch as it stays in the log, with its max timestamp; None when it goes."""
     original = memoryview(buf)[h.position : h.position + h.size]
-    if h.is_control:
+    if h.is_control or h.base_offset >= retention.range_end:
         return original, h.max_timestamp
     payload = records_payload(buf, h)
     spans = list(scan_records(payload, h))
     stats.records_read += len(spans)
     kept: list[RecordSpan] = []
+    latest, range_end = retention.offset_map.latest, retention.range_end
     for span in spans:
-        if span.key is None:
+        if span.offset >= range_end:
+            kept.append(span)
+        elif span.key is None:
             stats.keyless_dropped += 1
-        elif span.offset < offset_map.get(span.key, -1):
+        elif span.offset < latest(span.key):
             pass
         elif not span.has_value and not retain_deletes:
             stats.tombstones_dropped += 1
@@ -429,7 +430,7 @@ def _retained_batch(
     if len(kept) == len(spans):
         return original, h.max_timestamp
     if not kept and not (
-        h.has_producer_id and last_batch_of_producer.get(h.producer_id) == h.last_offset
+        h.has_producer_id and retention.last_batch_of_producer.get(h.producer_id) == h.last_offset
     ):
         return None
     rebuilt = rebuild_batch(h, payload, kept)

@@ -17,6 +17,7 @@ from services.storage.log.cleaner import (
     clean,
     cleanable_range,
 )
+from services.storage.log.offset_map import ENTRY_OVERHEAD_BYTES
 from services.storage.log.segment import LogSegment
 from services.storage.replication.batches import follower_batches
 
@@ -241,6 +242,12 @@ def test_small_segments_are_merged_up_to_segment_bytes(tmp_path: Path) -> None:
     assert names == [files.log_file(lg.dir, s.base_offset).name for s in lg.segments]
 
 
+def budget_for(keys: int, key_len: int = 2) -> CleanerSettings:
+    """Settings whose offset map holds exactly ``keys`` keys of ``key_len`` bytes."""
+    size = keys * (ENTRY_OVERHEAD_BYTES + key_len)
+    return CleanerSettings(dedupe_buffer_size=size, io_buffer_load_factor=1)
+
+
 def test_the_offset_map_budget_limits_one_cleaning(tmp_path: Path) -> None:
     lg = open_log(tmp_path)
     for i in range(6):
@@ -248,9 +255,72 @@ def test_the_offset_map_budget_limits_one_cleaning(tmp_path: Path) -> None:
         lg.roll()
     rng = cleanable_range(lg, None, NOW)
     assert rng is not None
-    stats = clean(lg, rng, CleanerSettings(dedupe_buffer_size=24 * 2, io_buffer_load_factor=1), NOW)
-    assert stats.end_offset == 2  # two keys fit: the cleaning stops after two segments
+    stats = clean(lg, rng, budget_for(2), NOW)
+    assert stats.end_offset == 2  # two keys fit: the cleaning stops at the third
     assert stats.map_entries == 2
+    assert stats.map_bytes == 2 * (ENTRY_OVERHEAD_BYTES + 2)
+
+
+def test_a_full_map_ends_the_range_inside_a_segment_and_the_next_cleaning_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Kafka stops mapping at the first record that does not fit, even inside a batch; what
+    lies past that point stays untouched, whatever it is, until a later cleaning."""
+    lg = open_log(tmp_path, segment_bytes=1 << 20, delete_retention_ms=0)
+    append(lg, (b"a", b"1"), (b"b", b"2"))
+    append(lg, (b"a", b"3"), (b"c", b"4"), (b"a", b"5"))  # the map fills at c (offset 3)
+    compacted = lg.config
+    lg.update_config(LogConfig(segment_bytes=1 << 20))  # a keyless record written before
+    append(lg, (None, b"keyless"))  # the topic became compacted
+    lg.update_config(compacted)
+    append(lg, (b"b", None))
+    append(lg, (b"c", b"6"))
+    lg.roll()
+    append(lg, (b"z", b"active"))
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None
+    first = clean(lg, rng, budget_for(2), NOW)
+    assert (first.end_offset, first.map_entries) == (3, 2)
+    # below offset 3 only a@2 and b@1 stay; from 3 on everything stays, even the keyless
+    # record and the tombstone
+    assert contents(lg) == [
+        (1, b"b", b"2"),
+        (2, b"a", b"3"),
+        (3, b"c", b"4"),
+        (4, b"a", b"5"),
+        (5, None, b"keyless"),
+        (6, b"b", None),
+        (7, b"c", b"6"),
+        (8, b"z", b"active"),
+    ]
+    # the next cleaning maps from offset 3 on, not again from the segment's start
+    rng = cleanable_range(lg, first.end_offset, NOW)
+    assert rng is not None and rng.first_dirty_offset == 3
+    second = clean(lg, rng, budget_for(2), NOW)
+    assert second.end_offset == 6 and second.map_entries == 2  # c and a; b's tombstone waits
+    third = clean(lg, cleanable_range(lg, second.end_offset, NOW), budget_for(2), NOW)  # type: ignore[arg-type]
+    assert third.end_offset == 8
+    # the delete horizon of the third pass lies before the tombstone's segment: it stays
+    assert contents(lg) == [
+        (4, b"a", b"5"),
+        (6, b"b", None),
+        (7, b"c", b"6"),
+        (8, b"z", b"active"),
+    ]
+
+
+def test_long_keys_cost_the_map_no_more_than_their_digest(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=1 << 20)
+    keys = [b"%04d" % i + b"k" * 2000 for i in range(20)]  # differ only in their first bytes
+    for round_ in range(2):
+        for k in keys:
+            append(lg, (k, b"v%d" % round_))
+    lg.roll()
+    append(lg, (b"active", b"x"))
+    stats = clean(lg, cleanable_range(lg, None, NOW), budget_for(20, 16), NOW)  # type: ignore[arg-type]
+    assert stats.end_offset == 40 and stats.map_entries == 20
+    assert stats.map_bytes == 20 * (ENTRY_OVERHEAD_BYTES + 16)
+    assert [(k, v) for _, k, v in contents(lg)][:20] == [(k, b"v1") for k in keys]
 
 
 def after_each_group(monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]) -> None:
