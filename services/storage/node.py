@@ -208,6 +208,7 @@ class StorageNode:
             CleanerSettings(
                 dedupe_buffer_size=s.log_cleaner_dedupe_buffer_size,
                 io_buffer_load_factor=s.log_cleaner_io_buffer_load_factor,
+                io_buffer_size=s.log_cleaner_io_buffer_size,
                 io_max_bytes_per_second=s.log_cleaner_io_max_bytes_per_second,
             ),
             rm.metrics,

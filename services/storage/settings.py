@@ -117,6 +117,11 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_cleaner_io_buffer_load_factor: float = kafka_prop(
         0.9, "log.cleaner.io.buffer.load.factor", "share of the offset map that may be filled"
     )
+    log_cleaner_io_buffer_size: int = kafka_prop(
+        524288,
+        "log.cleaner.io.buffer.size",
+        "the cleaner's I/O buffers; it reads segments in chunks of half of it",
+    )
     log_cleaner_io_max_bytes_per_second: float = kafka_prop(
         1.7976931348623157e308,
         "log.cleaner.io.max.bytes.per.second",
@@ -141,6 +146,7 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
         "shutdown_grace_ms",
         "log_cleaner_backoff_ms",
         "log_cleaner_dedupe_buffer_size",
+        "log_cleaner_io_buffer_size",
     )
     @classmethod
     def _non_negative(cls, v: int, info: ValidationInfo) -> int:

@@ -47,7 +47,6 @@ from services.storage.log.segment import LogSegment
 
 log = get_logger(__name__)
 
-READ_CHUNK = 1 << 20
 _INT32_MAX = 2**31 - 1
 
 
@@ -55,11 +54,18 @@ _INT32_MAX = 2**31 - 1
 class CleanerSettings:
     dedupe_buffer_size: int = 134217728  # log.cleaner.dedupe.buffer.size
     io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+    io_buffer_size: int = 524288  # log.cleaner.io.buffer.size
     io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
 
     @property
     def map_budget_bytes(self) -> int:
         return int(self.dedupe_buffer_size * self.io_buffer_load_factor)
+
+    @property
+    def read_chunk_bytes(self) -> int:
+        """Kafka gives half of the I/O buffers to reading; a batch larger than that is read
+        whole, as Kafka grows its read buffer for it."""
+        return max(self.io_buffer_size // 2, HEADER_SIZE)
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,7 @@ def clean(
             pid: entry.last_data_offset for pid, entry in lg.producer_state.producers.items()
         }
         truncations = lg.truncations
-    readers = _Readers(lg)
+    readers = _Readers(lg, settings.read_chunk_bytes)
     end = rng.first_dirty_offset  # where the next cleaning starts if this one gets nowhere
     try:
         dirty = [s for s in segs if ends[id(s)] > rng.first_dirty_offset]
@@ -218,16 +224,17 @@ class _SegmentReader:
     """A private descriptor on a segment's log file: it keeps reading the same data even if
     retention renames or removes the file meanwhile."""
 
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, fd: int, size: int, chunk: int) -> None:
         self.fd = fd
         self.size = size
+        self.chunk = chunk
         self.mtime_ms = os.fstat(fd).st_mtime_ns // 1_000_000
 
     def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
         """(header, buffer) for every batch; ``header.position`` is relative to the buffer."""
         pos = 0
         while self.size - pos >= HEADER_SIZE:
-            buf = os.pread(self.fd, min(READ_CHUNK, self.size - pos), pos)
+            buf = os.pread(self.fd, min(self.chunk, self.size - pos), pos)
             consumed = 0
             for h in iter_headers(buf):
                 yield h, buf
@@ -255,8 +262,9 @@ class _Readers:
     closed when its pass is done with it (a log with many segments does not hold a descriptor
     for each). Whether the segments are still the log's is checked by the swap."""
 
-    def __init__(self, lg: Log) -> None:
+    def __init__(self, lg: Log, chunk: int) -> None:
         self._lg = lg
+        self._chunk = chunk
         self._open: dict[int, _SegmentReader] = {}
 
     def batches(self, seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
@@ -272,7 +280,7 @@ class _Readers:
                     fd = os.open(seg.log_path, os.O_RDONLY)
                 except FileNotFoundError:
                     raise _LogChanged(seg.base_offset) from None
-                reader = _SegmentReader(fd, seg.size)
+                reader = _SegmentReader(fd, seg.size, self._chunk)
             self._open[id(seg)] = reader
         return reader
 

@@ -323,6 +323,25 @@ def test_long_keys_cost_the_map_no_more_than_their_digest(tmp_path: Path) -> Non
     assert [(k, v) for _, k, v in contents(lg)][:20] == [(k, b"v1") for k in keys]
 
 
+def test_a_read_buffer_smaller_than_a_batch_cleans_the_same(tmp_path: Path) -> None:
+    """``log.cleaner.io.buffer.size`` sets the read chunk; a batch larger than the chunk is
+    read whole."""
+    results = []
+    for name, io_buffer_size in [("big", 524288), ("tiny", 2)]:
+        lg = open_log(tmp_path / name, segment_bytes=1 << 20)
+        for i in range(30):
+            append(lg, *[(b"k%d" % ((i + j) % 7), b"v%d-%d" % (i, j) * 20) for j in range(5)])
+        lg.roll()
+        append(lg, (b"active", b"x"))
+        rng = cleanable_range(lg, None, NOW)
+        assert rng is not None
+        stats = clean(lg, rng, CleanerSettings(io_buffer_size=io_buffer_size), NOW)
+        assert stats.records_read == 150
+        results.append(contents(lg))
+    assert results[0] == results[1]
+    assert len(results[0]) == 8  # one record of each of the 7 keys, and the active one
+
+
 def after_each_group(monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]) -> None:
     """Run ``action`` between the writing of each cleaned group and its swap."""
     write_group = cleaner._clean_group
@@ -483,9 +502,9 @@ def test_the_cleaner_holds_one_segment_open_at_a_time(
     open_now, most = 0, 0
     real_init, real_close = cleaner._SegmentReader.__init__, cleaner._SegmentReader.close
 
-    def counting_init(self: object, fd: int, size: int) -> None:
+    def counting_init(self: object, fd: int, size: int, chunk: int) -> None:
         nonlocal open_now, most
-        real_init(self, fd, size)  # type: ignore[arg-type]
+        real_init(self, fd, size, chunk)  # type: ignore[arg-type]
         open_now += 1
         most = max(most, open_now)
 
