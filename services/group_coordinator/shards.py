@@ -251,3 +251,8 @@ class ShardManager:
         owned = self._owned.get(partition)
         if owned is not None and owned.log.fenced:
             self._resign(partition, "fenced by a newer owner")
+            # The shard map may still place the shard here: storage also fences an owner whose
+            # producer state it lost (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER), and no
+            # metadata change follows that. Look again after a pause; a real newer owner is in
+            # the map by then, and a retake's own fence write is refused by storage anyway.
+            asyncio.get_running_loop().call_later(LOAD_RETRY_S, self.reconcile)
