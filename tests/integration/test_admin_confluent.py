@@ -305,6 +305,9 @@ def test_incremental_alter_configs(admin: AdminClient, topic: TopicFactory) -> N
     assert describe(admin, name)["retention.ms"].value == "7200000"
 
 
+@pytest.mark.filterwarnings(
+    "ignore:alter_configs has been deprecated"
+)  # the legacy API, on purpose
 def test_alter_configs_replaces_the_override_set(admin: AdminClient, topic: TopicFactory) -> None:
     """AlterConfigs (non-incremental) sets exactly the given overrides; others revert."""
     name = topic(config={"max.message.bytes": "2000000"})
