@@ -32,9 +32,16 @@ from services.controller import zkstore
 from services.controller.coordinator_shards import ShardPlacer
 from services.controller.deletion import TopicDeleter
 from services.controller.elections import NO_LEADER, initial_leader_isr, next_leader_isr
+from services.controller.leader_balance import LeaderBalancer
 from services.controller.links import BrokerLinks, OrderResult
 from services.controller.metrics import ControllerMetrics
-from services.controller.model import ControllerContext, PartitionState, TopicState
+from services.controller.model import (
+    ControllerContext,
+    Part,
+    PartitionState,
+    TopicState,
+    Transition,
+)
 from services.controller.settings import ControllerSettings
 from services.controller.zkstore import ControllerMovedError, Create, EpochGuard, Op, SetData
 
@@ -43,21 +50,11 @@ log = get_logger("controller")
 ELECTION_ATTEMPTS = 3
 ZK_RETRY_S = 0.1
 
-Part = tuple[TopicState, int]
 AckMap = dict[int, asyncio.Future[OrderResult]]
 
 
 class NotControllerError(Exception):
     """This controller's term ended before the request was handled."""
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    topic: str
-    partition: int
-    leader: int
-    isr: tuple[int, ...]
-    create: bool  # no state znode yet (NewPartition -> OnlinePartition)
 
 
 @dataclass(slots=True)
@@ -88,6 +85,7 @@ class ActiveController:
         )
         self.metrics = metrics
         self.deleter = TopicDeleter(self)
+        self.balancer = LeaderBalancer(self)
         self.shards = ShardPlacer(zk, self.guard, settings.controller_id)
         self._on_moved = on_moved
         self.watch_topic = watch_topic
@@ -108,6 +106,8 @@ class ActiveController:
         self.running = True
         await self._retrying_zk(self._on_startup)
         self._worker = asyncio.create_task(self._run(), name="controller-events")
+        if self.settings.auto_leader_rebalance_enable:
+            self.spawn(self.balancer.run(), "leader-balance")
         self.metrics.update(self.ctx)
 
     async def stop(self) -> None:
@@ -255,7 +255,7 @@ class ActiveController:
             topics=len(self.ctx.topics),
             partitions=self.ctx.partition_count(),
         )
-        parts = [(t, p) for t in self._eligible_topics() for p in sorted(t.assignment)]
+        parts = [(t, p) for t in self.eligible_topics() for p in sorted(t.assignment)]
         applied = await self.elect(parts)
         created = {(tr.topic, tr.partition) for tr in applied if tr.create}
         for broker_id in sorted(self.ctx.brokers):
@@ -291,7 +291,7 @@ class ActiveController:
         self.ctx.topics[topic.name] = topic
         self.watch_topic(topic.name)
 
-    def _eligible_topics(self) -> list[TopicState]:
+    def eligible_topics(self) -> list[TopicState]:
         return [t for n, t in sorted(self.ctx.topics.items()) if n not in self.ctx.topics_to_delete]
 
     # ---- elections ------------------------------------------------------------------------
@@ -317,15 +317,20 @@ class ActiveController:
                     out.append(Transition(topic.name, p, li.leader, li.isr, False))
         return out
 
-    async def elect(self, parts: Sequence[Part]) -> list[Transition]:
-        """Bring partitions to their right leader/ISR for the live brokers and write the result.
+    async def elect(
+        self,
+        parts: Sequence[Part],
+        plan: Callable[[Sequence[Part]], list[Transition]] | None = None,
+    ) -> list[Transition]:
+        """Bring partitions to their right leader/ISR for the live brokers and write the result
+        (``plan``: what is right; by default failover, Kafka's offline-partition election).
 
         A state znode changed by someone else (a leader shrinking its ISR) fails the guarded
         multi: re-read those partitions and plan again.
         """
         started = time.monotonic()
         for attempt in range(ELECTION_ATTEMPTS):
-            transitions = self._plan(parts)
+            transitions = (plan or self._plan)(parts)
             if not transitions:
                 return []
             try:
@@ -472,7 +477,7 @@ class ActiveController:
     async def _on_brokers_failure(self, dead: set[int]) -> None:
         parts = [
             (t, p)
-            for t in self._eligible_topics()
+            for t in self.eligible_topics()
             for p, replicas in sorted(t.assignment.items())
             if any(r in dead for r in replicas)
         ]
@@ -483,7 +488,7 @@ class ActiveController:
         live = self.ctx.live_ids
         parts = [
             (t, p)
-            for t in self._eligible_topics()
+            for t in self.eligible_topics()
             for p in sorted(t.assignment)
             if (st := t.states.get(p)) is None or st.leader == NO_LEADER or st.leader not in live
         ]

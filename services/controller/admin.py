@@ -20,10 +20,10 @@ from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.common.topic_config import validate_overrides
 from services.common.zk import layout
-from services.controller.active import AckMap, ActiveController, Transition
+from services.controller.active import AckMap, ActiveController
 from services.controller.assignment import BrokerMeta, assign_replicas
 from services.controller.elections import initial_leader_isr
-from services.controller.model import ControllerContext, TopicState
+from services.controller.model import ControllerContext, TopicState, Transition
 from services.controller.validation import (
     ConfigOp,
     apply_config_ops,

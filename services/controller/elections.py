@@ -6,10 +6,12 @@ ZooKeeper with leader_epoch + 1.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 NO_LEADER = -1
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +74,36 @@ def next_leader_isr(
     if leader == NO_LEADER and shrunk == tuple(isr):
         return None
     return LeaderIsr(NO_LEADER, shrunk)
+
+
+def preferred_leader(
+    replicas: Sequence[int], leader: int, isr: Sequence[int], live: Collection[int]
+) -> LeaderIsr | None:
+    """PreferredReplicaPartitionLeaderElectionStrategy: the first replica in assignment order,
+    when it is alive, in the ISR and not the leader already (the ISR stays as it is)."""
+    if not replicas:
+        return None
+    preferred = replicas[0]
+    if preferred == leader or preferred not in live or preferred not in isr:
+        return None
+    return LeaderIsr(preferred, tuple(isr))
+
+
+def imbalanced_partitions(
+    leadership: Mapping[K, tuple[Sequence[int], int]], per_broker_percentage: int
+) -> list[K]:
+    """Kafka's auto leader rebalance check: ``leadership`` maps each partition to (replicas,
+    leader). For each broker, the share of the partitions it is the preferred leader of that
+    another broker leads is its imbalance; every such partition of a broker whose imbalance is
+    above ``leader.imbalance.per.broker.percentage`` is returned (whether its preferred replica
+    can lead now is ``preferred_leader``'s question)."""
+    by_preferred: dict[int, list[K]] = {}
+    for key, (replicas, _) in leadership.items():
+        if replicas:
+            by_preferred.setdefault(replicas[0], []).append(key)
+    out: list[K] = []
+    for broker, keys in sorted(by_preferred.items()):
+        elsewhere = [k for k in keys if leadership[k][1] != broker]
+        if len(elsewhere) / len(keys) > per_broker_percentage / 100:
+            out.extend(elsewhere)
+    return out

@@ -34,6 +34,11 @@ class ControllerMetrics:
             "partitions in the cluster",
             registry=registry,
         )
+        self.preferred_imbalance = Gauge(
+            "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+            "partitions not led by their preferred replica",
+            registry=registry,
+        )
         self.leader_election_ms = Histogram(
             "kafka_controller_controllerstats_leaderelectionrateandtimems",
             "time of leader elections (ms)",
@@ -53,6 +58,7 @@ class ControllerMetrics:
         self.offline_partitions.set(ctx.offline_partition_count() if ctx else 0)
         self.topics.set(len(ctx.topics) if ctx else 0)
         self.partitions.set(ctx.partition_count() if ctx else 0)
+        self.preferred_imbalance.set(ctx.preferred_imbalance_count() if ctx else 0)
         if ctx is None:
             self.coordinator_shards.clear()
 

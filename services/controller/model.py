@@ -70,6 +70,18 @@ class ControllerContext:
     topics: dict[str, TopicState] = field(default_factory=dict)
     topics_to_delete: set[str] = field(default_factory=set)
 
+    def preferred_imbalance_count(self) -> int:
+        """Partitions led by another replica than their preferred (first) one."""
+        count = 0
+        for name, topic in self.topics.items():
+            if name in self.topics_to_delete:
+                continue
+            for p, st in topic.states.items():
+                replicas = topic.assignment.get(p)
+                if replicas and st.leader != replicas[0]:
+                    count += 1
+        return count
+
     @property
     def live_ids(self) -> set[int]:
         return set(self.brokers)
@@ -102,3 +114,17 @@ class ControllerContext:
 
     def partition_count(self) -> int:
         return sum(len(t.assignment) for t in self.topics.values())
+
+
+Part = tuple[TopicState, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A partition's new leader and ISR, as the controller writes it."""
+
+    topic: str
+    partition: int
+    leader: int
+    isr: tuple[int, ...]
+    create: bool  # no state znode yet (NewPartition -> OnlinePartition)

@@ -53,6 +53,19 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
     offsets_topic_segment_bytes: int = kafka_prop(
         104857600, "offsets.topic.segment.bytes", "segment size of __consumer_offsets"
     )
+    auto_leader_rebalance_enable: bool = kafka_prop(
+        True,
+        "auto.leader.rebalance.enable",
+        "move leadership back to preferred replicas when a storage node leads too few of them",
+    )
+    leader_imbalance_check_interval_seconds: int = kafka_prop(
+        300, "leader.imbalance.check.interval.seconds", "how often the leader balance is checked"
+    )
+    leader_imbalance_per_broker_percentage: int = kafka_prop(
+        10,
+        "leader.imbalance.per.broker.percentage",
+        "share of a node's preferred partitions led elsewhere above which they are moved back",
+    )
     controller_socket_timeout_ms: int = kafka_prop(
         30000, "controller.socket.timeout.ms", "deadline of one order sent to a storage node"
     )
@@ -65,12 +78,20 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
         "zookeeper_session_timeout_ms",
         "offsets_topic_num_partitions",
         "offsets_topic_segment_bytes",
+        "leader_imbalance_check_interval_seconds",
     )
     @classmethod
     def _check_int(cls, v: int, info: ValidationInfo) -> int:
         minimum = 0 if info.field_name == "controller_id" else 1
         if v < minimum:
             raise ValueError(f"must be >= {minimum}")
+        return v
+
+    @field_validator("leader_imbalance_per_broker_percentage")
+    @classmethod
+    def _check_percentage(cls, v: int) -> int:
+        if not 0 <= v <= 100:
+            raise ValueError("must be between 0 and 100")
         return v
 
     @field_validator("offsets_topic_replication_factor")

@@ -4,6 +4,7 @@ unclean election, disabled deletion."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from services.common.errors import ErrorCode
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
@@ -209,3 +210,66 @@ async def _no_children(zk: AsyncZk, path: str) -> bool:
 async def _leader(zk: AsyncZk, topic: str, p: int, leader: int) -> bool:
     got = await zk.get_or_none(layout.partition_state_path(topic, p))
     return got is not None and layout.loads(got[0])["leader"] == leader
+
+
+async def _isr_changed(zk: AsyncZk, topic: str, p: int, isr: list[int]) -> None:
+    """What a leader does when a follower caught up: widen the ISR, then notify."""
+    path = layout.partition_state_path(topic, p)
+    data, stat = await zk.get(path)
+    st = layout.loads(data)
+    new = layout.PartitionStateZk(st["leader"], st["leader_epoch"], isr, st["controller_epoch"])
+    await zk.set(path, new.to_json(), stat.version)
+    await zk.create(
+        f"{layout.ISR_CHANGE_NOTIFICATION}/isr_change_",
+        layout.dumps({"version": 1, "partitions": [{"topic": topic, "partition": p}]}),
+        sequence=True,
+    )
+
+
+async def test_leadership_goes_back_to_the_preferred_replica_once_it_is_in_sync(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    app = await make_app(leader_imbalance_check_interval_seconds=1)
+    for i in (1, 2, 3):
+        await start_node(zk_connect, nodes, i)
+    assert (await create(zk, assigned("bal", [1, 2, 3], [2, 3, 1], [3, 1, 2]))).error_code == 0
+    await nodes[0].deregister()
+    await wait_for(lambda: _leader(zk, "bal", 0, 2), what="failover of bal-0 to broker 2")
+    await nodes[0].register()
+    await wait_for(lambda: nodes[0].latest("bal", 0) is not None, what="broker 1 told again")
+    # back, but not in sync yet: broker 1 must not lead (two checks pass meanwhile)
+    await asyncio.sleep(2.5)
+    assert (await state(zk, "bal", 0))["leader"] == 2
+    assert _gauge(app.metrics.preferred_imbalance) == 1
+
+    balanced = [await state(zk, "bal", p) for p in (1, 2)]
+    await _isr_changed(zk, "bal", 0, [2, 3, 1])
+    await wait_for(lambda: _leader(zk, "bal", 0, 1), what="preferred replica 1 leading bal-0")
+    st = await state(zk, "bal", 0)
+    assert (st["leader_epoch"], st["isr"]) == (2, [2, 3, 1])  # failover, then this election
+    order = nodes[0].latest("bal", 0)
+    assert order is not None and (order.leader, order.leader_epoch) == (1, 2)
+    assert [await state(zk, "bal", p) for p in (1, 2)] == balanced  # left alone
+    assert [balanced[0]["leader"], balanced[1]["leader"]] == [2, 3]
+    await wait_for(
+        lambda: _gauge(app.metrics.preferred_imbalance) == 0, what="the imbalance gauge at 0"
+    )
+
+
+async def test_no_rebalance_when_auto_leader_rebalance_is_off(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    await make_app(leader_imbalance_check_interval_seconds=1, auto_leader_rebalance_enable=False)
+    for i in (1, 2):
+        await start_node(zk_connect, nodes, i)
+    assert (await create(zk, assigned("stay", [1, 2]))).error_code == 0
+    await nodes[0].deregister()
+    await wait_for(lambda: _leader(zk, "stay", 0, 2), what="failover of stay-0 to broker 2")
+    await nodes[0].register()
+    await _isr_changed(zk, "stay", 0, [2, 1])
+    await asyncio.sleep(2.5)
+    assert (await state(zk, "stay", 0))["leader"] == 2
+
+
+def _gauge(gauge: Gauge) -> float:
+    return gauge.collect()[0].samples[0].value

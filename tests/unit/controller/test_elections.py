@@ -5,9 +5,11 @@ from __future__ import annotations
 from services.controller.elections import (
     NO_LEADER,
     LeaderIsr,
+    imbalanced_partitions,
     initial_leader_isr,
     next_leader_isr,
     offline_leader,
+    preferred_leader,
 )
 
 
@@ -44,3 +46,23 @@ def test_no_live_isr_replica_clean_vs_unclean() -> None:
 
 def test_all_isr_dead_keeps_one_member() -> None:
     assert next_leader_isr([1, 2, 3], 1, [1, 2], {3}, False) == LeaderIsr(NO_LEADER, (2,))
+
+
+def test_the_preferred_replica_leads_again_when_it_is_alive_and_in_sync() -> None:
+    assert preferred_leader([1, 2, 3], 2, [2, 3, 1], {1, 2, 3}) == LeaderIsr(1, (2, 3, 1))
+    assert preferred_leader([1, 2, 3], 1, [1, 2, 3], {1, 2, 3}) is None  # leads already
+    assert preferred_leader([1, 2, 3], 2, [2, 3], {1, 2, 3}) is None  # not in sync yet
+    assert preferred_leader([1, 2, 3], 2, [2, 3, 1], {2, 3}) is None  # not alive
+    assert preferred_leader([], NO_LEADER, [], {1}) is None
+
+
+def test_imbalance_is_measured_per_preferred_broker_against_the_percentage() -> None:
+    # broker 1 is preferred for 10 partitions and leads 8 of them (20% elsewhere);
+    # broker 2 is preferred for 10 and leads 9 (10% elsewhere: not above 10%)
+    leadership = {("a", p): ([1, 2], 1 if p < 8 else 2) for p in range(10)}
+    leadership |= {("b", p): ([2, 1], 2 if p < 9 else 1) for p in range(10)}
+    assert imbalanced_partitions(leadership, 10) == [("a", 8), ("a", 9)]
+    assert imbalanced_partitions(leadership, 20) == []
+    assert sorted(imbalanced_partitions(leadership, 0)) == [("a", 8), ("a", 9), ("b", 9)]
+    # a leaderless partition counts as led elsewhere
+    assert imbalanced_partitions({("c", 0): ([3, 1], NO_LEADER)}, 10) == [("c", 0)]
