@@ -22,6 +22,7 @@ from services.common.topic_config import validate_overrides
 from services.common.zk import layout
 from services.controller.active import AckMap, ActiveController
 from services.controller.assignment import BrokerMeta, assign_replicas
+from services.controller.elect_leaders import LeaderElections
 from services.controller.elections import initial_leader_isr
 from services.controller.model import ControllerContext, TopicState, Transition
 from services.controller.validation import (
@@ -229,6 +230,10 @@ class AdminOps:
         finds the change already in the context)."""
         if name == layout.CONSUMER_OFFSETS_TOPIC:
             await self.c.place_shards()
+
+    # ---- leader elections -----------------------------------------------------------------
+    async def elect_leaders(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
+        return await LeaderElections(self.c).elect_leaders(req)
 
     # ---- internal topics ------------------------------------------------------------------
     async def create_internal_topic(

@@ -92,6 +92,15 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             ),
         )
 
+    async def ElectLeaders(
+        self, request: pb.ElectLeadersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ElectLeadersResponse:
+        return await self._serve(
+            "ElectLeaders",
+            lambda a: a.elect_leaders(request),
+            lambda code, msg: pb.ElectLeadersResponse(error_code=int(code), error_message=msg),
+        )
+
     async def AlterConfigs(
         self, request: pb.AlterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AlterConfigsResponse:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -424,6 +424,82 @@ def test_leadership_returns_to_the_preferred_replica_under_load(
             f"\npreferred leader {preferred}: moved to {moved['leader']} by kill -9, back at "
             f"leader epoch {back['leader_epoch']}; {len(acked)} records acked, all read back once"
         )
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.fixture
+def manual_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        tmp_path / "cluster",
+        gateways=1,
+        storage_nodes=3,
+        controllers=1,
+        gateway_port=0,
+        zk_port=0,
+        extra={
+            "storage": ["--replica.lag.time.max.ms", str(LAG_MS)],
+            "controller": ["--auto.leader.rebalance.enable", "false"],
+        },
+    )
+    c.start(timeout=90)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_elect_leaders_from_the_admin_client(manual_cluster: LocalCluster) -> None:
+    """kafka-leader-election.sh's request from confluent-kafka's AdminClient.elect_leaders."""
+    cluster = manual_cluster
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(
+        30
+    )
+    tp = TopicPartition(TOPIC, 0)
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(10)
+    try:
+        wait_for(
+            "the partition state",
+            lambda: zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state"),
+            15,
+        )
+        preferred = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["partitions"]["0"][0]
+        wait_for("the preferred leader", lambda: partition_state(zk)["leader"] == preferred, 10)
+        result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
+        assert result[tp].code() == KafkaError.ELECTION_NOT_NEEDED
+
+        cluster.kill("storage", preferred, signal.SIGKILL)
+        moved = wait_for(
+            "a new leader",
+            lambda: (s := partition_state(zk))["leader"] not in (preferred, -1) and s,
+            20,
+        )
+        result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
+        assert result[tp].code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+
+        cluster.start_process("storage", preferred)
+        wait_for(
+            "the restarted node back in the ISR",
+            lambda: preferred in partition_state(zk)["isr"],
+            30,
+        )
+        time.sleep(3)  # the balancer is off: leadership stays where it is
+        assert partition_state(zk)["leader"] == moved["leader"]
+        result = admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
+        assert result == {tp: None}
+        back = partition_state(zk)
+        assert (back["leader"], back["leader_epoch"]) == (preferred, moved["leader_epoch"] + 1)
+        assert admin.elect_leaders(ElectionType.PREFERRED, None).result(30) == {}
+
+        # the new leader serves produce and fetch
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(1000):
+            producer.produce(TOPIC, b"after-%d" % i)
+        assert producer.flush(30) == 0
+        assert read_all(cluster.bootstrap, 1000)[-1] == b"after-999"
     finally:
         zk.stop()
         zk.close()

@@ -10,7 +10,14 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -441,3 +448,20 @@ def test_max_message_bytes_is_enforced(
     got = consume_confluent(bootstrap, name, [0, 1, 2], 2)
     assert [len(r.rec.value or b"") for r in got[0]] == [2_000]
     assert [len(r.rec.value or b"") for r in got[1]] == [20_000]
+
+
+def test_elect_leaders_where_the_preferred_replicas_lead(
+    admin: AdminClient, topic: TopicFactory
+) -> None:
+    """ElectLeaders (kafka-leader-election.sh) on a healthy cluster: the preferred replicas lead
+    already, so nothing needs an election, either kind. Elections that move leaders are in
+    tests/e2e/test_replication_failover.py and tests/integration/test_controller_inprocess.py."""
+    name = topic(2)
+    named = [TopicPartition(name, 0), TopicPartition(name, 1), TopicPartition(name, 7)]
+    for election in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        result = admin.elect_leaders(election, named).result(timeout=60)
+        assert {tp.partition: e.code() for tp, e in result.items()} == {
+            0: KafkaError.ELECTION_NOT_NEEDED,
+            1: KafkaError.ELECTION_NOT_NEEDED,
+            7: KafkaError.UNKNOWN_TOPIC_OR_PART,
+        }

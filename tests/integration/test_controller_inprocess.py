@@ -273,3 +273,75 @@ async def test_no_rebalance_when_auto_leader_rebalance_is_off(
 
 def _gauge(gauge: Gauge) -> float:
     return gauge.collect()[0].samples[0].value
+
+
+async def elect(zk: AsyncZk, election_type: int, *parts: tuple[str, int]) -> dict[Any, int]:
+    stub, channel = await controller_stub(zk)
+    try:
+        resp = await stub.ElectLeaders(
+            pb.ElectLeadersRequest(
+                election_type=election_type,
+                all_partitions=not parts,
+                partitions=[pb.PartitionRef(topic=t, partition=p) for t, p in parts],
+                timeout_ms=5000,
+            )
+        )
+    finally:
+        await channel.close()
+    assert resp.error_code == 0, resp
+    return {(r.topic, r.partition): r.error_code for r in resp.partitions}
+
+
+async def test_elect_leaders_preferred_and_unclean_on_request(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    await make_app(auto_leader_rebalance_enable=False)
+    for i in (1, 2, 3):
+        await start_node(zk_connect, nodes, i)
+    assert (await create(zk, assigned("el", [1, 2, 3], [2, 3, 1]))).error_code == 0
+    assert (await create(zk, assigned("gone", [3, 1]))).error_code == 0
+    await nodes[0].deregister()
+    await wait_for(lambda: _leader(zk, "el", 0, 2), what="failover of el-0 to broker 2")
+    await nodes[0].register()
+    await wait_for(lambda: nodes[0].latest("el", 0) is not None, what="broker 1 told again")
+
+    # broker 1 is back but not in the ISR: it may not lead yet
+    assert await elect(zk, 0, ("el", 0), ("el", 1), ("el", 9), ("nope", 0)) == {
+        ("el", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+        ("el", 1): ErrorCode.ELECTION_NOT_NEEDED,
+        ("el", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    await _isr_changed(zk, "el", 0, [2, 3, 1])
+    await wait_for(lambda: _no_children(zk, layout.ISR_CHANGE_NOTIFICATION), what="notice read")
+    # all partitions: only what was elected (or failed) is answered
+    assert await elect(zk, 0) == {("el", 0): ErrorCode.NONE}
+    st = await state(zk, "el", 0)
+    assert (st["leader"], st["isr"]) == (1, [2, 3, 1])
+    order = nodes[0].latest("el", 0)
+    assert order is not None and order.leader == 1
+    assert await elect(zk, 0, ("el", 0)) == {("el", 0): ErrorCode.ELECTION_NOT_NEEDED}
+
+    # unclean: gone-0's ISR is just broker 3, which dies; broker 1 may lead only on request
+    path = layout.partition_state_path("gone", 0)
+    data, stat = await zk.get(path)
+    cur = layout.loads(data)
+    shrunk = layout.PartitionStateZk(3, cur["leader_epoch"], [3], cur["controller_epoch"])
+    await zk.set(path, shrunk.to_json(), stat.version)
+    await zk.create(
+        f"{layout.ISR_CHANGE_NOTIFICATION}/isr_change_",
+        layout.dumps({"version": 1, "partitions": [{"topic": "gone", "partition": 0}]}),
+        sequence=True,
+    )
+    await wait_for(lambda: _no_children(zk, layout.ISR_CHANGE_NOTIFICATION), what="notice read")
+    await nodes[2].deregister()
+    await wait_for(lambda: _leader(zk, "gone", 0, -1), what="gone-0 offline")
+    assert await elect(zk, 0, ("gone", 0)) == {
+        ("gone", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    }
+    assert await elect(zk, 1, ("el", 1), ("gone", 0)) == {
+        ("el", 1): ErrorCode.ELECTION_NOT_NEEDED,
+        ("gone", 0): ErrorCode.NONE,
+    }
+    st = await state(zk, "gone", 0)
+    assert (st["leader"], st["isr"]) == (1, [1])

@@ -54,6 +54,13 @@ async def _controller(method: str, request: Any) -> Any:
             cpb.DeleteTopicsResponse if method == "DeleteTopics" else cpb.CreatePartitionsResponse
         )
         return resp(topics=[cpb.TopicResult(name=n) for n in names])
+    if method == "ElectLeaders":
+        return cpb.ElectLeadersResponse(
+            partitions=[
+                cpb.PartitionElection(topic=r.topic, partition=r.partition)
+                for r in request.partitions
+            ]
+        )
     return cpb.AlterConfigsResponse(
         resources=[
             cpb.ConfigResourceResult(resource_type=r.resource_type, name=r.name)
@@ -211,6 +218,11 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "include_documentation": True,
     },
     ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False},
+    ApiKey.ELECT_LEADERS: {
+        "election_type": 0,
+        "topic_partitions": [{"topic": "a", "partitions": [0]}],
+        "timeout": 1000,
+    },
     ApiKey.INIT_PRODUCER_ID: {"transactional_id": None, "transaction_timeout": 1000},
     ApiKey.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
     ApiKey.JOIN_GROUP: {
