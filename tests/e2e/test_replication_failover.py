@@ -32,8 +32,7 @@ LAG_MS = 3000
 FIRST_BATCH = 5000
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+def _cluster(tmp_path: Path, *controller_flags: str) -> Iterator[LocalCluster]:
     c = LocalCluster(
         tmp_path / "cluster",
         gateways=1,
@@ -41,13 +40,31 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         controllers=1,
         gateway_port=0,
         zk_port=0,
-        extra={"storage": ["--replica.lag.time.max.ms", str(LAG_MS)]},
+        extra={
+            "storage": ["--replica.lag.time.max.ms", str(LAG_MS)],
+            "controller": list(controller_flags),
+        },
     )
     c.start(timeout=90)
     try:
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    yield from _cluster(tmp_path)
+
+
+@pytest.fixture
+def balancing_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    yield from _cluster(tmp_path, "--leader.imbalance.check.interval.seconds", "2")
+
+
+@pytest.fixture
+def manual_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    yield from _cluster(tmp_path, "--auto.leader.rebalance.enable", "false")
 
 
 def partition_state(zk: KazooClient) -> dict[str, Any]:
@@ -137,38 +154,12 @@ def log_end_offset(cluster: LocalCluster, broker: int) -> int | None:
     return int(float(m.group(1))) if m else None
 
 
-def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
-    bootstrap = cluster.bootstrap
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(
-        30
-    )
-    zk = KazooClient(hosts=cluster.zk_connect)
-    zk.start(10)
-    try:
-        state = wait_for(
-            "the partition state",
-            lambda: (
-                zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state") and partition_state(zk)
-            ),
-            15,
-        )
-        assert sorted(state["isr"]) == [0, 1, 2]
+class LoadProducer:
+    """An idempotent acks=all confluent-kafka producer of numbered values; ``start()`` keeps it
+    producing from a thread until ``stop()``."""
 
-        acked: list[bytes] = []
-        failed: list[str] = []
-        ack_times: list[float] = []
-        lock = threading.Lock()
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            with lock:
-                if err is None:
-                    acked.append(msg.value())
-                    ack_times.append(time.monotonic())
-                else:
-                    failed.append(str(err))
-
-        producer = Producer(
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": True,
@@ -178,32 +169,92 @@ def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
                 "retry.backoff.ms": 50,
             }
         )
+        self.acked: list[bytes] = []
+        self.ack_times: list[float] = []
+        self.failed: list[str] = []
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        with self._lock:
+            if err is None:
+                self.acked.append(msg.value())
+                self.ack_times.append(time.monotonic())
+            else:
+                self.failed.append(str(err))
+
+    def _send(self) -> None:
+        self.producer.produce(TOPIC, b"v-%08d" % self.sent, on_delivery=self._on_delivery)
+        self.sent += 1
+
+    def produce(self, count: int) -> None:
+        """``count`` records, waiting for every acknowledgement."""
+        for _ in range(count):
+            self._send()
+            if self.sent % 500 == 0:
+                self.producer.poll(0)
+        assert self.producer.flush(60) == 0
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._halt.is_set():
+                self._send()
+                self.producer.poll(0)
+                if self.sent % 100 == 0:
+                    time.sleep(0.01)
+
+        self._thread = threading.Thread(target=loop)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        assert self.producer.flush(60) == 0
+        assert not self.failed, self.failed[:5]
+        assert len(self.acked) == self.sent
+
+
+def replicated_topic(cluster: LocalCluster) -> KazooClient:
+    """Create TOPIC (1 partition, RF 3, min.insync.replicas 2); a ZooKeeper client once its
+    three replicas are in sync."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(
+        30
+    )
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(10)
+    wait_for(
+        "the partition state with every replica in sync",
+        lambda: (
+            zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state")
+            and sorted(partition_state(zk)["isr"]) == [0, 1, 2]
+        ),
+        15,
+    )
+    return zk
+
+
+def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
+    bootstrap = cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    zk = replicated_topic(cluster)
+    try:
+        load = LoadProducer(bootstrap)
+        acked, ack_times = load.acked, load.ack_times
         # 1. 5,000 records with acks=all over RF 3, read back
         started = time.monotonic()
-        for i in range(FIRST_BATCH):
-            producer.produce(TOPIC, b"v-%08d" % i, on_delivery=on_delivery)
-            if i % 500 == 0:
-                producer.poll(0)
-        assert producer.flush(60) == 0
+        load.produce(FIRST_BATCH)
         first_ms = (time.monotonic() - started) * 1000
-        assert not failed, failed[:5]
+        assert not load.failed, load.failed[:5]
         assert len(acked) == FIRST_BATCH
         assert read_all(bootstrap, FIRST_BATCH) == acked
 
         # 2. kill -9 the leader while producing continues
         victim = partition_state(zk)["leader"]
         old_epoch = partition_state(zk)["leader_epoch"]
-        stop = threading.Event()
-        sent = FIRST_BATCH
-
-        def produce_loop() -> None:
-            nonlocal sent
-            while not stop.is_set():
-                producer.produce(TOPIC, b"v-%08d" % sent, on_delivery=on_delivery)
-                sent += 1
-                producer.poll(0)
-                if sent % 100 == 0:
-                    time.sleep(0.01)
 
         # a consumer reading through the failover: after the leader change librdkafka checks
         # its position with OffsetForLeaderEpoch (KIP-320) before it fetches on
@@ -212,8 +263,7 @@ def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
         wait_for("the live consumer to catch up", lambda: len(live.values) >= FIRST_BATCH, 30)
         epoch_requests_before = gateway_requests(cluster, "OffsetForLeaderEpoch")
 
-        t = threading.Thread(target=produce_loop)
-        t.start()
+        load.start()
         time.sleep(1.0)
         killed_at = time.monotonic()
         cluster.kill("storage", victim, signal.SIGKILL)
@@ -256,11 +306,7 @@ def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
             rejoined["leader"] == new_leader
             and rejoined["leader_epoch"] == new_state["leader_epoch"]
         )  # an ISR change by the leader: same leader epoch
-        stop.set()
-        t.join(30)
-        assert producer.flush(60) == 0
-        assert not failed, failed[:5]
-        assert len(acked) == sent
+        load.stop()
 
         # every acknowledged record exactly once, in order
         got = read_all(bootstrap, len(acked))
@@ -302,27 +348,6 @@ def test_leader_failover_and_rejoin(cluster: LocalCluster) -> None:
         zk.close()
 
 
-@pytest.fixture
-def balancing_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
-        gateways=1,
-        storage_nodes=3,
-        controllers=1,
-        gateway_port=0,
-        zk_port=0,
-        extra={
-            "storage": ["--replica.lag.time.max.ms", str(LAG_MS)],
-            "controller": ["--leader.imbalance.check.interval.seconds", "2"],
-        },
-    )
-    c.start(timeout=90)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def test_leadership_returns_to_the_preferred_replica_under_load(
     balancing_cluster: LocalCluster,
 ) -> None:
@@ -330,59 +355,17 @@ def test_leadership_returns_to_the_preferred_replica_under_load(
     produce requests in flight. No acknowledged record is lost or duplicated."""
     cluster = balancing_cluster
     bootstrap = cluster.bootstrap
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(
-        30
-    )
-    zk = KazooClient(hosts=cluster.zk_connect)
-    zk.start(10)
+    zk = replicated_topic(cluster)
     try:
-        wait_for(
-            "the partition state",
-            lambda: zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state"),
-            15,
-        )
         assignment = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["partitions"]["0"]
         preferred = assignment[0]
         wait_for("the preferred leader", lambda: partition_state(zk)["leader"] == preferred, 10)
 
-        acked: list[bytes] = []
-        failed: list[str] = []
-        lock = threading.Lock()
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            with lock:
-                if err is None:
-                    acked.append(msg.value())
-                else:
-                    failed.append(str(err))
-
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.timeout.ms": 60000,
-                "retry.backoff.ms": 50,
-            }
-        )
-        stop = threading.Event()
-        sent = 0
-
-        def produce_loop() -> None:
-            nonlocal sent
-            while not stop.is_set():
-                producer.produce(TOPIC, b"v-%08d" % sent, on_delivery=on_delivery)
-                sent += 1
-                producer.poll(0)
-                if sent % 100 == 0:
-                    time.sleep(0.01)
-
         live = LiveConsumer(bootstrap)
         live.start()
-        t = threading.Thread(target=produce_loop)
-        t.start()
+        load = LoadProducer(bootstrap)
+        acked = load.acked
+        load.start()
         time.sleep(1.0)
 
         # the preferred leader dies; another replica leads
@@ -405,11 +388,7 @@ def test_leadership_returns_to_the_preferred_replica_under_load(
         assert cluster.exited() == {}, "no node died in the move"
         acked_before_move = len(acked)
         wait_for("acks on the preferred leader", lambda: len(acked) > acked_before_move + 1000, 30)
-        stop.set()
-        t.join(30)
-        assert producer.flush(60) == 0
-        assert not failed, failed[:5]
-        assert len(acked) == sent
+        load.stop()
 
         got = read_all(bootstrap, len(acked))
         assert len(got) == len(set(got)), "duplicates"
@@ -429,43 +408,13 @@ def test_leadership_returns_to_the_preferred_replica_under_load(
         zk.close()
 
 
-@pytest.fixture
-def manual_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
-        gateways=1,
-        storage_nodes=3,
-        controllers=1,
-        gateway_port=0,
-        zk_port=0,
-        extra={
-            "storage": ["--replica.lag.time.max.ms", str(LAG_MS)],
-            "controller": ["--auto.leader.rebalance.enable", "false"],
-        },
-    )
-    c.start(timeout=90)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def test_elect_leaders_from_the_admin_client(manual_cluster: LocalCluster) -> None:
     """kafka-leader-election.sh's request from confluent-kafka's AdminClient.elect_leaders."""
     cluster = manual_cluster
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(
-        30
-    )
     tp = TopicPartition(TOPIC, 0)
-    zk = KazooClient(hosts=cluster.zk_connect)
-    zk.start(10)
+    zk = replicated_topic(cluster)
     try:
-        wait_for(
-            "the partition state",
-            lambda: zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state"),
-            15,
-        )
         preferred = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["partitions"]["0"][0]
         wait_for("the preferred leader", lambda: partition_state(zk)["leader"] == preferred, 10)
         result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
