@@ -115,6 +115,8 @@ def run_workload(peer: Peer, sc: Scenario, topic: str) -> dict[str, float]:
     result["cpu_s"] = after - before
     if "mb" in result and result["mb"] > 0:
         result["cpu_s_per_gb"] = result["cpu_s"] / (result["mb"] / 1000)
+    if result.get("requests"):
+        result["cpu_us_per_request"] = result["cpu_s"] / result["requests"] * 1e6
     return result
 
 
@@ -174,6 +176,10 @@ ROWS = [
     ("lat", "p99_ms", "e2e latency p99 (ms)", False),
     ("p1k_a1", "cpu_s_per_gb", "broker CPU-s per GB produced (1 KiB)", False),
     ("c1k", "cpu_s_per_gb", "broker CPU-s per GB consumed (1 KiB)", False),
+    ("p1k_a1", "requests", "Produce requests sent, 1 KiB acks=1", False),
+    ("p100_a1", "requests", "Produce requests sent, 100 B acks=1", False),
+    ("p1k_a1", "cpu_us_per_request", "broker CPU per Produce request, 1 KiB acks=1 (µs)", False),
+    ("p100_a1", "cpu_us_per_request", "broker CPU per Produce request, 100 B acks=1 (µs)", False),
 ]
 
 
@@ -256,7 +262,9 @@ def main() -> None:
         "1 KiB records produced and consumed on a topic of its own). "
         "Broker CPU is summed over every process of each broker from /proc. "
         "End-to-end latency: 1 KiB records produced at 1,000/s (acks=all, linger 0), each timed "
-        "when the consumer's poll returns it.\n\n"
+        "when the consumer's poll returns it. Produce requests are counted by the client "
+        "(librdkafka's statistics); broker CPU per request is the run's broker CPU divided by "
+        "that count (docs/performance.md: why it decides the 100 B rows).\n\n"
         f"Machine: {machine()}\n\nDate: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"scale {SCALE}, {runs}\n\n"
         f"{tbl}\n"

@@ -17,6 +17,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+STATS_INTERVAL_MS = 100
 PRODUCER_TUNING = {
     "linger.ms": 5,
     "batch.size": 1_000_000,
@@ -25,8 +26,28 @@ PRODUCER_TUNING = {
 }
 
 
+def _produce_requests(stats_json: str) -> int:
+    """Produce requests sent to every broker, from librdkafka's statistics."""
+    stats = json.loads(stats_json)
+    return sum(b.get("req", {}).get("Produce", 0) for b in stats.get("brokers", {}).values())
+
+
 def produce(args: argparse.Namespace) -> dict[str, float]:
-    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": args.acks, **PRODUCER_TUNING})
+    requests = 0
+
+    def on_stats(stats_json: str) -> None:
+        nonlocal requests
+        requests = max(requests, _produce_requests(stats_json))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "acks": args.acks,
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+            "stats_cb": on_stats,
+            **PRODUCER_TUNING,
+        }
+    )
     payload = os.urandom(args.size)
     errors = 0
 
@@ -51,12 +72,14 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
     elapsed = time.perf_counter() - start
     if remaining or errors:
         raise SystemExit(f"produce failed: {errors} errors, {remaining} undelivered")
+    producer.poll(2 * STATS_INTERVAL_MS / 1000)  # (untimed) statistics that count every request
     mb = args.count * args.size / 1e6
     return {
         "seconds": elapsed,
         "records_per_s": args.count / elapsed,
         "mb_per_s": mb / elapsed,
         "mb": mb,
+        "requests": requests,
     }
 
 

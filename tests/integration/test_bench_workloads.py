@@ -1,0 +1,84 @@
+"""`make bench`'s client workloads against the real cluster: what they print is what happened.
+
+The benchmark itself is too slow for the suite; its workloads are run here with small counts,
+the way bench/run.py runs them (their own process, one JSON line out). Timings are not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.run import table
+from bench.workloads import _produce_requests
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+
+
+def run(mode: str, bootstrap: str, topic: str, *args: str) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "bench.workloads", mode, "--bootstrap", bootstrap]
+    cmd += ["--topic", topic, "--partitions", str(PARTITIONS), *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120, check=True)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def end_offsets(bootstrap: str, topic: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-test"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
+def test_produce_counts_its_requests_and_consume_reads_them(
+    bootstrap: str, topic: Callable[..., str]
+) -> None:
+    name = topic(PARTITIONS, replication_factor=1)
+    produced = run("produce", bootstrap, name, "--size", "100", "--count", "3000", "--acks", "1")
+    assert produced["mb"] == pytest.approx(0.3)
+    # one partition per request (librdkafka): at least one request per partition, and no more
+    # requests than records
+    assert PARTITIONS <= produced["requests"] <= 3000
+    assert end_offsets(bootstrap, name) == [1000, 1000, 1000]
+
+    consumed = run("consume", bootstrap, name, "--count", "3000")
+    assert consumed["mb"] == pytest.approx(0.3)
+
+
+def test_latency_times_every_record(bootstrap: str, topic: Callable[..., str]) -> None:
+    name = topic(PARTITIONS, replication_factor=1)
+    result = run("latency", bootstrap, name, "--size", "64", "--rate", "200", "--seconds", "1")
+    assert result["records"] >= 198
+    assert 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_produce_requests_sum_every_broker_of_librdkafka_statistics() -> None:
+    stats = {
+        "brokers": {
+            "127.0.0.1:9092/0": {"req": {"Produce": 7, "Metadata": 2}},
+            "127.0.0.1:9093/1": {"req": {"Produce": 5}},
+            "GroupCoordinator": {"req": {}},
+        }
+    }
+    assert _produce_requests(json.dumps(stats)) == 12
+    assert _produce_requests("{}") == 0
+
+
+def test_table_shows_both_brokers_the_ratio_and_failed_cells() -> None:
+    ours = [{"p100_a1": {"requests": 1200.0, "cpu_us_per_request": 900.0}}]
+    theirs = [{"p100_a1": {"requests": 800.0, "cpu_us_per_request": 300.0}}]
+    lines = table(ours, theirs).splitlines()
+    row = next(line for line in lines if "CPU per Produce request, 100 B" in line)
+    assert row.split("|")[2:5] == [" 900 ", " 300 ", " 3.00 "]
+    assert any("| failed | failed | - |" in line for line in lines)  # rows nobody measured
