@@ -26,13 +26,25 @@ def env_name(prop: str) -> str:
     return ENV_PREFIX + prop.upper().replace(".", "_").replace("-", "_")
 
 
-def kafka_prop(default: Any, name: str, description: str = "") -> Any:
-    """A field whose external name is the Kafka property ``name``."""
+def kafka_prop(
+    default: Any,
+    name: str,
+    description: str = "",
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+) -> Any:
+    """A field whose external name is the Kafka property ``name``, with optional bounds
+    (a value outside them is a ConfigError naming the property)."""
     return Field(
         default,
         alias=name,
         validation_alias=AliasChoices(name, name.replace(".", "_")),
         description=description,
+        gt=gt,
+        ge=ge,
+        le=le,
     )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationInfo, field_validator
-
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
 from services.common.settings import ServiceSettings, kafka_prop
@@ -18,7 +16,7 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
 
 class ControllerSettings(ServiceSettings, ListenerSettings):
     LISTENER_SCHEMES = LISTENER_SCHEMES
-    controller_id: int = kafka_prop(..., "controller.id", "this controller's id (required)")
+    controller_id: int = kafka_prop(..., "controller.id", "this controller's id (required)", ge=0)
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0",
         "listeners",
@@ -30,11 +28,13 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
     # Kafka's ZooKeeper-era default (6 s) rather than the broker's 18 s: failover waits for the
     # dead controller's session to expire.
     zookeeper_session_timeout_ms: int = kafka_prop(
-        6000, "zookeeper.session.timeout.ms", "ZooKeeper session timeout"
+        6000, "zookeeper.session.timeout.ms", "ZooKeeper session timeout", ge=1
     )
-    num_partitions: int = kafka_prop(1, "num.partitions", "partitions of a topic created with -1")
+    num_partitions: int = kafka_prop(
+        1, "num.partitions", "partitions of a topic created with -1", ge=1
+    )
     default_replication_factor: int = kafka_prop(
-        1, "default.replication.factor", "replication factor of a topic created with -1"
+        1, "default.replication.factor", "replication factor of a topic created with -1", ge=1
     )
     delete_topic_enable: bool = kafka_prop(True, "delete.topic.enable", "allow topic deletion")
     unclean_leader_election_enable: bool = kafka_prop(
@@ -46,12 +46,17 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
         50,
         "offsets.topic.num.partitions",
         "partitions of __consumer_offsets (do not change after deployment)",
+        ge=1,
     )
     offsets_topic_replication_factor: int = kafka_prop(
-        3, "offsets.topic.replication.factor", "replication factor of __consumer_offsets"
+        3,
+        "offsets.topic.replication.factor",
+        "replication factor of __consumer_offsets",
+        ge=1,
+        le=32767,
     )
     offsets_topic_segment_bytes: int = kafka_prop(
-        104857600, "offsets.topic.segment.bytes", "segment size of __consumer_offsets"
+        104857600, "offsets.topic.segment.bytes", "segment size of __consumer_offsets", ge=1
     )
     auto_leader_rebalance_enable: bool = kafka_prop(
         True,
@@ -59,44 +64,18 @@ class ControllerSettings(ServiceSettings, ListenerSettings):
         "move leadership back to preferred replicas when a storage node leads too few of them",
     )
     leader_imbalance_check_interval_seconds: int = kafka_prop(
-        300, "leader.imbalance.check.interval.seconds", "how often the leader balance is checked"
+        300,
+        "leader.imbalance.check.interval.seconds",
+        "how often the leader balance is checked",
+        ge=1,
     )
     leader_imbalance_per_broker_percentage: int = kafka_prop(
         10,
         "leader.imbalance.per.broker.percentage",
         "share of a node's preferred partitions led elsewhere above which they are moved back",
+        ge=0,
+        le=100,
     )
     controller_socket_timeout_ms: int = kafka_prop(
-        30000, "controller.socket.timeout.ms", "deadline of one order sent to a storage node"
+        30000, "controller.socket.timeout.ms", "deadline of one order sent to a storage node", ge=1
     )
-
-    @field_validator(
-        "controller_id",
-        "num_partitions",
-        "default_replication_factor",
-        "controller_socket_timeout_ms",
-        "zookeeper_session_timeout_ms",
-        "offsets_topic_num_partitions",
-        "offsets_topic_segment_bytes",
-        "leader_imbalance_check_interval_seconds",
-    )
-    @classmethod
-    def _check_int(cls, v: int, info: ValidationInfo) -> int:
-        minimum = 0 if info.field_name == "controller_id" else 1
-        if v < minimum:
-            raise ValueError(f"must be >= {minimum}")
-        return v
-
-    @field_validator("leader_imbalance_per_broker_percentage")
-    @classmethod
-    def _check_percentage(cls, v: int) -> int:
-        if not 0 <= v <= 100:
-            raise ValueError("must be between 0 and 100")
-        return v
-
-    @field_validator("offsets_topic_replication_factor")
-    @classmethod
-    def _check_rf(cls, v: int) -> int:
-        if not 1 <= v <= 32767:
-            raise ValueError("must be between 1 and 32767")
-        return v

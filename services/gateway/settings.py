@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pydantic import field_validator
-
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
 from services.common.settings import ServiceSettings, kafka_prop
@@ -18,7 +16,7 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
 class GatewaySettings(ServiceSettings, ListenerSettings):
     LISTENER_SCHEMES = LISTENER_SCHEMES
     node_id: int = kafka_prop(
-        ..., "node.id", "this gateway's node id, as clients see it (required)"
+        ..., "node.id", "this gateway's node id, as clients see it (required)", ge=0
     )
     listeners: str = kafka_prop(
         "PLAINTEXT://127.0.0.1:9092",
@@ -36,59 +34,41 @@ class GatewaySettings(ServiceSettings, ListenerSettings):
         104857600,
         "socket.request.max.bytes",
         "largest request frame; bigger ones close the connection",
+        gt=0,
     )
     message_max_bytes: int = kafka_prop(
         1048588,
         "message.max.bytes",
         "largest record batch (default of the topic's max.message.bytes)",
+        gt=0,
     )
     connections_max_idle_ms: int = kafka_prop(
-        600000, "connections.max.idle.ms", "idle connections are closed after this long"
+        600000, "connections.max.idle.ms", "idle connections are closed after this long", gt=0
     )
     request_timeout_ms: int = kafka_prop(
-        30000, "request.timeout.ms", "bound of internal calls made for one client request"
+        30000, "request.timeout.ms", "bound of internal calls made for one client request", gt=0
     )
     producer_id_block_size: int = kafka_prop(
-        1000, "kafkapy.producer.id.block.size", "producer ids claimed from ZooKeeper at a time"
+        1000,
+        "kafkapy.producer.id.block.size",
+        "producer ids claimed from ZooKeeper at a time",
+        gt=0,
     )
     max_inflight_requests: int = kafka_prop(
         128,
         "kafkapy.connection.max.inflight.requests",
         "requests handled concurrently per connection before reading pauses",
+        gt=0,
     )
     shutdown_timeout_ms: int = kafka_prop(
-        15000, "kafkapy.shutdown.timeout.ms", "how long in-flight requests may run after SIGTERM"
+        15000,
+        "kafkapy.shutdown.timeout.ms",
+        "how long in-flight requests may run after SIGTERM",
+        ge=0,
     )
     auto_create_wait_ms: int = kafka_prop(
         5000,
         "kafkapy.auto.create.wait.ms",
         "how long a Metadata request waits for the controller when auto-creating a topic",
+        ge=0,
     )
-
-    @field_validator("node_id")
-    @classmethod
-    def _node_id(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
-        return v
-
-    @field_validator(
-        "socket_request_max_bytes",
-        "message_max_bytes",
-        "connections_max_idle_ms",
-        "request_timeout_ms",
-        "producer_id_block_size",
-        "max_inflight_requests",
-    )
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError("must be > 0")
-        return v
-
-    @field_validator("shutdown_timeout_ms", "auto_create_wait_ms")
-    @classmethod
-    def _non_negative(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
-        return v

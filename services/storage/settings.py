@@ -44,7 +44,7 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
 
     LISTENER_SCHEMES = LISTENER_SCHEMES
 
-    broker_id: int = kafka_prop(..., "broker.id", "this storage node's id (required)")
+    broker_id: int = kafka_prop(..., "broker.id", "this storage node's id (required)", ge=0)
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0", "listeners", "gRPC bind address, host:port or GRPC://host:port"
     )
@@ -58,123 +58,98 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     )
     broker_rack: str | None = kafka_prop(None, "broker.rack", "rack (zone) of this node")
     log_retention_check_interval_ms: int = kafka_prop(
-        300000, "log.retention.check.interval.ms", "how often retention runs"
+        300000, "log.retention.check.interval.ms", "how often retention runs", gt=0
     )
     log_flush_scheduler_interval_ms: int = kafka_prop(
         LONG_MAX,
         "log.flush.scheduler.interval.ms",
         "how often logs are checked for flush.ms (default: never)",
+        gt=0,
     )
     log_flush_offset_checkpoint_interval_ms: int = kafka_prop(
         60000,
         "log.flush.offset.checkpoint.interval.ms",
         "how often recovery points and log start offsets are checkpointed",
+        gt=0,
     )
     replica_high_watermark_checkpoint_interval_ms: int = kafka_prop(
         5000,
         "replica.high.watermark.checkpoint.interval.ms",
         "how often high watermarks are checkpointed",
+        gt=0,
     )
     replica_lag_time_max_ms: int = kafka_prop(
-        30000, "replica.lag.time.max.ms", "a follower not caught up for this long leaves the ISR"
+        30000,
+        "replica.lag.time.max.ms",
+        "a follower not caught up for this long leaves the ISR",
+        gt=0,
     )
     replica_fetch_wait_max_ms: int = kafka_prop(
-        500, "replica.fetch.wait.max.ms", "long-poll time of a follower's fetch"
+        500, "replica.fetch.wait.max.ms", "long-poll time of a follower's fetch", gt=0
     )
     replica_fetch_min_bytes: int = kafka_prop(
-        1, "replica.fetch.min.bytes", "bytes a follower's fetch waits for"
+        1, "replica.fetch.min.bytes", "bytes a follower's fetch waits for", gt=0
     )
     replica_fetch_max_bytes: int = kafka_prop(
-        1048576, "replica.fetch.max.bytes", "bytes fetched per partition by a follower"
+        1048576, "replica.fetch.max.bytes", "bytes fetched per partition by a follower", gt=0
     )
     replica_fetch_response_max_bytes: int = kafka_prop(
-        10485760, "replica.fetch.response.max.bytes", "bytes of a follower's whole fetch"
+        10485760, "replica.fetch.response.max.bytes", "bytes of a follower's whole fetch", gt=0
     )
     replica_fetch_backoff_ms: int = kafka_prop(
-        1000, "replica.fetch.backoff.ms", "longest back-off of a follower after fetch errors"
+        1000, "replica.fetch.backoff.ms", "longest back-off of a follower after fetch errors", gt=0
     )
     replica_socket_timeout_ms: int = kafka_prop(
-        30000, "replica.socket.timeout.ms", "timeout of a follower's requests to its leader"
+        30000, "replica.socket.timeout.ms", "timeout of a follower's requests to its leader", gt=0
     )
-    log_retention_hours: int = kafka_prop(168, "log.retention.hours", "retention (hours)")
+    log_retention_hours: int = kafka_prop(168, "log.retention.hours", "retention (hours)", gt=0)
     log_retention_minutes: int | None = kafka_prop(
         None, "log.retention.minutes", "retention (minutes; overrides hours)"
     )
-    log_roll_hours: int = kafka_prop(168, "log.roll.hours", "segment age before a roll (hours)")
-    shutdown_grace_ms: int = kafka_prop(5000, "shutdown.grace.ms", "gRPC drain time at shutdown")
+    log_roll_hours: int = kafka_prop(
+        168, "log.roll.hours", "segment age before a roll (hours)", gt=0
+    )
+    shutdown_grace_ms: int = kafka_prop(
+        5000, "shutdown.grace.ms", "gRPC drain time at shutdown", ge=0
+    )
     log_cleaner_enable: bool = kafka_prop(
         True, "log.cleaner.enable", "compact logs whose cleanup.policy includes compact"
     )
     log_cleaner_backoff_ms: int = kafka_prop(
-        15000, "log.cleaner.backoff.ms", "pause of the cleaner when no log needs cleaning"
+        15000, "log.cleaner.backoff.ms", "pause of the cleaner when no log needs cleaning", gt=0
     )
     log_cleaner_threads: int = kafka_prop(1, "log.cleaner.threads", "cleaner threads (only 1)")
     log_cleaner_dedupe_buffer_size: int = kafka_prop(
         134217728,
         "log.cleaner.dedupe.buffer.size",
         "memory of a cleaning's offset map (about 145 bytes a key; keys over 16 bytes hashed)",
+        gt=0,
     )
     log_cleaner_io_buffer_load_factor: float = kafka_prop(
-        0.9, "log.cleaner.io.buffer.load.factor", "share of the offset map that may be filled"
+        0.9,
+        "log.cleaner.io.buffer.load.factor",
+        "share of the offset map that may be filled",
+        gt=0,
+        le=1,
     )
     log_cleaner_io_buffer_size: int = kafka_prop(
         524288,
         "log.cleaner.io.buffer.size",
         "the cleaner's I/O buffers; it reads segments in chunks of half of it",
+        gt=0,
     )
     log_cleaner_io_max_bytes_per_second: float = kafka_prop(
         1.7976931348623157e308,
         "log.cleaner.io.max.bytes.per.second",
         "bytes the cleaner may read and write per second (default: unlimited)",
+        gt=0,
     )
-
-    @field_validator(
-        "broker_id",
-        "log_retention_check_interval_ms",
-        "log_flush_scheduler_interval_ms",
-        "log_flush_offset_checkpoint_interval_ms",
-        "replica_high_watermark_checkpoint_interval_ms",
-        "replica_lag_time_max_ms",
-        "replica_fetch_wait_max_ms",
-        "replica_fetch_min_bytes",
-        "replica_fetch_max_bytes",
-        "replica_fetch_response_max_bytes",
-        "replica_fetch_backoff_ms",
-        "replica_socket_timeout_ms",
-        "log_retention_hours",
-        "log_roll_hours",
-        "shutdown_grace_ms",
-        "log_cleaner_backoff_ms",
-        "log_cleaner_dedupe_buffer_size",
-        "log_cleaner_io_buffer_size",
-    )
-    @classmethod
-    def _non_negative(cls, v: int, info: ValidationInfo) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
-        if info.field_name != "broker_id" and info.field_name != "shutdown_grace_ms" and v == 0:
-            raise ValueError("must be > 0")
-        return v
 
     @field_validator("log_cleaner_threads")
     @classmethod
     def _one_cleaner_thread(cls, v: int) -> int:
         if v != 1:
             raise ValueError("only 1 cleaner thread is supported")
-        return v
-
-    @field_validator("log_cleaner_io_max_bytes_per_second")
-    @classmethod
-    def _positive_rate(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
-
-    @field_validator("log_cleaner_io_buffer_load_factor")
-    @classmethod
-    def _load_factor(cls, v: float) -> float:
-        if not 0 < v <= 1:
-            raise ValueError("must be in (0, 1]")
         return v
 
     @field_validator("log_dirs")
