@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
-from tests.integration.kafka_support import wait_for
+from tests.integration.kafka_support import gateway_requests, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -129,20 +129,6 @@ class LiveConsumer(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(30)
-
-
-def gateway_requests(cluster: LocalCluster, request: str) -> dict[int, int]:
-    """Requests of one API the gateway has served: {version: count}."""
-    with urllib.request.urlopen(cluster.admin_url("gateway", 0) + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out: dict[int, int] = {}
-    for labels, value in re.findall(
-        r"kafka_network_requestmetrics_requests_total\{([^}]*)\} (\S+)", text
-    ):
-        version = re.search(r'version="(\d+)"', labels)
-        if f'request="{request}"' in labels and version:
-            out[int(version.group(1))] = int(float(value))
-    return out
 
 
 def log_end_offset(cluster: LocalCluster, broker: int) -> int | None:

@@ -17,6 +17,7 @@ import re
 import socket
 import struct
 import time
+import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -407,6 +408,20 @@ class TopicFactory(Protocol):
 def unique_topic_name(hint: str) -> str:
     base = re.sub(r"[^a-zA-Z0-9._-]+", "-", hint).strip("-.")[:60] or "t"
     return f"it-{base}-{next(_topic_seq)}-{uuid.uuid4().hex[:6]}"
+
+
+def gateway_requests(cluster: Any, request: str) -> dict[int, int]:
+    """Requests of one API that gateway 0 of a ``LocalCluster`` has served: {version: count}."""
+    with urllib.request.urlopen(cluster.admin_url("gateway", 0) + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[int, int] = {}
+    for labels, value in re.findall(
+        r"kafka_network_requestmetrics_requests_total\{([^}]*)\} (\S+)", text
+    ):
+        version = re.search(r'version="(\d+)"', labels)
+        if f'request="{request}"' in labels and version:
+            out[int(version.group(1))] = int(float(value))
+    return out
 
 
 def wait_for(
