@@ -86,6 +86,46 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
+# Java client properties with another name in librdkafka (value scale, if any).
+_JAVA_RENAMES = {
+    "max.request.size": ("message.max.bytes", 1),
+    "buffer.memory": ("queue.buffering.max.kbytes", 1024),
+    "send.buffer.bytes": ("socket.send.buffer.bytes", 1),
+    "receive.buffer.bytes": ("socket.receive.buffer.bytes", 1),
+}
+# Java client properties without meaning here: the console tools handle bytes themselves
+# (deserializers are formatter properties) and librdkafka never blocks a send.
+_JAVA_ONLY = frozenset(
+    {
+        "key.serializer",
+        "value.serializer",
+        "key.deserializer",
+        "value.deserializer",
+        "max.block.ms",
+        "max.poll.records",
+        "exclude.internal.topics",
+    }
+)
+
+
+def java_client_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """Client properties as a Kafka tool takes them, turned into librdkafka's names; names
+    librdkafka shares with Java pass through (librdkafka rejects unknown ones)."""
+    out: dict[str, str] = {}
+    for name, value in props.items():
+        if name in _JAVA_ONLY:
+            continue
+        if name in _JAVA_RENAMES:
+            target, scale = _JAVA_RENAMES[name]
+            try:
+                out[target] = str(max(1, int(value) // scale))
+            except ValueError:
+                raise CliError(f"{name} must be a number, got {value!r}") from None
+            continue
+        out[name] = value
+    return out
+
+
 def client_logger(verbose: bool) -> logging.Logger:
     """The logger librdkafka logs go to: silent unless ``--verbose``."""
     log = logging.getLogger(CLIENT_LOGGER)
