@@ -171,3 +171,24 @@ def kafka_error_text(exc: BaseException) -> str:
         code = str(name())
         return f"{code}: {detail}" if code and code not in detail else detail
     return str(err)
+
+
+# librdkafka error names that differ from Kafka's Errors enum (the exception class's name).
+_LIBRDKAFKA_NAMES = {
+    "UNKNOWN_TOPIC_OR_PART": "UnknownTopicOrPartitionException",
+    "NOT_LEADER_FOR_PARTITION": "NotLeaderOrFollowerException",
+    "OFFSET_OUT_OF_RANGE": "OffsetOutOfRangeException",
+    "REQUEST_TIMED_OUT": "TimeoutException",
+}
+
+
+def java_error_text(err: Any) -> str:
+    """A KafkaError as Kafka's tools print an exception: ``org.apache.kafka.common.errors.
+    UnknownTopicOrPartitionException: message`` (librdkafka's local errors as kafka_error_text)."""
+    name = str(err.name()) if callable(getattr(err, "name", None)) else ""
+    if not name or name.startswith("_"):
+        return kafka_error_text(Exception(err))
+    words = name.removesuffix("_EXCEPTION").split("_")
+    cls = _LIBRDKAFKA_NAMES.get(name) or "".join(w.capitalize() for w in words) + "Exception"
+    detail = str(err.str()).strip() if callable(getattr(err, "str", None)) else ""
+    return f"org.apache.kafka.common.errors.{cls}: {detail}" if detail else cls
