@@ -69,11 +69,11 @@ def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
     except KafkaException as exc:
         raise CliError(kafka_error_text(exc)) from None
     print("Records delete operation completed:", file=out)
-    for tp in unknown:
-        print(f"partition: {tp_text(tp)}\terror: {UNKNOWN_PARTITION}", file=out)
+    for missing in unknown:
+        print(f"partition: {tp_text(missing)}\terror: {UNKNOWN_PARTITION}", file=out)
     failed = len(unknown)
-    for tp, fut in sorted(futures.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
-        name = tp_text((tp.topic, tp.partition))
+    for ctp, fut in sorted(futures.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+        name = tp_text((ctp.topic, ctp.partition))
         try:
             deleted = fut.result(timeout=timeout_s + 5)
         except KafkaException as exc:
