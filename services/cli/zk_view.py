@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from services.cli.common import CliError
+from services.cli.common import CliError, client_logger
 from services.common.zk import layout
 
 NO_LEADER = -1
@@ -54,7 +54,10 @@ class ClusterState:
 @contextmanager
 def connected(zk_connect: str, timeout_s: float) -> Iterator[KazooClient]:
     """A started kazoo client (chroot included), stopped on exit; one-line errors."""
-    client = KazooClient(hosts=zk_connect, timeout=timeout_s, read_only=True)
+    # kazoo logs connection trouble; it goes where the client libraries' logs go (--verbose)
+    client = KazooClient(
+        hosts=zk_connect, timeout=timeout_s, read_only=True, logger=client_logger(False)
+    )
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:
