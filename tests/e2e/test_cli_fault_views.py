@@ -18,6 +18,7 @@ from services.cli.local_cluster import LocalCluster
 from tests.integration.kafka_support import (
     cli_ok,
     consume_confluent,
+    kafka_py,
     unique_topic_name,
     wait_for,
     zk_partition_state,
@@ -29,6 +30,7 @@ LINE = re.compile(
     r"\tTopic: (\S+)\tPartition: (\d+)\tLeader: (\d+|none)\tReplicas: ([\d,]+)\tIsr: ([\d,]*)"
 )
 DOWN = 2  # the storage node that is killed
+OTHER = 1  # killed too, for the unclean election
 
 
 @pytest.fixture
@@ -89,10 +91,13 @@ def test_reports_while_a_node_is_down_and_preferred_election_after(cluster: Loca
     bs = cluster.bootstrap
     replicated = unique_topic_name("cli-urp")
     solo = unique_topic_name("cli-solo")
+    unclean = unique_topic_name("cli-unclean")
     cli_ok("topics", "--bootstrap-server", bs, "create", "--topic", replicated, "--partitions", "3",
            "--replication-factor", "3", "--config", "min.insync.replicas=2")  # fmt: skip
     cli_ok("topics", "--bootstrap-server", bs, "create", "--topic", solo,
            "--replica-assignment", str(DOWN))  # fmt: skip
+    cli_ok("topics", "--bootstrap-server", bs, "create", "--topic", unclean,
+           "--replica-assignment", f"{DOWN}:{OTHER}")  # fmt: skip
     ours = {replicated, solo}
     wait_for("leaders", lambda: all(r[0] != "none" for r in _report(bs, None, ours).values()))
     assert _report(bs, "--under-replicated-partitions", ours) == {}
@@ -130,7 +135,7 @@ def test_reports_while_a_node_is_down_and_preferred_election_after(cluster: Loca
     cluster.start_process("storage", DOWN)
     wait_for(
         "every ISR full again",
-        lambda: _report(bs, "--under-replicated-partitions", ours) == {},
+        lambda: _report(bs, "--under-replicated-partitions", {*ours, unclean}) == {},
         timeout=90,
         interval=0.5,
     )
@@ -160,3 +165,32 @@ def test_reports_while_a_node_is_down_and_preferred_election_after(cluster: Loca
     assert _produce(bs, replicated, preferred_down[0], 3) == [None] * 3
     read = consume_confluent(bs, replicated, [0], 5)
     assert [r.rec.value for r in read[0]][:5] == [f"v{i}".encode() for i in range(5)]
+
+    # UNCLEAN: OTHER dies (out of the ISR), then DOWN, the last ISR member: no leader. OTHER
+    # comes back, alive but not in the ISR, and only an unclean election makes it leader.
+    assert _produce(bs, unclean, 0, 2) == [None] * 2
+    cluster.kill("storage", OTHER)
+    wait_for(
+        "ISR [DOWN]",
+        lambda: _report(bs, None, {unclean})[(unclean, 0)][2] == [DOWN],
+        timeout=60,
+        interval=0.5,
+    )
+    cluster.kill("storage", DOWN)
+    wait_for(
+        "no live leader",
+        lambda: list(_report(bs, "--unavailable-partitions", {unclean})) == [(unclean, 0)],
+        timeout=60,
+        interval=0.5,
+    )
+    cluster.start_process("storage", OTHER)
+    preferred = kafka_py("leader-election", "--bootstrap-server", bs, "--election-type",
+                         "PREFERRED", "--topic", unclean, "--partition", "0")  # fmt: skip
+    assert preferred.returncode == 1 and "could not be elected" in preferred.stderr
+    out = cli_ok("leader-election", "--bootstrap-server", bs, "--election-type", "UNCLEAN",
+                 "--topic", unclean, "--partition", "0")  # fmt: skip
+    assert out == f"Successfully completed leader election (UNCLEAN) for partitions {unclean}-0\n"
+    leader, _, isr = _report(bs, None, {unclean})[(unclean, 0)]
+    assert (leader, isr) == (str(OTHER), [OTHER])
+    assert zk_partition_state(cluster.zk_connect, unclean, 0)["leader"] == OTHER
+    assert _produce(bs, unclean, 0, 1) == [None]  # a real client writes to the new leader
