@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.cli.common import UsageError, unescape
-from services.cli.deserializers import Deserializer, deserializer
+from services.cli.deserializers import DeserializationError, Deserializer, deserializer
 
 Header = tuple[str, bytes | None]
 
@@ -184,7 +184,49 @@ class NoOpMessageFormatter:
         return b""
 
 
-RecordFormatter = MessageFormatter | LoggingMessageFormatter | NoOpMessageFormatter
+class OffsetsMessageFormatter:
+    """Kafka's OffsetsMessageFormatter for ``__consumer_offsets``: one line per offset commit,
+    ``[group,topic,partition]::OffsetAndMetadata(offset=.., leaderEpoch=Optional[..],
+    metadata=.., commitTimestamp=.., expireTimestamp=None)`` (``NULL`` for a deletion); group
+    metadata records are skipped."""
+
+    def format(self, rec: ConsumedRecord) -> bytes:
+        from services.common.errors import KafkaError
+
+        try:
+            return self._format(rec)
+        except KafkaError as exc:  # not a record of Kafka's schemas
+            raise DeserializationError(str(exc)) from None
+
+    @staticmethod
+    def _format(rec: ConsumedRecord) -> bytes:
+        from services.group_coordinator.offsets_topic import (
+            OffsetKey,
+            parse_key,
+            parse_offset_value,
+        )
+
+        if rec.key is None:
+            return b""
+        key = parse_key(rec.key)
+        if not isinstance(key, OffsetKey):
+            return b""
+        head = f"[{key.group},{key.topic},{key.partition}]::"
+        if rec.value is None:
+            return (head + "NULL\n").encode()
+        o = parse_offset_value(rec.value)
+        epoch = f"Optional[{o.leader_epoch}]" if o.leader_epoch >= 0 else "Optional.empty"
+        expire = f"Some({o.expire_timestamp})" if o.expire_timestamp >= 0 else "None"
+        return (
+            f"{head}OffsetAndMetadata(offset={o.offset}, leaderEpoch={epoch}, "
+            f"metadata={o.metadata}, commitTimestamp={o.commit_timestamp}, "
+            f"expireTimestamp={expire})\n"
+        ).encode()
+
+
+RecordFormatter = (
+    MessageFormatter | LoggingMessageFormatter | NoOpMessageFormatter | OffsetsMessageFormatter
+)
 
 # --formatter values kafka-console-consumer.sh accepts (3.x names and their 3.8+ successors).
 FORMATTERS = {
@@ -194,6 +236,8 @@ FORMATTERS = {
     "org.apache.kafka.tools.consumer.LoggingMessageFormatter": "logging",
     "kafka.tools.NoOpMessageFormatter": "noop",
     "org.apache.kafka.tools.consumer.NoOpMessageFormatter": "noop",
+    "kafka.coordinator.group.GroupMetadataManager$OffsetsMessageFormatter": "offsets",
+    "org.apache.kafka.tools.consumer.OffsetsMessageFormatter": "offsets",
 }
 
 
@@ -205,10 +249,14 @@ def make_formatter(
         raise UsageError(
             f"formatter {name!r} is not available here; use one of "
             "kafka.tools.DefaultMessageFormatter, kafka.tools.LoggingMessageFormatter, "
-            "kafka.tools.NoOpMessageFormatter (or their org.apache.kafka.tools.consumer names)"
+            "kafka.tools.NoOpMessageFormatter, "
+            "kafka.coordinator.group.GroupMetadataManager$OffsetsMessageFormatter "
+            "(or their org.apache.kafka.tools.consumer names)"
         )
     if kind == "noop":
         return NoOpMessageFormatter()
+    if kind == "offsets":
+        return OffsetsMessageFormatter()
     default = MessageFormatter.from_properties(props)
     return default if kind == "default" else LoggingMessageFormatter(default, log)
 

@@ -196,6 +196,23 @@ def test_console_consumer_group_commits_and_continues(bootstrap: str, topic: Top
         f"Partition:{i % 2}\tOffset:{i // 2}\tv{i}" for i in range(10)
     )
     assert _committed(bootstrap, group, name, 2) == {0: 5, 1: 5}
+    # the commits, read from __consumer_offsets with Kafka's offsets formatter
+    commits = cli_ok(
+        "console-consumer", "--bootstrap-server", bootstrap, "--topic", "__consumer_offsets",
+        "--from-beginning", "--timeout-ms", "3000",
+        "--formatter", "kafka.coordinator.group.GroupMetadataManager$OffsetsMessageFormatter",
+    )  # fmt: skip
+    last = {}
+    for line in commits.splitlines():
+        m = re.fullmatch(
+            r"\[(.+),(.+),(\d+)\]::OffsetAndMetadata\(offset=(\d+), leaderEpoch=Optional\S+, "
+            r"metadata=, commitTimestamp=\d+, expireTimestamp=None\)",
+            line,
+        )
+        assert m, line
+        if m.group(1, 2) == (group, name):
+            last[int(m.group(3))] = int(m.group(4))
+    assert last == {0: 5, 1: 5}
     res = kafka_py(*args, "--timeout-ms", "2000")
     assert res.returncode == 0 and res.stdout == ""
     assert "Processed a total of 0 messages" in res.stderr

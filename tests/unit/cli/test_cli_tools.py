@@ -172,3 +172,30 @@ def test_broker_api_versions_format() -> None:
     assert "\tApiVersions(18): 0 to 3 [usable: 3]," in lines
     assert lines[-2] == "\tUNKNOWN(1000): 0" and lines[-1] == ")"
     assert not any(line.startswith("\tVote(") for line in lines)  # KRaft controllers only
+
+
+def test_offsets_message_formatter_reads_kafkas_records() -> None:
+    from services.group_coordinator.model import OffsetAndMetadata
+    from services.group_coordinator.offsets_topic import (
+        group_metadata_key,
+        offset_commit_key,
+        offset_commit_value,
+    )
+
+    fmt = make_formatter(
+        "kafka.coordinator.group.GroupMetadataManager$OffsetsMessageFormatter", {}, print
+    )
+
+    def rec(key: bytes | None, value: bytes | None) -> ConsumedRecord:
+        return ConsumedRecord(0, 0, "CreateTime", 0, key, value)
+
+    key = offset_commit_key("g", "t", 3)
+    value = offset_commit_value(OffsetAndMetadata(42, 7, "meta", 1700000000000))
+    assert fmt.format(rec(key, value)) == (
+        b"[g,t,3]::OffsetAndMetadata(offset=42, leaderEpoch=Optional[7], metadata=meta, "
+        b"commitTimestamp=1700000000000, expireTimestamp=None)\n"
+    )
+    assert fmt.format(rec(key, None)) == b"[g,t,3]::NULL\n"
+    assert fmt.format(rec(group_metadata_key("g"), b"")) == b""  # not an offset commit
+    with pytest.raises(DeserializationError):
+        fmt.format(rec(b"\x00\x09junk", b""))
