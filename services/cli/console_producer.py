@@ -8,6 +8,7 @@ from typing import Any, BinaryIO
 
 from services.cli.common import (
     CliError,
+    bootstrap_type,
     java_client_properties,
     kafka_error_text,
     key_value,
@@ -35,7 +36,13 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         "Kafka's Java producer does).",
     )
     common(p, False)
-    p.add_argument("--broker-list", dest="bootstrap_server", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--broker-list",
+        dest="bootstrap_server",
+        type=bootstrap_type,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,  # Kafka's deprecated name of --bootstrap-server
+    )
     p.add_argument("--topic", required=True)
     p.add_argument(
         "--property",

@@ -84,14 +84,23 @@ def _read(client: KazooClient, names: list[str]) -> ClusterState:
         live = frozenset(int(i) for i in client.get_children(layout.BROKER_IDS) if i.isdigit())
     except NoNodeError:
         live = frozenset()
-    topics: dict[str, TopicState] = {}
+    # Every znode is asked for at once (kazoo pipelines async calls on its one connection),
+    # so thousands of partitions cost one round trip's wait, not one each.
+    assignments = {name: client.get_async(layout.topic_path(name)) for name in names}
+    marked = {name: client.exists_async(layout.delete_topic_path(name)) for name in names}
+    parsed: dict[str, tuple[dict[str, object], dict[int, list[int]], str | None]] = {}
+    states = {}
     for name in names:
         try:
-            data, _ = client.get(layout.topic_path(name))
+            data, _ = assignments[name].get()
         except NoNodeError:
             continue
-        body = layout.loads(data) or {}
         assignment, topic_id = layout.parse_topic_assignment(data)
+        parsed[name] = (layout.loads(data) or {}, assignment, topic_id)
+        for p in assignment:
+            states[(name, p)] = client.get_async(layout.partition_state_path(name, p))
+    topics: dict[str, TopicState] = {}
+    for name, (body, assignment, topic_id) in parsed.items():
         adding = _ids_by_partition(body.get("adding_replicas"))
         removing = _ids_by_partition(body.get("removing_replicas"))
         parts = []
@@ -99,17 +108,16 @@ def _read(client: KazooClient, names: list[str]) -> ClusterState:
             leader: int | None = None
             isr: list[int] = []
             try:
-                raw, _ = client.get(layout.partition_state_path(name, p))
+                raw, _ = states[(name, p)].get()
                 state = layout.PartitionStateZk.from_json(raw)
                 leader = None if state.leader == NO_LEADER else state.leader
                 isr = state.isr
             except NoNodeError:
-                pass
+                pass  # not elected yet
             parts.append(
                 PartitionState(p, leader, replicas, isr, adding.get(p, []), removing.get(p, []))
             )
-        marked = client.exists(layout.delete_topic_path(name)) is not None
-        topics[name] = TopicState(name, topic_id, parts, marked)
+        topics[name] = TopicState(name, topic_id, parts, marked[name].get() is not None)
     return ClusterState(live, topics)
 
 
