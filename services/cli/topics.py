@@ -7,6 +7,7 @@ any Kafka admin tool would.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -91,6 +92,25 @@ def replica_assignment(text: str) -> list[list[int]]:
             raise argparse.ArgumentTypeError("every partition needs the same number of replicas")
         out.append(replicas)
     return out
+
+
+def select_topics(names: list[str], topic: str | None, exclude_internal: bool) -> list[str]:
+    """kafka-topics.sh's ``--topic`` for list and describe: a name, or a regular expression
+    that must match whole names (commas separate alternatives, as Kafka's IncludeList)."""
+    if topic is None:
+        chosen = names
+    elif topic in names:
+        chosen = [topic]
+    else:
+        pattern = topic.strip().replace(",", "|").replace(" ", "").strip("\"'")
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(
+                f"--topic {topic!r} is not a valid regular expression: {exc}"
+            ) from None
+        chosen = [n for n in names if regex.fullmatch(n)]
+    return [n for n in chosen if not (exclude_internal and n in INTERNAL_TOPICS)]
 
 
 # ---- output ---------------------------------------------------------------------------------
@@ -221,11 +241,7 @@ class TopicsCommand:
 
     # list ------------------------------------------------------------------------------------
     def cmd_list(self, args: argparse.Namespace) -> int:
-        for name in self.topic_names():
-            if args.exclude_internal and name in INTERNAL_TOPICS:
-                continue
-            if args.topic and name != args.topic:
-                continue
+        for name in select_topics(self.topic_names(), args.topic, args.exclude_internal):
             print(name, file=self.out)
         return 0
 
@@ -233,16 +249,10 @@ class TopicsCommand:
     def cmd_describe(self, args: argparse.Namespace) -> int:
         from services.cli.zk_view import read_cluster
 
-        names = self.topic_names()
-        if args.topic:
-            if args.topic not in names:
-                if args.if_exists:
-                    return 0
-                raise CliError(f"topic '{args.topic}' does not exist")
-            names = [args.topic]
-        elif args.exclude_internal:
-            names = [n for n in names if n not in INTERNAL_TOPICS]
+        names = select_topics(self.topic_names(), args.topic, args.exclude_internal)
         if not names:
+            if args.topic and not args.if_exists:
+                raise CliError(f"topic '{args.topic}' does not exist")
             return 0
         report = PartitionReport(
             under_replicated=args.under_replicated_partitions,
@@ -431,7 +441,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
 
     p = ops.add_parser("list", help="list topic names")
     common(p, False)
-    p.add_argument("--topic", help="only this topic")
+    p.add_argument("--topic", help="a topic name or a regular expression (e.g. 'orders-.*')")
     p.add_argument("--exclude-internal", action="store_true")
 
     p = ops.add_parser(
@@ -441,7 +451,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         "ISRs are storage node ids, read from ZooKeeper (the controller's partition state).",
     )
     common(p, False)
-    p.add_argument("--topic", help="default: every topic")
+    p.add_argument("--topic", help="a topic name or a regular expression (default: every topic)")
     p.add_argument("--exclude-internal", action="store_true")
     p.add_argument("--if-exists", action="store_true")
     p.add_argument(

@@ -251,6 +251,13 @@ def test_list_sorted_and_filtered() -> None:
     admin = FakeAdmin({"b": [], "a": [], "__consumer_offsets": []})
     assert _run(admin, "list")[1] == "__consumer_offsets\na\nb\n"
     assert _run(admin, "list", "--exclude-internal")[1] == "a\nb\n"
+    # --topic is a name or a regular expression over whole names (commas = alternatives)
+    assert _run(admin, "list", "--topic", "a")[1] == "a\n"
+    assert _run(admin, "list", "--topic", "[ab]")[1] == "a\nb\n"
+    assert _run(admin, "list", "--topic", "b,__.*", "--exclude-internal")[1] == "b\n"
+    assert _run(admin, "list", "--topic", "ab?")[1] == "a\n"
+    with pytest.raises(UsageError, match="not a valid regular expression"):
+        _run(admin, "list", "--topic", "(")
 
 
 def test_alter_partitions_and_configs() -> None:
