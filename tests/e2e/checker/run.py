@@ -1,0 +1,284 @@
+"""``Checker``: one run of writers + a consumer group against a LocalCluster, with faults in
+between, ended by a heal, liveness checks, two independent full reads and the verdicts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from services.cli.local_cluster import LocalCluster
+from tests.e2e.checker.group import ConsumerGroup
+from tests.e2e.checker.history import TP, History
+from tests.e2e.checker.liveness import LivenessResult, wait_live
+from tests.e2e.checker.nemesis import Nemesis, Schedule
+from tests.e2e.checker.reads import confluent_read, kafka_python_read
+from tests.e2e.checker.report import Outcome
+from tests.e2e.checker.timeline import Timeline
+from tests.e2e.checker.verdicts import check
+from tests.e2e.checker.workload import WRITERS, Writer
+from tests.integration.kafka_support import wait_for_topic
+
+#: (writer name, client, records per second)
+DEFAULT_WRITERS: tuple[tuple[str, str, float], ...] = (
+    ("c0", "confluent-kafka", 250.0),
+    ("c1", "confluent-kafka", 250.0),
+    ("k0", "kafka-python", 60.0),
+    ("a0", "aiokafka", 60.0),
+)
+
+
+class Checker:
+    """Drives one run. Typical use::
+
+        checker = Checker(cluster, "chaos", evidence=evidence_dir(tmp_path, "chaos"))
+        checker.create_topic(partitions=6, config={"min.insync.replicas": "2"})
+        checker.start()                        # writers and the consumer group
+        nemesis = checker.run_schedule(Schedule.mixed(seed, checker.layout()))
+        outcome = checker.finish(heal=nemesis.heal)
+        outcome.assert_ok()
+
+    Faults of your own go between ``start()`` and ``finish()``; call ``checker.note(text)``
+    for each so the timeline shows them.
+    """
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        topic: str,
+        *,
+        evidence: Path | None = None,
+        writers: Sequence[tuple[str, str, float]] = DEFAULT_WRITERS,
+        writer_config: Mapping[str, Mapping[str, Any]] | None = None,
+        group: str | None = "checker-group",
+        group_members: int = 2,
+        seed: int | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.partitions = 0
+        self.evidence = evidence
+        self.history = History()
+        self.timeline = Timeline()
+        self.seed = seed
+        self._writer_specs = list(writers)
+        self._writer_config = dict(writer_config or {})
+        self.writers: list[Writer] = []
+        self.group_name = group
+        self.group_members = group_members
+        self.group: ConsumerGroup | None = None
+        self.nemesis: Nemesis | None = None
+        self._schedule: Schedule | None = None
+
+    # ---- set-up ---------------------------------------------------------------------
+    def layout(self) -> dict[str, int]:
+        """role -> number of processes (for ``Schedule.mixed``)."""
+        out: dict[str, int] = {}
+        for p in self.cluster.processes():
+            out[p.role] = out.get(p.role, 0) + 1
+        return out
+
+    def create_topic(
+        self,
+        partitions: int = 6,
+        replication_factor: int = 3,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        new = NewTopic(self.topic, partitions, replication_factor, config=dict(config or {}))
+        admin.create_topics([new])[self.topic].result(60)
+        wait_for_topic(admin, self.topic, partitions, timeout=60)
+        self.partitions = partitions
+
+    def use_topic(self, partitions: int) -> None:
+        """Run on an existing topic of ``partitions`` partitions."""
+        self.partitions = partitions
+
+    @property
+    def tps(self) -> list[TP]:
+        return [(self.topic, p) for p in range(self.partitions)]
+
+    def note(self, text: str, source: str = "test") -> None:
+        self.timeline.note(source, text)
+
+    # ---- the run --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the writers and the consumer group."""
+        if not self.partitions:
+            raise ValueError("create_topic() or use_topic() first")
+        bootstrap = self.cluster.bootstrap
+        for name, client, rate in self._writer_specs:
+            w = WRITERS[client](
+                name,
+                bootstrap,
+                self.topic,
+                self.partitions,
+                self.history,
+                self.timeline,
+                rate=rate,
+                config=self._writer_config.get(client),
+            )
+            self.writers.append(w)
+            w.start()
+        if self.group_name and self.group_members:
+            self.group = ConsumerGroup(
+                self.group_name,
+                bootstrap,
+                self.topic,
+                self.history,
+                self.timeline,
+                members=self.group_members,
+            )
+            self.group.start()
+        self.note(f"workload started: {len(self.writers)} writers, {self.group_members} members")
+
+    def run_schedule(self, schedule: Schedule) -> Nemesis:
+        """Apply ``schedule`` (blocks until its last fault ended); returns the nemesis, whose
+        ``heal`` goes to ``finish``."""
+        self._schedule = schedule
+        self.seed = schedule.seed
+        self.nemesis = Nemesis(self.cluster, schedule, self.timeline)
+        self.note(f"nemesis starts: seed {schedule.seed}, {len(schedule.faults)} faults")
+        self.nemesis.start()
+        self.nemesis.join(schedule.span * 3 + 300)
+        return self.nemesis
+
+    def finish(
+        self,
+        *,
+        heal: Callable[[], None] | None = None,
+        liveness_timeout: float = 60.0,
+        progress_timeout: float = 20.0,
+        drain_timeout: float = 60.0,
+        read_timeout: float = 60.0,
+    ) -> Outcome:
+        """Heal, check liveness, stop the workload, read everything twice, judge, report."""
+        healed_at = time.monotonic()
+        if heal is not None:
+            heal()
+        self.note("heal done; checking liveness")
+        liveness = wait_live(self.cluster, healed_at, liveness_timeout)
+        liveness.append(self._writers_progress(healed_at, progress_timeout))
+        for w in self.writers:
+            w.stop()
+        self.note("writers stopped")
+        liveness += self._drain_group(drain_timeout)
+        reads = [
+            confluent_read(self.cluster.bootstrap, self.tps, read_timeout),
+            kafka_python_read(self.cluster.bootstrap, self.tps, read_timeout),
+        ]
+        self.history.final_reads = reads
+        self.note("final reads done")
+        liveness.append(
+            LivenessResult(
+                "final reads complete",
+                all(r.error is None for r in reads),
+                "; ".join(f"{r.reader}: {r.error}" for r in reads if r.error),
+            )
+        )
+        outcome = Outcome(
+            verdicts=check(self.history),
+            liveness=liveness,
+            history=self.history,
+            faults=list(self.nemesis.applied) if self.nemesis else [],
+            unexpected_exits=list(self.nemesis.unexpected_exits) if self.nemesis else [],
+            seed=self.seed,
+            fault_seconds=(self.nemesis.ended_at - self.nemesis.started_at) if self.nemesis else 0,
+            writers={w.name: w.client for w in self.writers},
+        )
+        if self.evidence is not None:
+            outcome.write_evidence(
+                self.evidence,
+                self.timeline,
+                self.cluster.logs_dir,
+                self._schedule.as_json() if self._schedule else None,
+            )
+        print("\n" + outcome.table())  # noqa: T201 - the summary belongs in the test output
+        return outcome
+
+    # ---- phases of finish -----------------------------------------------------------
+    def _writers_progress(self, since: float, timeout: float) -> LivenessResult:
+        """Every writer gets new acknowledgements after the heal."""
+        base = {w.name: w.acks for w in self.writers}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            stuck = [w.name for w in self.writers if w.acks <= base[w.name]]
+            if not stuck:
+                return LivenessResult(
+                    "writers acked after the heal", True, seconds=time.monotonic() - since
+                )
+            time.sleep(0.2)
+        return LivenessResult(
+            "writers acked after the heal", False, f"no new ack within {timeout:.0f}s: {stuck}"
+        )
+
+    def _drain_group(self, timeout: float) -> list[LivenessResult]:
+        if self.group is None:
+            return []
+        started = time.monotonic()
+        ends = self._end_offsets()
+        caught = self.group.wait_caught_up(ends, self.history, timeout)
+        self.group.stop()
+        self.note("group stopped")
+        drained = LivenessResult(
+            "group read to the end",
+            caught,
+            "" if caught else f"ends {ends}, read {self.group.read} in {timeout:.0f}s",
+            time.monotonic() - started if caught else None,
+        )
+        return [drained, self._group_commits(timeout)]
+
+    def _end_offsets(self) -> dict[TP, int]:
+        c = Consumer(
+            {
+                "bootstrap.servers": self.cluster.bootstrap,
+                "group.id": "checker-ends",
+                "log_level": 2,
+            }
+        )
+        try:
+            return {
+                tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=15)[1] for tp in self.tps
+            }
+        finally:
+            c.close()
+
+    def _group_commits(self, timeout: float) -> LivenessResult:
+        """Fetch the group's committed offsets (into the history) and commit them again from
+        a fresh client: the group can commit after the heal."""
+        assert self.group_name is not None
+        started = time.monotonic()
+        deadline = started + timeout
+        c = Consumer(
+            {
+                "bootstrap.servers": self.cluster.bootstrap,
+                "group.id": self.group_name,
+                "enable.auto.commit": False,
+                "log_level": 2,
+            }
+        )
+        last = ""
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    got = c.committed([TopicPartition(*tp) for tp in self.tps], timeout=10)
+                    committed = {(t.topic, t.partition): t.offset for t in got if t.offset >= 0}
+                    self.history.final_commits[self.group_name] = committed
+                    again = [TopicPartition(t, p, o) for (t, p), o in committed.items()]
+                    if again:
+                        c.commit(offsets=again, asynchronous=False)
+                    return LivenessResult(
+                        f"group {self.group_name} can commit",
+                        True,
+                        seconds=time.monotonic() - started,
+                    )
+                except KafkaException as exc:
+                    last = str(exc.args[0])
+                    time.sleep(0.5)
+        finally:
+            c.close()
+        return LivenessResult(f"group {self.group_name} can commit", False, last)
