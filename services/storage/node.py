@@ -244,23 +244,24 @@ class StorageNode:
                 min(INITIAL_TASK_DELAY_MS, s.log_retention_check_interval_ms),
                 rm.run_retention,
             ),
-            # Also flushes rolled segments (Kafka schedules that at each roll), hence the cap.
+            # Also flushes rolled segments (Kafka schedules that at each roll) and logs left
+            # unflushed for log.recovery.flush.interval.ms, hence the cap.
             (
                 "flush",
                 min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
                 min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
-                rm.run_flush,
+                lambda: rm.run_flush(s.log_recovery_flush_interval_ms),
             ),
             (
                 "recovery-point-checkpoint",
                 s.log_flush_offset_checkpoint_interval_ms,
-                s.log_flush_offset_checkpoint_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_flush_offset_checkpoint_interval_ms),
                 rm.checkpoint_recovery_points,
             ),
             (
                 "log-start-offset-checkpoint",
-                s.log_flush_offset_checkpoint_interval_ms,
-                s.log_flush_offset_checkpoint_interval_ms,
+                s.log_flush_start_offset_checkpoint_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_flush_start_offset_checkpoint_interval_ms),
                 rm.checkpoint_log_start_offsets,
             ),
             (

@@ -93,6 +93,11 @@ class _Index:
             os.close(self._fd)
             self._fd = None
 
+    @property
+    def handle(self) -> int | None:
+        """The descriptor open for appends (None when read-only)."""
+        return self._fd
+
     def flush(self) -> None:
         if self._fd is not None:
             os.fsync(self._fd)
@@ -165,7 +170,7 @@ class _Index:
         self._entries += 1
         self._last = (key, val)
 
-    def _truncate_to_entries(self, n: int) -> None:
+    def truncate_to_entries(self, n: int) -> None:
         keys, vals = self._load()
         n = max(0, min(n, self._entries))
         del keys[n:]
@@ -180,7 +185,7 @@ class _Index:
             os.truncate(self.path, self.size_bytes)
 
     def reset(self) -> None:
-        self._truncate_to_entries(0)
+        self.truncate_to_entries(0)
 
     def raw_entries(self) -> list[tuple[int, int]]:
         keys, vals = self._load()
@@ -244,7 +249,7 @@ class OffsetIndex(_Index):
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         keys, _ = self._load()
-        self._truncate_to_entries(bisect_left(keys, offset - self.base_offset))
+        self.truncate_to_entries(bisect_left(keys, offset - self.base_offset))
 
     def entries_list(self) -> list[tuple[int, int]]:
         """All entries as (absolute offset, position)."""
@@ -335,7 +340,7 @@ class TimeIndex(_Index):
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         _, vals = self._load()
-        self._truncate_to_entries(bisect_left(vals, offset - self.base_offset))
+        self.truncate_to_entries(bisect_left(vals, offset - self.base_offset))
 
     def entries_list(self) -> list[tuple[int, int]]:
         """All entries as (timestamp, absolute offset)."""
