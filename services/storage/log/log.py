@@ -12,7 +12,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from services.common.errors import ErrorCode, KafkaError
@@ -85,6 +85,21 @@ class UnexpectedAppendOffsetError(KafkaError):
         self.log_end_offset = log_end_offset
 
 
+@dataclass(frozen=True)
+class LogRecovery:
+    """What the recovery at open did (also logged as ``log_recovered``)."""
+
+    recovery_point: int
+    from_segment: int  # base offset of the first segment read
+    from_position: int  # where validation began in it (> 0: its fsynced prefix was skipped)
+    segments_skipped: int  # segments wholly below the recovery point, not read
+    segments_recovered: int
+    batches_recovered: int  # batches validated (CRC32C)
+    bytes_scanned: int  # bytes validated or cut
+    bytes_truncated: int
+    indexes_rebuilt: int
+
+
 @dataclass
 class _FlushPlan:
     target: int  # the recovery point once the handles are fsynced
@@ -132,6 +147,8 @@ class Log:
         self._truncated_to: int | None = None  # lowest truncation since the cleaner last looked
         self.truncations = 0  # how many times the log was truncated (compaction checks it)
         self._closed = False
+        self.recovery: LogRecovery | None = None  # set by open() after an unclean shutdown
+        self.producer_state_replayed_from: int | None = None  # set when open() replays batches
         self._log = log.bind(topic=topic, partition=partition)
         self.leader_epoch_cache: LeaderEpochCache
         self.producer_state = ProducerStateManager(
@@ -360,11 +377,10 @@ class Log:
                 seg.offset_index.make_readonly()
                 seg.time_index.make_readonly()
             i += 1
-        self._log.info(
-            "log_recovered",
+        self.recovery = LogRecovery(
+            recovery_point=recovery_point,
             from_segment=segs[start].base_offset if segs else 0,
             from_position=from_position,
-            recovery_point=recovery_point,
             segments_skipped=start,
             segments_recovered=rebuilt,
             batches_recovered=total_batches,
@@ -372,6 +388,7 @@ class Log:
             bytes_truncated=total_truncated,
             indexes_rebuilt=rebuilt * 2,
         )
+        self._log.info("log_recovered", **asdict(self.recovery))
         return self._segments[start].base_offset if start < len(self._segments) else 0
 
     def _drop_segments_after(self, i: int) -> None:
@@ -387,6 +404,7 @@ class Log:
         psm = self.producer_state
         start = psm.load_snapshot(self.log_start_offset, self._leo)
         if start < self._leo:
+            self.producer_state_replayed_from = start
             batches = 0
             for seg_idx, seg in enumerate(self._segments):
                 nxt = (
@@ -1137,7 +1155,7 @@ class Log:
                 os.close(fd)
             plan.handles = []
 
-    def _finish_flush(self, plan: _FlushPlan) -> None:
+    def _finish_flush(self, plan: _FlushPlan, now_ms: int | None = None) -> None:
         """Advance the recovery point to what was fsynced (under the lock). A truncation
         meanwhile may have replaced what was flushed: the recovery point then stays put."""
         if plan.truncations != self.truncations:
@@ -1146,7 +1164,7 @@ class Log:
         if plan.target > self.recovery_point:
             self.recovery_point = min(plan.target, self._leo)
         self._unflushed_messages = max(0, self._unflushed_messages - plan.messages)
-        self._last_flush_ms = self._now()
+        self._last_flush_ms = self._now() if now_ms is None else now_ms
 
     def _flush_locked(self, target: int) -> None:
         """Flush while holding the lock (close, flush.messages on the append path)."""
@@ -1182,7 +1200,7 @@ class Log:
         with self._lock:
             if self._closed:
                 return True
-            self._finish_flush(plan)
+            self._finish_flush(plan, now)
             if periodic and self.recovery_point == plan.target:
                 self._snapshot_producer_state()
         return True
