@@ -19,6 +19,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from pathlib import Path
 
 NO_TIMESTAMP = -1
@@ -171,12 +172,15 @@ class _Index:
         self._last = (key, val)
 
     def truncate_to_entries(self, n: int) -> None:
-        keys, vals = self._load()
+        """Keep the first ``n`` entries (the rest of the file is zeroed or cut)."""
         n = max(0, min(n, self._entries))
-        del keys[n:]
-        del vals[n:]
+        if self._keys is None or self._vals is None:  # not loaded: no need to (e.g. recovery)
+            self._last = self._read_entry(n - 1) if n else None
+        else:
+            del self._keys[n:]
+            del self._vals[n:]
+            self._last = (self._keys[-1], self._vals[-1]) if n else None
         self._entries = n
-        self._last = (keys[-1], vals[-1]) if n else None
         if self._fd is not None:
             # zero the dropped entries so the preallocated tail stays clean
             os.ftruncate(self._fd, self.size_bytes)
@@ -186,6 +190,25 @@ class _Index:
 
     def reset(self) -> None:
         self.truncate_to_entries(0)
+
+    def iter_file_entries(self, chunk_entries: int = 8192) -> Iterator[tuple[int, int]]:
+        """Raw entries read from the file a chunk at a time, first to last, without loading
+        the whole file (a crashed active segment's index is preallocated: mostly zeros)."""
+        fd = self._fd if self._fd is not None else os.open(self.path, os.O_RDONLY)
+        try:
+            done = 0
+            while done < self._entries:
+                count = min(chunk_entries, self._entries - done)
+                raw = os.pread(fd, count * self.ENTRY_SIZE, done * self.ENTRY_SIZE)
+                whole = len(raw) - len(raw) % self.ENTRY_SIZE
+                if not whole:
+                    return
+                keys, vals = self._parse_all(raw[:whole])
+                yield from zip(keys, vals, strict=True)
+                done += whole // self.ENTRY_SIZE
+        finally:
+            if fd != self._fd:
+                os.close(fd)
 
     def raw_entries(self) -> list[tuple[int, int]]:
         keys, vals = self._load()

@@ -425,7 +425,7 @@ class LogSegment:
         oi, ti = self.offset_index, self.time_index
         keep = 0
         prev_rel, prev_pos = -1, 0
-        for rel, pos in oi.raw_entries():
+        for rel, pos in oi.iter_file_entries():
             if rel <= prev_rel or pos <= prev_pos or pos >= file_size:
                 break
             if self.base_offset + rel >= flushed_offset:
@@ -435,7 +435,7 @@ class LogSegment:
         oi.truncate_to_entries(keep)
         keep = 0
         prev_ts, prev_off = -1, -1
-        for ts, rel in ti.raw_entries():
+        for ts, rel in ti.iter_file_entries():
             # ts <= 0 also stops at a zeroed (preallocated, never written) first entry
             if ts <= max(prev_ts, 0) or rel < prev_off or self.base_offset + rel >= flushed_offset:
                 break
