@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -192,9 +193,15 @@ class StorageNode:
         for topic in topics:
             found = await self.zk.get_or_none(layout.topic_config_path(topic))
             overrides[topic] = layout.parse_topic_config(found[0] if found else None)
+        started = time.monotonic()
         count = await self.rm.load_logs(overrides, clean_shutdown=clean)
         ckpt.take_clean_shutdown_marker(self.log_dir)
-        log.info("logs loaded", count=count, clean_shutdown=clean)
+        log.info(
+            "logs loaded",
+            count=count,
+            clean_shutdown=clean,
+            ms=round((time.monotonic() - started) * 1000, 1),
+        )
 
     def _new_cleaner(self) -> LogCleaner | None:
         s, rm = self.settings, self.rm

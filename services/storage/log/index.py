@@ -191,14 +191,16 @@ class _Index:
     def reset(self) -> None:
         self.truncate_to_entries(0)
 
-    def iter_file_entries(self, chunk_entries: int = 8192) -> Iterator[tuple[int, int]]:
-        """Raw entries read from the file a chunk at a time, first to last, without loading
+    def iter_file_entries(self) -> Iterator[tuple[int, int]]:
+        """Raw entries read from the file in growing chunks, first to last, without loading
         the whole file (a crashed active segment's index is preallocated: mostly zeros)."""
         fd = self._fd if self._fd is not None else os.open(self.path, os.O_RDONLY)
+        chunk = 256
         try:
             done = 0
             while done < self._entries:
-                count = min(chunk_entries, self._entries - done)
+                count = min(chunk, self._entries - done)
+                chunk = min(chunk * 4, 65536)
                 raw = os.pread(fd, count * self.ENTRY_SIZE, done * self.ENTRY_SIZE)
                 whole = len(raw) - len(raw) % self.ENTRY_SIZE
                 if not whole:
@@ -304,11 +306,19 @@ class TimeIndex(_Index):
         return _TIME_ENTRY.pack(key, val)
 
     def _parse_all(self, raw: bytes) -> tuple[array[int], array[int]]:
-        ts = array("q")
-        rel = array("i")
-        for t, r in _TIME_ENTRY.iter_unpack(raw):
-            ts.append(t)
-            rel.append(r)
+        # columns gathered with extended slices (C speed), not entry by entry
+        n = len(raw) // self.ENTRY_SIZE
+        ts_raw, rel_raw = bytearray(8 * n), bytearray(4 * n)
+        for j in range(8):
+            ts_raw[j::8] = raw[j :: self.ENTRY_SIZE]
+        for j in range(4):
+            rel_raw[j::4] = raw[8 + j :: self.ENTRY_SIZE]
+        ts, rel = array("q"), array("i")
+        ts.frombytes(ts_raw)
+        rel.frombytes(rel_raw)
+        if sys.byteorder == "little":
+            ts.byteswap()
+            rel.byteswap()
         return ts, rel
 
     @property
