@@ -180,6 +180,7 @@ def main() -> None:
         cluster.start(timeout=120)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(60)
+        del admin  # (a live client would keep reconnecting once the cluster is stopped)
         wait_serving(cluster.bootstrap)
         mb_s = produce(cluster.bootstrap, RECORDS)
         print(f"wrote {RECORDS * RECORD / 1e9:.2f} GB at {mb_s:.0f} MB/s", file=sys.stderr)

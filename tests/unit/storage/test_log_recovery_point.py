@@ -212,3 +212,30 @@ def test_flush_fsyncs_descriptors_that_outlive_a_concurrent_close(tmp_path: Path
     assert plan.handles == []
     for fd in range(3):
         os.fstat(fd)  # the process's standard descriptors were not closed by mistake
+
+
+def test_index_files_read_back_in_chunks_and_whole(tmp_path: Path) -> None:
+    from services.storage.log.index import OffsetIndex, TimeIndex
+
+    ti = TimeIndex(tmp_path / "0.timeindex", 100, 12 * 5000, writable=True)
+    oi = OffsetIndex(tmp_path / "0.index", 100, 8 * 5000, writable=True)
+    times = [(NOW + 7 * i + (1 << 33), 100 + 3 * i) for i in range(3000)]
+    for i, (ts, off) in enumerate(times):
+        ti.maybe_append(ts, off)
+        oi.append(off, 1 + 50 * i)
+    ti.close_handle()
+    oi.close_handle()
+    # reopened untrimmed (preallocated, as after a crash): the entries, then zeros
+    ti2 = TimeIndex(tmp_path / "0.timeindex", 100, 12 * 5000, writable=False)
+    oi2 = OffsetIndex(tmp_path / "0.index", 100, 8 * 5000, writable=False)
+    assert ti2.entries == oi2.entries == 5000
+    read = list(ti2.iter_file_entries())
+    assert [(ts, 100 + rel) for ts, rel in read[:3000]] == times
+    assert set(read[3000:]) == {(0, 0)}
+    assert [(100 + k, v) for k, v in oi2.iter_file_entries()][:3000] == [
+        (off, 1 + 50 * i) for i, (_, off) in enumerate(times)
+    ]
+    ti2.truncate_to_entries(3000)
+    oi2.truncate_to_entries(3000)
+    assert ti2.entries_list() == times and ti2.last_entry == times[-1]
+    assert oi2.lookup(100 + 3 * 1500 + 1) == (100 + 3 * 1500, 1 + 50 * 1500)
