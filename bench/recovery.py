@@ -13,7 +13,9 @@ segment), 1 GB written in 16 KiB records. Three restarts are timed:
 "Serving" is when one record produced to each of the 100 partitions (acks=1) has been
 acknowledged. The node's registration in ZooKeeper first waits for the killed process's
 session to expire (the local cluster's zookeeper.session.timeout.ms, 3 s): that wait is part
-of "ready" after a kill. BENCH_SCALE scales the data size. Writes docs/benchmarks-recovery.md.
+of "ready" after a kill. BENCH_SCALE scales the data size; BENCH_REPEAT (default 3) repeats
+the three restarts (medians and ranges are reported: one run on a small shared machine is
+noisy). Writes docs/benchmarks-recovery.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,12 +37,13 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.run import machine
+from bench.run import _cell, machine
 from services.cli.local_cluster import LocalCluster
 from services.storage.log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_offset_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+REPEAT = max(1, int(os.environ.get("BENCH_REPEAT", "3")))
 TOPIC = "recovery-bench"
 PARTITIONS = 100
 RECORD = 16 * 1024
@@ -134,10 +138,9 @@ def node_bytes(cluster: LocalCluster) -> int:
     return sum(p.stat().st_size for p in cluster.storage_dir(STORAGE).glob(f"{TOPIC}-*/*.log"))
 
 
-def wait_checkpointed(cluster: LocalCluster, timeout: float = 300.0) -> None:
-    """Until the node's recovery-point checkpoint covers every record written so far."""
+def wait_checkpointed(cluster: LocalCluster, want: int, timeout: float = 300.0) -> None:
+    """Until the node's recovery-point checkpoint has every partition at ``want`` or beyond."""
     path = cluster.storage_dir(STORAGE) / RECOVERY_POINT_CHECKPOINT
-    want = RECORDS // PARTITIONS
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         points = read_offset_checkpoint(path) if path.exists() else {}
@@ -152,11 +155,20 @@ def table(rows: list[Restart]) -> str:
         "| restart | data on the node | rescanned | logs opened in | logs loaded | registered "
         "| ready | serving all 100 partitions |\n|---|---|---|---|---|---|---|---|\n"
     )
-    return head + "".join(
-        f"| {r.scenario} | {r.node_mb:,.0f} MB | {r.scanned_mb:,.1f} MB | {r.load_ms / 1000:.2f} s "
-        f"| {r.loaded_s:.1f} s | {r.registered_s:.1f} s | {r.ready_s:.1f} s | {r.serving_s:.1f} s |\n"
-        for r in rows
-    )
+    lines = []
+    for scenario in dict.fromkeys(r.scenario for r in rows):
+        mine = [r for r in rows if r.scenario == scenario]
+
+        def cell(get: Callable[[Restart], float], unit: str, mine: list[Restart] = mine) -> str:
+            return f"{_cell([get(r) for r in mine])} {unit}"
+
+        lines.append(
+            f"| {scenario} | {cell(lambda r: r.node_mb, 'MB')} | "
+            f"{cell(lambda r: r.scanned_mb, 'MB')} | {cell(lambda r: r.load_ms / 1000, 's')} | "
+            f"{cell(lambda r: r.loaded_s, 's')} | {cell(lambda r: r.registered_s, 's')} | "
+            f"{cell(lambda r: r.ready_s, 's')} | {cell(lambda r: r.serving_s, 's')} |\n"
+        )
+    return head + "".join(lines)
 
 
 def main() -> None:
@@ -183,19 +195,23 @@ def main() -> None:
         del admin  # (a live client would keep reconnecting once the cluster is stopped)
         wait_serving(cluster.bootstrap)
         mb_s = produce(cluster.bootstrap, RECORDS)
+        per_partition = 1 + RECORDS // PARTITIONS  # every wait_serving adds one per partition
         print(f"wrote {RECORDS * RECORD / 1e9:.2f} GB at {mb_s:.0f} MB/s", file=sys.stderr)
-        wait_checkpointed(cluster)
-        produce(cluster.bootstrap, TAIL_RECORDS)
-        cluster.kill("storage", STORAGE, signal.SIGKILL)
-        rows.append(restart(cluster, "kill -9, tail", node_bytes(cluster)))
+        for _ in range(REPEAT):
+            wait_checkpointed(cluster, per_partition)
+            produce(cluster.bootstrap, TAIL_RECORDS)
+            per_partition += TAIL_RECORDS // PARTITIONS
+            cluster.kill("storage", STORAGE, signal.SIGKILL)
+            rows.append(restart(cluster, "kill -9, tail", node_bytes(cluster)))
 
-        cluster.kill("storage", STORAGE, signal.SIGKILL)
-        (cluster.storage_dir(STORAGE) / RECOVERY_POINT_CHECKPOINT).unlink()
-        rows.append(restart(cluster, "kill -9, no checkpoint", node_bytes(cluster)))
+            cluster.kill("storage", STORAGE, signal.SIGKILL)
+            (cluster.storage_dir(STORAGE) / RECOVERY_POINT_CHECKPOINT).unlink()
+            rows.append(restart(cluster, "kill -9, no checkpoint", node_bytes(cluster)))
 
-        cluster.kill("storage", STORAGE, signal.SIGTERM)
-        cluster.wait_exit("storage", STORAGE, timeout=120)
-        rows.append(restart(cluster, "clean stop", node_bytes(cluster)))
+            cluster.kill("storage", STORAGE, signal.SIGTERM)
+            cluster.wait_exit("storage", STORAGE, timeout=120)
+            rows.append(restart(cluster, "clean stop", node_bytes(cluster)))
+            per_partition += 3
     finally:
         cluster.stop()
         if not os.environ.get("BENCH_KEEP"):
@@ -219,7 +235,7 @@ def main() -> None:
         "to expire: zookeeper.session.timeout.ms is 3 s in the local cluster), /readyz 200, "
         "and one record acknowledged by each of the 100 partitions.\n\n"
         f"Machine: {machine()}\n\nDate: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"scale {SCALE}\n\n{tbl}"
+        f"scale {SCALE}, {REPEAT} kill/restart cycle(s): median (min-max)\n\n{tbl}"
     )
     print(f"\nwritten to {doc.relative_to(ROOT)}", file=sys.stderr)
 
