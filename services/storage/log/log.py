@@ -6,7 +6,6 @@ an executor); mutations are serialized by one lock, fsync runs outside it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
 import threading
@@ -32,7 +31,7 @@ from services.storage.log.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from services.storage.log.segment import LogSegment
+from services.storage.log.segment import LogSegment, fsync_targets
 from services.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     AppendOrigin,
@@ -103,7 +102,7 @@ class LogRecovery:
 @dataclass
 class _FlushPlan:
     target: int  # the recovery point once the handles are fsynced
-    handles: list[int]  # own descriptors (closed after the fsync)
+    targets: list[int | Path]  # own descriptors (closed after the fsync) or files
     sync_dir: bool  # the directory changed (segments created): fsync it too
     truncations: int  # Log.truncations when planned
     messages: int  # unflushed messages the flush covers
@@ -1126,17 +1125,17 @@ class Log:
             self._finish_flush(plan)
 
     def _plan_flush(self, target: int) -> _FlushPlan:
-        """Descriptors to fsync for offsets below ``target`` not yet flushed (under the lock)."""
-        handles: list[int] = []
+        """What to fsync for offsets below ``target`` not yet flushed (under the lock)."""
+        targets: list[int | Path] = []
         if target > self.recovery_point:
             segs = self._segments
             for i, seg in enumerate(segs):
                 end = segs[i + 1].base_offset if i + 1 < len(segs) else self._leo
                 if seg.base_offset < target and end > self.recovery_point:
-                    handles.extend(seg.flush_handles())
+                    targets.extend(seg.flush_targets())
         plan = _FlushPlan(
             target,
-            handles,
+            targets,
             self._dir_dirty,
             self.truncations,
             self._unflushed_messages if target >= self._leo else 0,
@@ -1145,15 +1144,15 @@ class Log:
         return plan
 
     def _run_flush(self, plan: _FlushPlan) -> None:
+        """The fsyncs of a plan (no lock needed); a failed one leaves the directory dirty."""
+        targets, plan.targets = plan.targets, []
         try:
-            for fd in plan.handles:
-                os.fsync(fd)
+            fsync_targets(targets)
             if plan.sync_dir:
                 files.fsync_dir(self.dir)
-        finally:
-            for fd in plan.handles:
-                os.close(fd)
-            plan.handles = []
+        except BaseException:
+            self._dir_dirty = self._dir_dirty or plan.sync_dir
+            raise
 
     def _finish_flush(self, plan: _FlushPlan, now_ms: int | None = None) -> None:
         """Advance the recovery point to what was fsynced (under the lock). A truncation

@@ -506,30 +506,20 @@ class LogSegment:
             self._reserved_to = self.size
 
     def flush(self) -> None:
-        for fd in self.flush_handles():
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_targets(self.flush_targets())
 
-    def flush_handles(self) -> list[int]:
-        """Own descriptors of the log and index files, for an fsync outside the log's lock:
-        duplicates of the open ones (a concurrent close or rename cannot redirect them),
-        the files opened afresh otherwise (written by an earlier process, or an index
-        already closed at its roll). The caller closes them."""
-        out: list[int] = []
+    def flush_targets(self) -> list[int | Path]:
+        """What to fsync for this segment, usable outside the log's lock: duplicates of the
+        open descriptors (a concurrent close or rename cannot redirect them; the caller closes
+        them, ``fsync_targets`` does), the paths of the files not open (written by an earlier
+        process, or an index closed at its roll), opened one at a time when synced."""
+        out: list[int | Path] = []
         for fd, path in (
             (self._fd, self.log_path),
             (self.offset_index.handle, self.offset_index.path),
             (self.time_index.handle, self.time_index.path),
         ):
-            if fd is not None:
-                out.append(os.dup(fd))
-            else:
-                try:
-                    out.append(os.open(path, os.O_RDONLY))
-                except FileNotFoundError:
-                    continue
+            out.append(os.dup(fd) if fd is not None else path)
         return out
 
     def close(self) -> None:
@@ -590,6 +580,32 @@ class LogSegment:
             files.txn_index_file(self.dir, self.base_offset),
         ):
             p.unlink(missing_ok=True)
+
+
+def fsync_targets(targets: list[int | Path]) -> None:
+    """fsync each descriptor (then close it) or file (opened for it; a file gone meanwhile, e.g.
+    a deleted segment, needs none). Every descriptor is closed even when an fsync fails."""
+    error: OSError | None = None
+    for target in targets:
+        try:
+            if isinstance(target, int):
+                try:
+                    os.fsync(target)
+                finally:
+                    os.close(target)
+            else:
+                try:
+                    fd = os.open(target, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _header_at(buf: bytes, offset: int, position: int) -> BatchHeader:
