@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.run import _cell, machine
@@ -82,10 +82,13 @@ def wait_serving(bootstrap: str, timeout: float = 120.0) -> None:
         {"bootstrap.servers": bootstrap, "acks": "1", "message.timeout.ms": int(timeout * 1000)}
     )
     failed: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
     for p in range(PARTITIONS):
-        producer.produce(
-            TOPIC, b"ping", partition=p, on_delivery=lambda e, _m: e and failed.append(str(e))
-        )
+        producer.produce(TOPIC, b"ping", partition=p, on_delivery=on_delivery)
     if producer.flush(timeout) or failed:
         raise SystemExit(f"the node did not serve every partition: {failed[:3]}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -77,6 +77,11 @@ def produce(bootstrap: str, total_bytes: int, tag: bytes) -> int:
         }
     )
     failed: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
     value = tag * (VALUE // len(tag))
     count = total_bytes // VALUE
     for i in range(count):
@@ -86,7 +91,7 @@ def produce(bootstrap: str, total_bytes: int, tag: bytes) -> int:
                     TOPIC,
                     value,
                     partition=i % PARTITIONS,
-                    on_delivery=lambda err, _m: err and failed.append(str(err)),
+                    on_delivery=on_delivery,
                 )
                 break
             except BufferError:
