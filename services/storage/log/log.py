@@ -1149,7 +1149,10 @@ class Log:
         try:
             fsync_targets(targets)
             if plan.sync_dir:
-                files.fsync_dir(self.dir)
+                try:
+                    files.fsync_dir(self.dir)
+                except FileNotFoundError:  # the log was deleted meanwhile
+                    pass
         except BaseException:
             self._dir_dirty = self._dir_dirty or plan.sync_dir
             raise

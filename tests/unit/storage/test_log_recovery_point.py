@@ -246,3 +246,14 @@ def test_index_files_read_back_in_chunks_and_whole(tmp_path: Path) -> None:
     oi2.truncate_to_entries(3000)
     assert ti2.entries_list() == times and ti2.last_entry == times[-1]
     assert oi2.lookup(100 + 3 * 1500 + 1) == (100 + 3 * 1500, 1 + 50 * 1500)
+
+
+def test_a_log_deleted_during_the_fsync_is_no_error(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", SMALL)
+    append(log, 10)
+    with log.locked():
+        plan = log._plan_flush(log.log_end_offset)
+    assert plan.sync_dir
+    log.delete()  # topic deletion while the background flush runs
+    log._run_flush(plan)
+    assert not (tmp_path / "t-0").exists()
