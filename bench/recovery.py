@@ -191,6 +191,7 @@ def main() -> None:
         extra={"storage": ["--log.flush.offset.checkpoint.interval.ms", str(CHECKPOINT_MS)]},
     )
     rows: list[Restart] = []
+    load_before = os.getloadavg()[0]
     try:
         cluster.start(timeout=120)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -238,7 +239,9 @@ def main() -> None:
         "to expire: zookeeper.session.timeout.ms is 3 s in the local cluster), /readyz 200, "
         "and one record acknowledged by each of the 100 partitions.\n\n"
         f"Machine: {machine()}\n\nDate: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"scale {SCALE}, {REPEAT} kill/restart cycle(s): median (min-max)\n\n{tbl}"
+        f"scale {SCALE}, {REPEAT} kill/restart cycle(s): median (min-max); load average "
+        f"(1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (other "
+        f"work on the machine slows every restart alike)\n\n{tbl}"
     )
     print(f"\nwritten to {doc.relative_to(ROOT)}", file=sys.stderr)
 
