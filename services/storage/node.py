@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -192,9 +193,15 @@ class StorageNode:
         for topic in topics:
             found = await self.zk.get_or_none(layout.topic_config_path(topic))
             overrides[topic] = layout.parse_topic_config(found[0] if found else None)
+        started = time.monotonic()
         count = await self.rm.load_logs(overrides, clean_shutdown=clean)
         ckpt.take_clean_shutdown_marker(self.log_dir)
-        log.info("logs loaded", count=count, clean_shutdown=clean)
+        log.info(
+            "logs loaded",
+            count=count,
+            clean_shutdown=clean,
+            ms=round((time.monotonic() - started) * 1000, 1),
+        )
 
     def _new_cleaner(self) -> LogCleaner | None:
         s, rm = self.settings, self.rm
@@ -244,23 +251,24 @@ class StorageNode:
                 min(INITIAL_TASK_DELAY_MS, s.log_retention_check_interval_ms),
                 rm.run_retention,
             ),
-            # Also flushes rolled segments (Kafka schedules that at each roll), hence the cap.
+            # Also flushes rolled segments (Kafka schedules that at each roll) and logs left
+            # unflushed for log.recovery.flush.interval.ms, hence the cap.
             (
                 "flush",
                 min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
                 min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
-                rm.run_flush,
+                lambda: rm.run_flush(s.log_recovery_flush_interval_ms),
             ),
             (
                 "recovery-point-checkpoint",
                 s.log_flush_offset_checkpoint_interval_ms,
-                s.log_flush_offset_checkpoint_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_flush_offset_checkpoint_interval_ms),
                 rm.checkpoint_recovery_points,
             ),
             (
                 "log-start-offset-checkpoint",
-                s.log_flush_offset_checkpoint_interval_ms,
-                s.log_flush_offset_checkpoint_interval_ms,
+                s.log_flush_start_offset_checkpoint_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_flush_start_offset_checkpoint_interval_ms),
                 rm.checkpoint_log_start_offsets,
             ),
             (

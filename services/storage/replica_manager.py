@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
-from services.common.topic_config import effective_config
+from services.common.topic_config import LONG_MAX, effective_config
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
 from services.storage.delayed import DelayedOperations
 from services.storage.log import checkpoint as ckpt
@@ -508,9 +508,11 @@ class ReplicaManager:
         now = self.clock()
         await self._each_log(lambda lg: lg.delete_retained_segments(now), "retention")
 
-    async def run_flush(self) -> None:
+    async def run_flush(self, max_unflushed_ms: int = LONG_MAX) -> None:
+        """The background flush (``Log.maybe_flush``): rolled segments, flush.ms /
+        flush.messages, and logs unflushed for ``max_unflushed_ms``."""
         now = self.clock()
-        await self._each_log(lambda lg: lg.maybe_flush(now), "flush")
+        await self._each_log(lambda lg: lg.maybe_flush(now, max_unflushed_ms), "flush")
 
     def _offsets(self, get: Callable[[ManagedLog], int]) -> dict[TopicPartition, int]:
         return {key: get(h.log) for key, h in self.hosted.items()}

@@ -69,7 +69,21 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_flush_offset_checkpoint_interval_ms: int = kafka_prop(
         60000,
         "log.flush.offset.checkpoint.interval.ms",
-        "how often recovery points and log start offsets are checkpointed",
+        "how often recovery points are checkpointed (recovery-point-offset-checkpoint)",
+        gt=0,
+    )
+    log_flush_start_offset_checkpoint_interval_ms: int = kafka_prop(
+        60000,
+        "log.flush.start.offset.checkpoint.interval.ms",
+        "how often log start offsets are checkpointed (log-start-offset-checkpoint)",
+        gt=0,
+    )
+    log_recovery_flush_interval_ms: int = kafka_prop(
+        10000,
+        "log.recovery.flush.interval.ms",
+        "kafka-py: logs whose data stayed unflushed this long are fsynced in the background, "
+        "moving their recovery point, so a crash rescans only the recent tail (Kafka's "
+        "behaviour, fsync only at rolls, with 9223372036854775807)",
         gt=0,
     )
     replica_high_watermark_checkpoint_interval_ms: int = kafka_prop(

@@ -154,7 +154,7 @@ class FakeLog:
         self.retention_runs += 1
         return 0
 
-    def maybe_flush(self, now_ms: int) -> bool:
+    def maybe_flush(self, now_ms: int, max_unflushed_ms: int = 0) -> bool:
         return False
 
     def flush(self) -> None:
