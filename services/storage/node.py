@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,8 @@ class StorageNode:
                 "have failed",
                 reason=reason,
             )
+            sys.stdout.flush()
+            sys.stderr.flush()
             os._exit(1)
         self._tasks.append(
             asyncio.create_task(self._notify_log_dir_event(log_dir), name="log-dir-event")

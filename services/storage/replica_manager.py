@@ -297,6 +297,9 @@ class ReplicaManager:
                 clean_shutdown=clean_shutdown,
                 log_start_offset=log_starts.get(tp),
             )
+            if log_dir in self.log_dirs.offline:  # another log of the dir failed meanwhile
+                await asyncio.to_thread(_close_quietly, [opened])
+                return
             hw = high_watermarks.get(tp, 0)
             opened.high_watermark = min(max(hw, opened.log_start_offset), opened.log_end_offset)
             p = self._new_partition(topic, partition, opened, config, self.backend.topic_id(opened))
