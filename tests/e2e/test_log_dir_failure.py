@@ -204,3 +204,27 @@ def test_a_failed_log_dir_takes_only_its_replicas_offline(cluster: LocalCluster)
         zk.stop()
     got = consume_confluent(bootstrap, TOPIC, list(range(PARTITIONS)), len(records))
     assert_partition_logs(records, got)
+
+
+def test_a_node_whose_every_log_dir_failed_halts(tmp_path: Path) -> None:
+    """Kafka halts a broker with no log dir left; the node exits 1 and says why."""
+    c = LocalCluster(
+        tmp_path / "cluster",
+        gateways=1,
+        storage_nodes=1,
+        controllers=1,
+        group_coordinators=0,
+        zones=("zone-a",),
+        gateway_port=0,
+        zk_port=0,
+        extra={"storage": ["--replica.high.watermark.checkpoint.interval.ms", "200"]},
+    )
+    c.start(timeout=90)
+    try:
+        (only,) = c.storage_dirs(0)
+        shutil.rmtree(only)
+        only.write_text("")
+        assert c.wait_exit("storage", 0, timeout=30) == 1
+        assert "have failed" in c.log_path("storage", 0).read_text()
+    finally:
+        c.stop()
