@@ -90,6 +90,7 @@ class ControllerApp:
             (layout.BROKER_TOPICS, "topics"),
             (layout.DELETE_TOPICS, "delete_topics"),
             (layout.ISR_CHANGE_NOTIFICATION, "isr_change"),
+            (layout.LOG_DIR_EVENT_NOTIFICATION, "log_dir_event"),
             (layout.GROUP_COORDINATOR_IDS, "coordinators"),
         ):
             self.zk.watch_children(path, self._children_watcher(kind))

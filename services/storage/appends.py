@@ -54,6 +54,11 @@ async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.A
         except KafkaError as exc:
             _fail(result, exc.code, exc.message)
             continue
+        except OSError as exc:  # the disk under this log failed: its whole dir goes offline
+            log.error("append I/O error", topic=pa.topic, partition=pa.partition, error=repr(exc))
+            rm.report_io_error(pa.topic, pa.partition, exc)
+            _fail(result, ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error: {exc}")
+            continue
         except Exception:
             log.exception("append failed", topic=pa.topic, partition=pa.partition)
             rm.metrics.failed_produce_requests.labels(pa.topic).inc()

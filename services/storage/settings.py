@@ -54,7 +54,7 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_dirs: str = kafka_prop(
         "/tmp/kafka-py-logs",
         "log.dirs",
-        "log directory (comma list accepted; only the first is used)",
+        "log directories, comma-separated: new replicas go to the one with the fewest partitions",
     )
     broker_rack: str | None = kafka_prop(None, "broker.rack", "rack (zone) of this node")
     log_retention_check_interval_ms: int = kafka_prop(

@@ -22,6 +22,7 @@ DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CLIENTS = "/config/clients"
@@ -49,7 +50,7 @@ PERSISTENT_PATHS = (
     CONFIG_USERS,
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
-    "/log_dir_event_notification",
+    LOG_DIR_EVENT_NOTIFICATION,
     GATEWAYS,
     CONTROLLERS,
     GROUP_COORDINATOR_IDS,

@@ -31,6 +31,7 @@ from services.storage.log.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from services.storage.log.recompression import needs_recompression, to_codec
 from services.storage.log.segment import LogSegment, fsync_targets
 from services.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -518,6 +519,16 @@ class Log:
                             f"timestamp {ts} is out of range (now {now}, "
                             f"message.timestamp.difference.max.ms {max_diff})",
                         )
+        codec = cfg.target_codec
+        if codec is not None and needs_recompression(headers, codec):
+            records, headers = to_codec(records, headers, codec)
+            for h in headers:  # Kafka checks the rewritten batches again
+                if h.size > cfg.max_message_bytes:
+                    raise KafkaError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"record batch of {h.size} bytes in {cfg.compression_type} exceeds "
+                        f"max.message.bytes {cfg.max_message_bytes}",
+                    )
         if cfg.compact_enabled and origin is AppendOrigin.CLIENT:
             self._require_keys(records, headers)
         start_pos = headers[0].position
