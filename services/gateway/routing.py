@@ -12,13 +12,21 @@ zone so traffic stays in-zone:
   that zone (or no zone is known);
 * leader of (topic, partition) = ``candidates[(crc32(topic) + partition) % len(candidates)]``:
   stable across requests and gateways, and consecutive partitions land on consecutive gateways.
+
+Broker ids (``broker_endpoints``): replica and ISR lists name storage node ids, so every live
+storage node is a broker a client can address. A gateway keeps its own id; a storage id that is
+no gateway's stands for a gateway in that storage node's zone (``candidates(gateways,
+rack)[id % n]``, any gateway when its zone has none): its address and rack are that gateway's.
+Whatever a client sends to such an id is served by a gateway like any request, and a
+preferred read replica (KIP-392) is an id whose broker is in the client's zone
+(``preferred_read_replica``).
 """
 
 from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from services.common.zk.layout import Endpoint
 
@@ -49,3 +57,38 @@ def topic_hash(topic: str) -> int:
 
 def leader_for(topic_hash_value: int, partition: int, ids: Sequence[int]) -> int:
     return ids[(topic_hash_value + partition) % len(ids)]
+
+
+def broker_endpoints(
+    gateways: Mapping[int, Endpoint], storage_racks: Mapping[int, str | None]
+) -> dict[int, Endpoint]:
+    """The brokers clients are told of: every gateway, and every storage node (id -> rack)
+    whose id is no gateway's, at the address of a gateway in its zone."""
+    out = dict(gateways)
+    if not gateways:
+        return out
+    for node_id, rack in storage_racks.items():
+        if node_id in out:
+            continue
+        ids = candidates(gateways, rack)
+        gw = gateways[ids[node_id % len(ids)]]
+        out[node_id] = Endpoint(node_id, gw.host, gw.port, gw.rack)
+    return out
+
+
+def preferred_read_replica(
+    client_rack: str | None,
+    own_rack: str | None,
+    replicas: Iterable[int],
+    brokers: Mapping[int, Endpoint],
+) -> int:
+    """KIP-392 for a consumer in ``client_rack``: the first of ``replicas`` (in-sync ones)
+    whose broker is in that zone, or -1 (fetch here) when this gateway is already in it or
+    no replica's broker is."""
+    if not client_rack or client_rack == own_rack:
+        return -1
+    for r in replicas:
+        ep = brokers.get(r)
+        if ep is not None and ep.rack == client_rack:
+            return r
+    return -1

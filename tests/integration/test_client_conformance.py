@@ -15,8 +15,10 @@ from confluent_kafka.admin import (
     ConfigResource,
     ConfigSource,
 )
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka import errors as kp_errors
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kafka_support import TopicFactory, consume_confluent, now_ms
 
 pytestmark = pytest.mark.integration
@@ -128,6 +130,37 @@ def test_out_of_range_timestamps_are_refused_by_index(bootstrap: str, topic: Top
     assert sorted(
         i for i, e in failed.items() if e.code() == KafkaError._INVALID_DIFFERENT_RECORD
     ) == [0, 2, 4]
+
+
+# ---- broker ids ----------------------------------------------------------------------------
+
+
+def test_every_broker_id_metadata_names_can_be_addressed(
+    bootstrap: str, admin: AdminClient, topic: TopicFactory
+) -> None:
+    """Replica and ISR lists name storage node ids; each is a broker of the Metadata answer,
+    and a request sent to it (DescribeConfigs for that broker goes to that broker) answers."""
+    name = topic(3)
+    md = admin.list_topics(name, timeout=10)
+    named = {
+        r for p in md.topics[name].partitions.values() for r in (p.leader, *p.replicas, *p.isrs)
+    }
+    assert named <= set(md.brokers), f"ids {named - set(md.brokers)} are no brokers"
+    assert len(named) > 1  # RF 3 over 3 storage nodes, one gateway: not only the gateway's id
+    kadmin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    try:
+        for broker_id in sorted(md.brokers):
+            res = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+            configs = admin.describe_configs([res], request_timeout=15)[res].result(20)
+            assert configs["log.retention.ms"].value == "604800000", broker_id
+            # kafka-python also sends a BROKER resource to that very broker
+            got = kadmin.describe_configs(
+                [KpConfigResource(KpConfigResourceType.BROKER, str(broker_id))],
+                config_filter="all",
+            )
+            assert got["broker"][str(broker_id)]["log.retention.ms"]["value"] == "604800000"
+    finally:
+        kadmin.close()
 
 
 # ---- message.format.version ---------------------------------------------------------------

@@ -1,7 +1,11 @@
 """Metadata: gateways as brokers, partition leaders spread over the client's zone.
 
 Partition replica/ISR lists are the storage replica ids (so describe tools show the real
-replication); the leader is a gateway (see ``services.gateway.routing``). A partition whose
+replication); the leader is a gateway (see ``services.gateway.routing``). The broker list holds
+the gateways and, under their own ids, the live storage nodes that no gateway's id names, each
+at the address of a gateway in its zone (``routing.broker_endpoints``), so every id a response
+names is a broker the client can reach; a replica that is not registered is only listed in
+``offline_replicas``, as in Kafka. A partition whose
 storage leader is offline (-1 or not registered) is answered LEADER_NOT_AVAILABLE, leader -1.
 Unknown topics are auto-created through the controller when both auto.create.topics.enable and
 the request's allow_auto_topic_creation say so, then answered LEADER_NOT_AVAILABLE (clients
@@ -28,7 +32,13 @@ from services.gateway.handlers.base import (
     topic_name_error,
 )
 from services.gateway.handlers.create_topics import create_with_defaults
-from services.gateway.routing import candidates, client_zone, leader_for, topic_hash
+from services.gateway.routing import (
+    broker_endpoints,
+    candidates,
+    client_zone,
+    leader_for,
+    topic_hash,
+)
 
 _NONE = int(ErrorCode.NONE)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.LEADER_NOT_AVAILABLE)
@@ -42,6 +52,13 @@ def live_gateways(s: GatewayServices) -> dict[int, Endpoint]:
     merged = dict(gateways)
     merged[s.endpoint.node_id] = s.endpoint
     return merged
+
+
+def client_brokers(s: GatewayServices) -> dict[int, Endpoint]:
+    """Every broker id clients are told of, with the gateway address that serves it."""
+    return broker_endpoints(
+        live_gateways(s), {node_id: reg.rack for node_id, reg in s.cache.brokers.items()}
+    )
 
 
 def _topic_entry(topic: TopicInfo, leaders: list[int], brokers: Any) -> Body:
@@ -139,7 +156,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         "throttle_time": 0,
         "brokers": [
             {"node_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-            for _, ep in sorted(gateways.items())
+            for _, ep in sorted(client_brokers(s).items())
         ],
         "cluster_id": cache.cluster_id,
         "controller_id": s.endpoint.node_id,

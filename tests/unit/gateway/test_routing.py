@@ -8,7 +8,14 @@ from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.zk.layout import Endpoint
 from services.gateway.handlers import metadata
-from services.gateway.routing import candidates, client_zone, leader_for, topic_hash
+from services.gateway.routing import (
+    broker_endpoints,
+    candidates,
+    client_zone,
+    leader_for,
+    preferred_read_replica,
+    topic_hash,
+)
 
 from .fakes import add_brokers, add_gateway, add_topic, context, services
 
@@ -66,8 +73,8 @@ async def test_metadata_leaders_in_client_zone_from_client_id() -> None:
     leaders = [p["leader_id"] for p in resp["topics"][0]["partitions"]]
     assert set(leaders) == {3, 4, 5}
     assert Counter(leaders) == {3: 4, 4: 4, 5: 4}
-    # every gateway is listed as a broker; storage nodes never are
-    assert sorted(b["node_id"] for b in resp["brokers"]) == [1, 2, 3, 4, 5, 6]
+    # every gateway is listed as a broker, and every storage node (replica lists name them)
+    assert sorted(b["node_id"] for b in resp["brokers"]) == [1, 2, 3, 4, 5, 6, 101, 102, 103]
 
 
 async def test_metadata_leaders_default_to_connected_gateway_zone() -> None:
@@ -79,3 +86,29 @@ async def test_metadata_leaders_default_to_connected_gateway_zone() -> None:
     svc = services(_cache_with_gateways(), rack="az7")
     resp = await metadata.handle(context(svc, ApiKey.METADATA, 12, client_id="app"), req)
     assert {p["leader_id"] for p in resp["topics"][0]["partitions"]} == {1, 2, 3, 4, 5, 6}
+
+
+def test_storage_ids_are_brokers_at_a_gateway_of_their_zone() -> None:
+    storage = {1: "az2", 101: "az1", 102: "az2", 103: "az9", 104: None}
+    brokers = broker_endpoints(GATEWAYS, storage)
+    # a gateway keeps its id (and address) even where a storage node has the same id
+    assert brokers[1] == GATEWAYS[1]
+    assert {i: brokers[i] for i in GATEWAYS} == GATEWAYS
+    # others: a gateway of their zone (by id), its address and rack; anyone when none is there
+    assert brokers[101] == Endpoint(101, "h2", 9092, "az1")  # [1, 2][101 % 2]
+    assert brokers[102] == Endpoint(102, "h3", 9092, "az2")  # [3, 4, 5][102 % 3]
+    assert brokers[103] == Endpoint(103, "h2", 9092, "az1")  # [1..6][103 % 6]
+    assert brokers[104].host in {ep.host for ep in GATEWAYS.values()}
+    assert broker_endpoints({}, storage) == {}
+
+
+def test_preferred_read_replica_is_an_in_sync_replica_in_the_client_zone() -> None:
+    brokers = broker_endpoints(GATEWAYS, {101: "az1", 102: "az2", 103: "az1"})
+    # a consumer in az2 fetching from an az1 gateway: the first replica whose broker is in az2
+    assert preferred_read_replica("az2", "az1", [101, 103, 102], brokers) == 102
+    assert preferred_read_replica("az2", "az1", [3, 102], brokers) == 3
+    # already in its zone, no rack, no replica in its zone, unknown ids: fetch here
+    assert preferred_read_replica("az1", "az1", [101, 102], brokers) == -1
+    assert preferred_read_replica(None, "az1", [102], brokers) == -1
+    assert preferred_read_replica("az3", "az1", [101, 102], brokers) == -1
+    assert preferred_read_replica("az2", "az1", [999], brokers) == -1
