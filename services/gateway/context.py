@@ -67,6 +67,15 @@ class GatewayServices:
 
 
 @dataclass(slots=True)
+class ClientSoftware:
+    """What a connection's client said it is (ApiVersions v3+: client_software_name/version);
+    empty until then, and for clients that do not say."""
+
+    name: str = ""
+    version: str = ""
+
+
+@dataclass(slots=True)
 class RequestContext:
     services: GatewayServices
     api_key: int
@@ -77,6 +86,7 @@ class RequestContext:
     versions: Mapping[int, tuple[int, int]]  # what this gateway advertises in ApiVersions
     close: Callable[[str], None] | None = None  # closes the client connection (with a reason)
     fetch_park: FetchPark | None = None  # the connection's parked long polls (fetch_park.py)
+    software: ClientSoftware = field(default_factory=ClientSoftware)  # the connection's client
 
     def close_connection(self, reason: str) -> None:
         if self.close is not None:

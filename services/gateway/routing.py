@@ -19,7 +19,10 @@ no gateway's stands for a gateway in that storage node's zone (``candidates(gate
 rack)[id % n]``, any gateway when its zone has none): its address and rack are that gateway's.
 Whatever a client sends to such an id is served by a gateway like any request, and a
 preferred read replica (KIP-392) is an id whose broker is in the client's zone
-(``preferred_read_replica``).
+(``preferred_read_replica``). librdkafka before 2.9 finds a broker of a Metadata answer by its
+address when the id is new to it and renames that connection to the new id (fixed by
+librdkafka #4557), so brokers sharing an address break it: those clients
+(``shares_addresses``) are told of the gateways only, as before.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from services.common.zk.layout import Endpoint
 
+_RDKAFKA_VERSION = re.compile(r"rdkafka\D*(\d+)\.(\d+)")
+_RDKAFKA_SHARED_ADDRESSES = (2, 9)  # first librdkafka telling brokers apart by id alone
 _ZONE_HINT = re.compile(r"(?:^|[^A-Za-z0-9_.\-])(?:client\.rack|zone|rack)=([A-Za-z0-9_.:\-]+)")
 
 
@@ -92,3 +97,16 @@ def preferred_read_replica(
         if ep is not None and ep.rack == client_rack:
             return r
     return -1
+
+
+def shares_addresses(software_name: str, software_version: str) -> bool:
+    """Whether a client (by ApiVersions' client_software_name/version) keeps brokers that share
+    a host:port apart: not librdkafka before 2.9 (name ``librdkafka`` and its version, or a
+    binding's ``<version>-rdkafka-<version>``; one that says rdkafka without a version counts
+    as old). Clients that do not say are assumed to (the Java client, kafka-python, aiokafka,
+    kafkajs key brokers by id)."""
+    text = f"{software_name} {software_version}".lower()
+    if "rdkafka" not in text:
+        return True
+    m = _RDKAFKA_VERSION.search(text)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= _RDKAFKA_SHARED_ADDRESSES

@@ -30,7 +30,7 @@ from services.common.protocol import (
 )
 from services.common.protocol.primitives import Buffer
 from services.gateway import metrics
-from services.gateway.context import RequestContext
+from services.gateway.context import ClientSoftware, RequestContext
 from services.gateway.fetch_park import FetchPark
 from services.gateway.framing import FrameReader, FrameSizeError
 from services.gateway.handlers.api_versions import fallback_body
@@ -57,6 +57,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport: Any = None  # asyncio.Transport or uvloop's TCPTransport
         self._reader = FrameReader(server.max_request_bytes)
         self._fetch_park = FetchPark()
+        self._software = ClientSoftware()
         self._out: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
@@ -214,6 +215,7 @@ class Connection(asyncio.BufferedProtocol):
             self._server.versions,
             self.close_for,
             self._fetch_park,
+            self._software,
         )
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)

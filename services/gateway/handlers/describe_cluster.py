@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         "controller_id": s.node_id,
         "brokers": [
             {"broker_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-            for _, ep in sorted(client_brokers(s).items())
+            for _, ep in sorted(client_brokers(ctx).items())
         ],
         "cluster_authorized_operations": (
             CLUSTER_OPERATIONS

@@ -60,12 +60,12 @@ def _count_out(topic: str, nbytes: int) -> None:
     c.inc(nbytes)
 
 
-def _rack_readers(s: GatewayServices, rack_id: str | None) -> tuple[str, Any] | None:
-    """(client rack, broker endpoints) when a consumer in another zone than this gateway's
-    asks (Fetch v11+ rack_id): its partitions may have a preferred read replica."""
-    if not rack_id or rack_id == s.endpoint.rack:
+def _rack_readers(ctx: RequestContext, rack_id: str | None) -> tuple[str, Any] | None:
+    """(client rack, the brokers it knows) when a consumer in another zone than this
+    gateway's asks (Fetch v11+ rack_id): its partitions may have a preferred read replica."""
+    if not rack_id or rack_id == ctx.services.endpoint.rack:
         return None
-    return rack_id, client_brokers(s)
+    return rack_id, client_brokers(ctx)
 
 
 def _partition(
@@ -90,7 +90,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         return _top_level_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     cache = s.cache
     isolation = int(req.get("isolation_level", 0))
-    readers = _rack_readers(s, req.get("rack_id"))
+    readers = _rack_readers(ctx, req.get("rack_id"))
     responses: list[Body] = []
     order: list[tuple[str, Body]] = []  # (topic, partition response) in request order
     by_node: dict[int, list[tuple[Any, Body]]] = {}

@@ -4,7 +4,8 @@ Partition replica/ISR lists are the storage replica ids (so describe tools show 
 replication); the leader is a gateway (see ``services.gateway.routing``). The broker list holds
 the gateways and, under their own ids, the live storage nodes that no gateway's id names, each
 at the address of a gateway in its zone (``routing.broker_endpoints``), so every id a response
-names is a broker the client can reach; a replica that is not registered is only listed in
+names is a broker the client can reach (not for librdkafka before 2.9, which cannot have two
+brokers at one address: ``routing.shares_addresses``); a replica that is not registered is only listed in
 ``offline_replicas``, as in Kafka. A partition whose
 storage leader is offline (-1 or not registered) is answered LEADER_NOT_AVAILABLE, leader -1.
 Unknown topics are auto-created through the controller when both auto.create.topics.enable and
@@ -37,6 +38,7 @@ from services.gateway.routing import (
     candidates,
     client_zone,
     leader_for,
+    shares_addresses,
     topic_hash,
 )
 
@@ -54,10 +56,15 @@ def live_gateways(s: GatewayServices) -> dict[int, Endpoint]:
     return merged
 
 
-def client_brokers(s: GatewayServices) -> dict[int, Endpoint]:
-    """Every broker id clients are told of, with the gateway address that serves it."""
+def client_brokers(ctx: RequestContext) -> dict[int, Endpoint]:
+    """Every broker id this client is told of, with the gateway address that serves it: the
+    gateways, and the storage nodes unless the client cannot have two brokers at one address."""
+    s = ctx.services
+    gateways = live_gateways(s)
+    if not shares_addresses(ctx.software.name, ctx.software.version):
+        return gateways
     return broker_endpoints(
-        live_gateways(s), {node_id: reg.rack for node_id, reg in s.cache.brokers.items()}
+        gateways, {node_id: reg.rack for node_id, reg in s.cache.brokers.items()}
     )
 
 
@@ -156,7 +163,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         "throttle_time": 0,
         "brokers": [
             {"node_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-            for _, ep in sorted(client_brokers(s).items())
+            for _, ep in sorted(client_brokers(ctx).items())
         ],
         "cluster_id": cache.cluster_id,
         "controller_id": s.endpoint.node_id,

@@ -14,6 +14,7 @@ from services.gateway.routing import (
     client_zone,
     leader_for,
     preferred_read_replica,
+    shares_addresses,
     topic_hash,
 )
 
@@ -75,6 +76,11 @@ async def test_metadata_leaders_in_client_zone_from_client_id() -> None:
     assert Counter(leaders) == {3: 4, 4: 4, 5: 4}
     # every gateway is listed as a broker, and every storage node (replica lists name them)
     assert sorted(b["node_id"] for b in resp["brokers"]) == [1, 2, 3, 4, 5, 6, 101, 102, 103]
+    # ... but librdkafka before 2.9 would take brokers sharing an address for one: gateways only
+    ctx = context(svc, ApiKey.METADATA, 12, client_id="app;zone=az2")
+    ctx.software.name, ctx.software.version = "librdkafka", "2.0.2"
+    resp = await metadata.handle(ctx, req)
+    assert sorted(b["node_id"] for b in resp["brokers"]) == [1, 2, 3, 4, 5, 6]
 
 
 async def test_metadata_leaders_default_to_connected_gateway_zone() -> None:
@@ -112,3 +118,16 @@ def test_preferred_read_replica_is_an_in_sync_replica_in_the_client_zone() -> No
     assert preferred_read_replica(None, "az1", [102], brokers) == -1
     assert preferred_read_replica("az3", "az1", [101, 102], brokers) == -1
     assert preferred_read_replica("az2", "az1", [999], brokers) == -1
+
+
+def test_which_clients_keep_brokers_sharing_an_address_apart() -> None:
+    # librdkafka < 2.9 renames a connection whose address a new broker id shares (#4557)
+    assert not shares_addresses("librdkafka", "2.0.2")
+    assert not shares_addresses("confluent-kafka-python", "2.3.0-rdkafka-2.3.0")
+    assert not shares_addresses("librdkafka", "")  # says rdkafka, no version: assumed old
+    assert shares_addresses("librdkafka", "2.9.0")
+    assert shares_addresses("confluent-kafka-python", "2.16.1-rdkafka-2.16.0")
+    assert shares_addresses("confluent-kafka-go", "2.10.0-rdkafka-2.10.0")
+    assert shares_addresses("apache-kafka-java", "3.9.0")
+    assert shares_addresses("kafka-python", "3.0.12")
+    assert shares_addresses("", "")  # did not say (ApiVersions before v3)
