@@ -21,8 +21,9 @@ Whatever a client sends to such an id is served by a gateway like any request, a
 preferred read replica (KIP-392) is an id whose broker is in the client's zone
 (``preferred_read_replica``). librdkafka before 2.9 finds a broker of a Metadata answer by its
 address when the id is new to it and renames that connection to the new id (fixed by
-librdkafka #4557), so brokers sharing an address break it: those clients
-(``shares_addresses``) are told of the gateways only, as before.
+librdkafka #4557), and kafkajs hands its seed connection to every id at that address, so
+brokers sharing an address break them: clients not known to cope (``shares_addresses``) are
+told of the gateways only, as before.
 """
 
 from __future__ import annotations
@@ -100,11 +101,15 @@ def preferred_read_replica(
 
 
 def shares_addresses(software_name: str, software_version: str) -> bool:
-    """Whether a client (by ApiVersions' client_software_name/version) keeps brokers that share
-    a host:port apart: not librdkafka before 2.9 (name ``librdkafka`` and its version, or a
-    binding's ``<version>-rdkafka-<version>``; one that says rdkafka without a version counts
-    as old). Clients that do not say are assumed to (the Java client, kafka-python, aiokafka,
-    kafkajs key brokers by id)."""
+    """Whether a client (by ApiVersions v3+ client_software_name/version) is known to keep
+    brokers that share a host:port apart. Not librdkafka before 2.9 (name ``librdkafka`` and
+    its version, or a binding's ``<version>-rdkafka-<version>``; one that says rdkafka without
+    a version counts as old), nor a client that does not say: kafkajs 2.2.4 (ApiVersions v2)
+    hands its seed broker's connection to every id at the seed's address and then fails
+    produce and DeleteRecords, and aiokafka (v0) is untested with it. The Java client and
+    kafka-python say who they are and key brokers by id."""
+    if not software_name:
+        return False
     text = f"{software_name} {software_version}".lower()
     if "rdkafka" not in text:
         return True

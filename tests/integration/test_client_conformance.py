@@ -3,6 +3,7 @@ per-record errors (KIP-467), deprecated message.format.version, transactional pr
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 
@@ -19,7 +20,11 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka import errors as kp_errors
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpConfigResourceType
-from kafka_support import TopicFactory, consume_confluent, now_ms
+from kafka_support import TopicFactory, consume_confluent, now_ms, read_frame, split_bootstrap
+
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey, decode_response, encode_request
+from services.common.records.record import Record, build_batch
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +79,41 @@ def test_keyless_records_are_refused_by_index_and_the_others_can_be_resent(
     read = consume_confluent(bootstrap, name, [0], 90)[0]
     assert [r.rec.key for r in read] == [f"k{i}".encode() for i in range(100) if i % 10]
     assert [r.offset for r in read] == list(range(90))
+
+
+def test_produce_response_carries_record_errors_and_error_message(
+    bootstrap: str, topic: TopicFactory
+) -> None:
+    """The wire answer itself (Produce v9, as Kafka 2.5+ answers it): INVALID_RECORD, the 10
+    indexes with their messages in record_errors, Kafka's summary in error_message."""
+    name = topic(1, config={"cleanup.policy": "compact"})
+    records = [
+        Record(timestamp=now_ms(), key=None if i in KEYLESS else b"k%d" % i, value=b"v")
+        for i in range(100)
+    ]
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 10000,
+        "topic_data": [
+            {"name": name, "partition_data": [{"index": 0, "records": build_batch(records)}]}
+        ],
+    }
+    with socket.create_connection(split_bootstrap(bootstrap), timeout=10) as sock:
+        sock.sendall(encode_request(int(ApiKey.PRODUCE), 9, 5, "raw", body))
+        frame = read_frame(sock)
+    assert frame is not None
+    corr, resp = decode_response(int(ApiKey.PRODUCE), 9, frame)
+    (part,) = resp["responses"][0]["partition_responses"]
+    assert (corr, part["error_code"], part["base_offset"]) == (5, ErrorCode.INVALID_RECORD, -1)
+    why = f"Compacted topic cannot accept message without key in topic partition {name}-0"
+    assert part["record_errors"] == [
+        {"batch_index": i, "batch_index_error_message": why} for i in KEYLESS
+    ]
+    assert part["error_message"].startswith(
+        "One or more records have been rejected due to 10 record errors in total, and only "
+        f"showing the first three errors at most: [RecordError(batchIndex=0, message='{why}'), "
+    )
 
 
 def test_one_record_per_batch_only_the_keyless_ones_fail(

@@ -11,6 +11,7 @@ from services.common.metadata_cache import MetadataCache, parse_topic_id
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk import layout
+from services.gateway.context import RequestContext
 from services.gateway.handlers import metadata
 
 from .fakes import (
@@ -36,9 +37,15 @@ def _cache() -> MetadataCache:
     return cache
 
 
+def _java(ctx: RequestContext) -> RequestContext:
+    """A client that said who it is (ApiVersions v3) and keys brokers by id."""
+    ctx.software.name, ctx.software.version = "apache-kafka-java", "3.9.0"
+    return ctx
+
+
 async def test_all_topics_with_states() -> None:
     svc = services(_cache())
-    resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), {"topics": None})
+    resp = await metadata.handle(_java(context(svc, ApiKey.METADATA, 12)), {"topics": None})
     assert resp["cluster_id"] == "clu-1"
     assert resp["controller_id"] == 1
     # the gateway, and the live storage nodes under their own ids at a gateway's address (none
@@ -153,6 +160,8 @@ async def test_topic_by_id_and_self_listed_when_unregistered() -> None:
     resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), req)
     assert [t["name"] for t in resp["topics"]] == ["a", None]
     assert resp["topics"][1]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+    assert [b["node_id"] for b in resp["brokers"]] == [1]  # a client that did not say who it is
+    resp = await metadata.handle(_java(context(svc, ApiKey.METADATA, 12)), req)
     assert [b["node_id"] for b in resp["brokers"]] == [1, 11, 12]
     assert resp["brokers"][0]["port"] == 9092  # this gateway's advertised endpoint
 
