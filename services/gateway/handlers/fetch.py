@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.errors import ErrorCode
@@ -60,12 +61,16 @@ def _count_out(topic: str, nbytes: int) -> None:
     c.inc(nbytes)
 
 
-def _rack_readers(ctx: RequestContext, rack_id: str | None) -> tuple[str, Any] | None:
-    """(client rack, the brokers it knows) when a consumer in another zone than this
-    gateway's asks (Fetch v11+ rack_id): its partitions may have a preferred read replica."""
-    if not rack_id or rack_id == ctx.services.endpoint.rack:
+def _rack_readers(
+    ctx: RequestContext, rack_id: str | None
+) -> Callable[[Sequence[int]], int] | None:
+    """When a consumer in another zone than this gateway's asks (Fetch v11+ rack_id): the
+    preferred read replica among a partition's in-sync replicas (-1: none)."""
+    own = ctx.services.endpoint.rack
+    if not rack_id or rack_id == own:
         return None
-    return rack_id, client_brokers(ctx)
+    brokers = client_brokers(ctx)
+    return lambda isr: preferred_read_replica(rack_id, own, isr, brokers)
 
 
 def _partition(
@@ -108,15 +113,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             elif info.leader < 0 or s.storage.stub(info.leader) is None:
                 res = _partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 immediate = True
-            elif (
-                readers is not None
-                and (
-                    pref := preferred_read_replica(
-                        readers[0], s.endpoint.rack, info.isr, readers[1]
-                    )
-                )
-                >= 0
-            ):
+            elif readers is not None and (pref := readers(info.isr)) >= 0:
                 # KIP-392: no records here; the consumer fetches from a gateway in its zone
                 res = _partition(index, ErrorCode.NONE, *s.offsets.get(name, index))
                 res["preferred_read_replica"] = pref

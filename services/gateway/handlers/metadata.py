@@ -4,10 +4,9 @@ Partition replica/ISR lists are the storage replica ids (so describe tools show 
 replication); the leader is a gateway (see ``services.gateway.routing``). The broker list holds
 the gateways and, under their own ids, the live storage nodes that no gateway's id names, each
 at the address of a gateway in its zone (``routing.broker_endpoints``), so every id a response
-names is a broker the client can reach (not for librdkafka before 2.9, which cannot have two
-brokers at one address: ``routing.shares_addresses``); a replica that is not registered is only listed in
-``offline_replicas``, as in Kafka. A partition whose
-storage leader is offline (-1 or not registered) is answered LEADER_NOT_AVAILABLE, leader -1.
+names is a broker the client can reach; clients not known to cope with two brokers at one
+address get the gateways only (``routing.shares_addresses``). A replica that is not registered
+is only listed in ``offline_replicas``, as in Kafka. A partition whose storage leader is offline (-1 or not registered) is answered LEADER_NOT_AVAILABLE, leader -1.
 Unknown topics are auto-created through the controller when both auto.create.topics.enable and
 the request's allow_auto_topic_creation say so, then answered LEADER_NOT_AVAILABLE (clients
 retry), as Kafka does.
