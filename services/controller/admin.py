@@ -18,7 +18,7 @@ from kazoo.exceptions import NodeExistsError
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
-from services.common.topic_config import validate_overrides
+from services.common.topic_config import deprecation_warnings, validate_overrides
 from services.common.zk import layout
 from services.controller.active import AckMap, ActiveController
 from services.controller.assignment import BrokerMeta, assign_replicas
@@ -64,6 +64,12 @@ def _error(name: str, exc: KafkaError) -> pb.TopicResult:
 
 def _code(name: str, code: ErrorCode, message: str = "") -> pb.TopicResult:
     return pb.TopicResult(name=name, error_code=int(code), error_message=message)
+
+
+def _warn_deprecated(topic: str, names: Iterable[str]) -> None:
+    """Deprecated configs are accepted (as Kafka 3.x does) with a warning in the log."""
+    for warning in deprecation_warnings(names):
+        log.warning("deprecated topic config", topic=topic, warning=warning)
 
 
 def _duplicates(names: Iterable[str]) -> set[str]:
@@ -175,6 +181,7 @@ class AdminOps:
             validate_create_assignment(assignment, set(self.ctx.brokers))
         configs = dict(spec.configs)
         validate_overrides(configs)
+        _warn_deprecated(name, configs)
         rf = len(assignment[0])
         result = pb.TopicResult(name=name, num_partitions=len(assignment), replication_factor=rf)
         if validate_only:
@@ -459,6 +466,7 @@ class AdminOps:
         new = apply_config_ops(
             topic.config, [ConfigOp(o.key, o.value, o.op) for o in res.ops], res.incremental
         )
+        _warn_deprecated(name, [o.key for o in res.ops if o.key in new])
         if validate_only:
             return
         path = layout.topic_config_path(name)

@@ -68,6 +68,15 @@ class GatewayServices:
 
 
 @dataclass(slots=True)
+class ClientSoftware:
+    """What a connection's client said it is (ApiVersions v3+: client_software_name/version);
+    empty until then, and for clients that do not say."""
+
+    name: str = ""
+    version: str = ""
+
+
+@dataclass(slots=True)
 class RequestContext:
     services: GatewayServices
     api_key: int
@@ -80,6 +89,7 @@ class RequestContext:
     fetch_park: FetchPark | None = None  # the connection's parked long polls (fetch_park.py)
     # the connection's produce ordering (produce_order.py); a request alone gets its own
     produce_order: ProduceOrder = field(default_factory=ProduceOrder)
+    software: ClientSoftware = field(default_factory=ClientSoftware)  # the connection's client
 
     def close_connection(self, reason: str) -> None:
         if self.close is not None:

@@ -30,7 +30,7 @@ from services.common.protocol import (
 )
 from services.common.protocol.primitives import Buffer
 from services.gateway import metrics
-from services.gateway.context import RequestContext
+from services.gateway.context import ClientSoftware, RequestContext
 from services.gateway.fetch_park import FetchPark
 from services.gateway.framing import FrameReader, FrameSizeError
 from services.gateway.handlers.api_versions import fallback_body
@@ -59,6 +59,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reader = FrameReader(server.max_request_bytes)
         self._fetch_park = FetchPark()
         self._produce_order = ProduceOrder()
+        self._software = ClientSoftware()
         self._out: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
@@ -217,6 +218,7 @@ class Connection(asyncio.BufferedProtocol):
             self.close_for,
             self._fetch_park,
             self._produce_order,
+            self._software,
         )
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)

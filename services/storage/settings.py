@@ -22,6 +22,7 @@ from services.common.topic_config import (
     TOPIC_CONFIGS,
     ConfigType,
     TopicConfigDef,
+    deprecation_warnings,
     format_value,
     parse_value,
 )
@@ -195,6 +196,15 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     @property
     def all_log_dirs(self) -> list[str]:
         return [d.strip() for d in self.log_dirs.split(",") if d.strip()]
+
+    def deprecation_warnings(self) -> list[str]:
+        """Deprecated settings that were set (accepted, without effect)."""
+        set_props = [
+            prop
+            for prop in BROKER_TOPIC_DEFAULTS
+            if prop.replace(".", "_") in self.model_fields_set
+        ]
+        return deprecation_warnings(set_props, broker=True)
 
     def broker_topic_defaults(self) -> dict[str, Any]:
         """Broker-level topic defaults keyed by broker property name, typed.

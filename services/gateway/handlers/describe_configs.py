@@ -1,21 +1,33 @@
 """DescribeConfigs (v1-4) for TOPIC and BROKER resources.
 
-BROKER resources are gateways (they are the brokers clients know): this gateway's id returns
-its settings and the broker-level topic defaults; ``""`` (the cluster-wide dynamic defaults)
-returns none, as Kafka without dynamic defaults does; another id is INVALID_REQUEST, as in Kafka
-(clients send BROKER resources to that broker).
+BROKER resources are the brokers of Metadata: this gateway's id returns its settings and the
+broker-level topic defaults, and so does the id of a storage node that no gateway's id names
+(Metadata lists it at a gateway's address: clients send BROKER resources to that broker, and
+the gateway that serves it answers); ``""`` (the cluster-wide dynamic defaults) returns none, as
+Kafka without dynamic defaults does; another gateway's id is INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
 
 from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
-from services.gateway.context import RequestContext
+from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, topic_name_error
 from services.gateway.handlers.configs import broker_entries, describe_entries, topic_entries
+from services.gateway.handlers.metadata import live_gateways
 
 TOPIC = 2
 BROKER = 4
+
+
+def _served_here(s: GatewayServices, name: str) -> bool:
+    """Whether ``name`` is a storage node id that Metadata lists as a broker served by a
+    gateway (it is no gateway's own id)."""
+    try:
+        node_id = int(name)
+    except ValueError:
+        return False
+    return node_id in s.cache.brokers and node_id not in live_gateways(s)
 
 
 def _result(res: Body, code: ErrorCode, message: str | None, configs: list[Body]) -> Body:
@@ -57,7 +69,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             if name == "":
                 results.append(_result(res, ErrorCode.NONE, None, []))
                 continue
-            if name != str(s.node_id):
+            if name != str(s.node_id) and not _served_here(s, name):
                 results.append(
                     _result(
                         res,

@@ -23,7 +23,7 @@ from services.common.records.batch import (
     set_base_offset,
     set_log_append_time,
 )
-from services.common.records.record import iter_records, records_payload, scan_records
+from services.common.records.record import iter_records
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX, LogConfig
 from services.storage.log.leader_epoch import LeaderEpochCache
@@ -32,6 +32,7 @@ from services.storage.log.partition_metadata import (
     write_partition_metadata,
 )
 from services.storage.log.recompression import needs_recompression, to_codec
+from services.storage.log.record_validation import validate_records
 from services.storage.log.segment import LogSegment, fsync_targets
 from services.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -466,20 +467,6 @@ class Log:
         )
 
     # ================================================================= append
-    def _require_keys(self, records: bytearray, headers: Sequence[BatchHeader]) -> None:
-        """Kafka's rule for compacted topics: compaction keeps the latest record of each key,
-        so a record without one is refused (INVALID_RECORD). This reads each record's key (not
-        its value or headers), which only compacted topics pay for."""
-        for h in headers:
-            if h.is_control:
-                continue
-            if any(r.key is None for r in scan_records(records_payload(records, h), h)):
-                raise KafkaError(
-                    ErrorCode.INVALID_RECORD,
-                    "Compacted topic cannot accept message without key in topic partition "
-                    f"{self.topic}-{self.partition}.",
-                )
-
     def append_as_leader(
         self,
         records: bytearray,
@@ -492,8 +479,9 @@ class Log:
         """Assign offsets (rewriting baseOffset/partitionLeaderEpoch in place) and append.
 
         ``headers`` come from ``validate_batches(records)``. Raises KafkaError for
-        MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, RECORD_LIST_TOO_LARGE, INVALID_RECORD and the
-        producer-state errors; a duplicate idempotent batch is not appended and the original
+        MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD and the producer-state errors,
+        and RecordValidationError (INVALID_RECORD / INVALID_TIMESTAMP with the failing records);
+        a duplicate idempotent batch is not appended and the original
         offsets are returned with ``duplicate=True``.
         """
         if not headers:
@@ -501,7 +489,6 @@ class Log:
         now = self._now() if now_ms is None else now_ms
         cfg = self.config
         append_time = cfg.log_append_time
-        max_diff = cfg.message_timestamp_difference_max_ms
         for h in headers:
             if h.size > cfg.max_message_bytes:
                 raise KafkaError(
@@ -511,14 +498,7 @@ class Log:
                 )
             if h.is_control and origin is AppendOrigin.CLIENT:
                 raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-            if not append_time and max_diff < LONG_MAX:
-                for ts in (h.base_timestamp, h.max_timestamp):
-                    if ts != -1 and abs(ts - now) > max_diff:
-                        raise KafkaError(
-                            ErrorCode.INVALID_TIMESTAMP,
-                            f"timestamp {ts} is out of range (now {now}, "
-                            f"message.timestamp.difference.max.ms {max_diff})",
-                        )
+        validate_records(records, headers, cfg, now, f"{self.topic}-{self.partition}")
         codec = cfg.target_codec
         if codec is not None and needs_recompression(headers, codec):
             records, headers = to_codec(records, headers, codec)
@@ -529,8 +509,6 @@ class Log:
                         f"record batch of {h.size} bytes in {cfg.compression_type} exceeds "
                         f"max.message.bytes {cfg.max_message_bytes}",
                     )
-        if cfg.compact_enabled and origin is AppendOrigin.CLIENT:
-            self._require_keys(records, headers)
         start_pos = headers[0].position
         end_pos = headers[-1].position + headers[-1].size
         size = end_pos - start_pos
