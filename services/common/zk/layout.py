@@ -76,6 +76,11 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+def broker_config_path(entity: str) -> str:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` (dynamic broker configs)."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
 def partition_path(topic: str, partition: int) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
 
