@@ -69,11 +69,13 @@ class ConnectionQuotas:
 
     def release(self, ip: str) -> None:
         n = self._per_ip.get(ip, 0)
-        if n <= 1:
-            self._per_ip.pop(ip, None)
+        if n == 0:
+            return
+        if n == 1:
+            del self._per_ip[ip]
         else:
             self._per_ip[ip] = n - 1
-        self.total = max(self.total - 1, 0)
+        self.total -= 1
 
     def _reject(self, ip: str, reason: str, limit: int) -> None:
         metrics.CONNECTIONS_REJECTED.labels(reason).inc()

@@ -92,6 +92,9 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.log_dir = Path(log_dir)
         self.broker_defaults = dict(broker_defaults or {})
+        # topic -> config overrides, as last read from ZooKeeper or sent by the controller
+        # (kept to recompute partition configs when a broker default changes)
+        self._topic_overrides: dict[str, dict[str, str]] = {}
         self.backend: LogBackend = backend if backend is not None else EngineBackend()
         self.metrics = metrics if metrics is not None else StorageMetrics()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -219,6 +222,8 @@ class ReplicaManager:
         log_starts = self._read_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT)
         found = self.scan_log_dir()
 
+        self._topic_overrides.update({t: dict(o) for t, o in topic_overrides.items()})
+
         async def load(tp: TopicPartition) -> None:
             topic, partition = tp
             try:
@@ -334,6 +339,7 @@ class ReplicaManager:
             )
             return ErrorCode.STALE_CONTROLLER_EPOCH
         config = effective_config(dict(state.config), self.broker_defaults)
+        self._topic_overrides[state.topic] = dict(state.config)
         topic_id = bytes(state.topic_id) or None
         if hosted is None:
             hosted = await self._create(state.topic, state.partition, config, topic_id)
@@ -435,6 +441,21 @@ class ReplicaManager:
             hosted.log.update_config(self.backend.make_config(config))
             p.config = config
             log.info("topic config updated", topic=p.topic, partition=p.partition)
+
+    def set_broker_defaults(self, defaults: Mapping[str, Any]) -> None:
+        """New broker-level topic defaults (dynamic broker configs): every hosted partition's
+        configuration is recomputed and applied without a restart."""
+        if dict(defaults) == self.broker_defaults:
+            return
+        self.broker_defaults = dict(defaults)
+        for (topic, _), hosted in list(self.hosted.items()):
+            overrides = self._topic_overrides.get(topic, {})
+            try:
+                config = effective_config(overrides, self.broker_defaults)
+            except KafkaError:
+                config = effective_config({}, self.broker_defaults)
+            self._refresh(hosted, config, None)
+        log.info("broker topic defaults updated", partitions=len(self.hosted))
 
     async def stop_replicas(self, req: pb.StopReplicasRequest) -> pb.StopReplicasResponse:
         """StopReplica: stop serving the partitions, and delete their logs if asked."""
