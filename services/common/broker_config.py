@@ -49,11 +49,18 @@ class BrokerConfigDef:
     maximum: float | None = None
 
 
+# Broker-level topic defaults that only the controller reads (from its own settings): kafka-py
+# refuses them dynamically rather than store a value nothing applies.
+CONTROLLER_APPLIED = frozenset({"unclean.leader.election.enable"})
+
+
 def _topic_defaults() -> list[BrokerConfigDef]:
     """Kafka's DynamicLogConfig: the broker-level default of every topic config. Storage nodes
     apply them; the gateway also checks batch sizes against message.max.bytes."""
     out = []
     for t in TOPIC_CONFIGS.values():
+        if t.broker_name in CONTROLLER_APPLIED:
+            continue
         services = {STORAGE, GATEWAY} if t.broker_name == "message.max.bytes" else {STORAGE}
         out.append(
             BrokerConfigDef(
@@ -236,6 +243,7 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "log.format",
         "log.level",
         "shutdown.grace.ms",
+        *CONTROLLER_APPLIED,
     }
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.common.broker_config import (
+    CONTROLLER_APPLIED,
     DYNAMIC_BROKER_CONFIGS,
     READ_ONLY_BROKER_CONFIGS,
     BrokerConfigStore,
@@ -51,13 +52,16 @@ def test_values_are_typed_and_checked() -> None:
             "log.cleanup.policy": "compact,delete",
             "log.cleaner.io.max.bytes.per.second": "1e6",
             "max.connections.per.ip.overrides": "127.0.0.2:5, host-a:0",
-            "unclean.leader.election.enable": "false",
+            "log.message.timestamp.type": "LogAppendTime",
         },
     )
     assert typed["log.retention.ms"] == 1000
     assert typed["log.cleanup.policy"] == ["compact", "delete"]
     assert typed["log.cleaner.io.max.bytes.per.second"] == 1e6
-    assert typed["unclean.leader.election.enable"] is False
+    assert typed["log.message.timestamp.type"] == "LogAppendTime"
+    assert "Set(unclean.leader.election.enable)" in (
+        _refused("", {"unclean.leader.election.enable": "true"}).message
+    )
     assert "Invalid value x for configuration max.connections: Not a number of type INT" in (
         _refused("0", {"max.connections": "x"}).message
     )
@@ -154,4 +158,5 @@ def test_every_service_setting_is_dynamic_or_read_only() -> None:
     missing = ours - set(DYNAMIC_BROKER_CONFIGS) - READ_ONLY_BROKER_CONFIGS
     assert missing == set()
     assert not set(DYNAMIC_BROKER_CONFIGS) & READ_ONLY_BROKER_CONFIGS
-    assert {d.broker_name for d in TOPIC_CONFIGS.values()} <= set(DYNAMIC_BROKER_CONFIGS)
+    topic_defaults = {d.broker_name for d in TOPIC_CONFIGS.values()}
+    assert topic_defaults - CONTROLLER_APPLIED <= set(DYNAMIC_BROKER_CONFIGS)
