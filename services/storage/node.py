@@ -151,12 +151,12 @@ class StorageNode:
         self._zk_started = True
         await self.zk.ensure_layout()
         self.cluster_id = await get_or_create_cluster_id(self.zk)
-        await self.broker_config_sync.start()  # dynamic broker configs before the logs open
-        self.dynamic.refresh()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
         self._locked = True
         check_meta_properties(self.log_dir, s.broker_id, self.cluster_id)
+        await self.broker_config_sync.start()  # dynamic broker configs before the logs open
+        self.dynamic.refresh()
         self.rm = ReplicaManager(
             s.broker_id,
             self.log_dir,
