@@ -26,7 +26,7 @@ from services.common.broker_config import (
     typed_layer,
 )
 from services.common.logging import get_logger
-from services.common.topic_config import LONG_MAX
+from services.common.topic_config import LONG_MAX, format_value
 from services.storage.log.cleaner import CleanerSettings
 from services.storage.log_cleaner import LogCleaner
 from services.storage.replica_manager import ReplicaManager
@@ -45,6 +45,13 @@ _CLEANER_FIELDS = {
     "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
     "log.cleaner.io.buffer.size": "io_buffer_size",
     "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
+}
+
+
+# Configs set through another property (Kafka's synonyms log.retention.hours/minutes, log.roll.hours).
+_DERIVED = {
+    "log.retention.ms": {"log_retention_ms", "log_retention_minutes", "log_retention_hours"},
+    "log.roll.ms": {"log_roll_ms", "log_roll_hours"},
 }
 
 
@@ -91,6 +98,24 @@ class StorageBrokerConfig:
         values.update(self._dynamic())
         self.values = values
         return values
+
+    def static_configs(self) -> tuple[tuple[str, str], ...]:
+        """The node's explicitly set configs among those that can change dynamically
+        (published in its registration: DescribeConfigs shows them as STATIC_BROKER_CONFIG)."""
+        s = self.settings
+        explicit = s.model_fields_set
+        props = type(s).properties()
+        typed = s.broker_topic_defaults()
+        out: dict[str, str] = {}
+        for name, defn in DYNAMIC_BROKER_CONFIGS.items():
+            if STORAGE not in defn.services or name not in props:
+                continue
+            if props[name] in explicit:
+                out[name] = format_value(typed.get(name, getattr(s, props[name])))
+        for derived, fields in _DERIVED.items():
+            if explicit & fields:
+                out[derived] = format_value(typed[derived])
+        return tuple(sorted(out.items()))
 
     def topic_defaults(self) -> dict[str, Any]:
         return {k: v for k, v in self.values.items() if k in BROKER_TOPIC_DEFAULTS}

@@ -176,7 +176,13 @@ class StorageNode:
         self.registrar = BrokerRegistrar(
             self.zk,
             s.broker_id,
-            lambda: layout.BrokerRegistration(s.broker_id, adv.host, adv.port, s.broker_rack),
+            lambda: layout.BrokerRegistration(
+                s.broker_id,
+                adv.host,
+                adv.port,
+                s.broker_rack,
+                static_configs=self.dynamic.static_configs(),
+            ),
             s.zookeeper_session_timeout_ms,
         )
         await self.registrar.register()

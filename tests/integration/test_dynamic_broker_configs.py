@@ -53,7 +53,7 @@ def cfg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
         gateway_port=0,
         zk_port=0,
         extra={
-            "storage": ["--log.retention.check.interval.ms", "300"],
+            "storage": ["--log.retention.check.interval.ms", "300", "--log.roll.hours", "100"],
             "gateway": ["--max.connections", STATIC_MAX_CONNECTIONS],
         },
     )
@@ -222,8 +222,12 @@ def test_describe_sources_and_synonyms(admin: AdminClient) -> None:
             ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
         )
         # storage node 1 has no gateway: its id answers too, with the cluster default
-        one = _describe(admin, "1", any_gateway=True)["log.cleaner.backoff.ms"]
-        assert (one["value"], one["config_source"]) == ("1000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        one = _describe(admin, "1", any_gateway=True)
+        lcb1 = one["log.cleaner.backoff.ms"]
+        assert (lcb1["value"], lcb1["config_source"]) == ("1000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        # a storage node's own flag (log.roll.hours) is its STATIC_BROKER_CONFIG
+        roll = one["log.roll.ms"]
+        assert (roll["value"], roll["config_source"]) == ("360000000", "STATIC_BROKER_CONFIG")
         # "" = the cluster-wide dynamic defaults that are set, nothing else
         default = _describe(admin, "")
         assert {n: (e["value"], e["config_source"]) for n, e in default.items()} == {

@@ -18,6 +18,7 @@ from services.common.broker_config import (
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,
     GATEWAY,
+    STORAGE,
     BrokerConfigDef,
     Resolved,
     default_text,
@@ -56,9 +57,13 @@ class ConfigEntry:
 
 def _static(s: GatewayServices, broker_id: int, defn: BrokerConfigDef) -> Mapping[str, str]:
     """STATIC_BROKER_CONFIG layer of broker ``broker_id`` for one config: this gateway's own
-    settings for what gateways apply; a storage node's static settings are not known here."""
+    settings for what gateways apply, the storage node's published ones for what it applies
+    (another gateway's flags are not known here)."""
     if GATEWAY in defn.services and broker_id == s.node_id:
         return static_configs(s.settings)
+    reg = s.cache.brokers.get(broker_id)
+    if STORAGE in defn.services and reg is not None:
+        return dict(reg.static_configs)
     return {}
 
 

@@ -115,3 +115,15 @@ async def test_alter_refuses_unknown_broker_ids_without_asking_the_controller() 
     }
     ((_, request),) = fake.requests
     assert sorted(r.name for r in request.resources) == ["", "11"]
+
+
+async def test_storage_static_configs_come_from_its_registration() -> None:
+    svc = _svc()
+    reg = layout.BrokerRegistration(
+        12, "127.0.0.1", 7012, "z2", static_configs=(("log.segment.bytes", "1000"),)
+    )
+    svc.cache.apply_broker(12, reg.to_json())
+    (result,) = await _describe(svc, "12")
+    seg = _by_name(result)["log.segment.bytes"]
+    assert (seg["value"], seg["config_source"]) == ("1000", STATIC)
+    assert _by_name(result)["log.retention.ms"]["config_source"] == DYN_DEFAULT
