@@ -413,3 +413,43 @@ def _try(fn) -> bool:  # type: ignore[no-untyped-def]
     except KafkaException:
         return False
     return True
+
+
+def test_message_max_bytes_default_applies_at_once(
+    admin: AdminClient, cfg_cluster: LocalCluster
+) -> None:
+    """message.max.bytes as the cluster default bounds the batches of a topic without
+    max.message.bytes from the next request on; a topic override still wins."""
+    bootstrap = cfg_cluster.bootstrap
+    plain, big = unique_topic_name("mmb-plain"), unique_topic_name("mmb-override")
+    futures = admin.create_topics(
+        [
+            NewTopic(plain, 1, 1),
+            NewTopic(big, 1, 1, config={"max.message.bytes": "100000"}),
+        ],
+        operation_timeout=30,
+    )
+    for f in futures.values():
+        f.result(timeout=60)
+    wait_for_topic(admin, plain, 1)
+    wait_for_topic(admin, big, 1)
+
+    def produce(topic: str) -> str | None:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0})
+        errors: list[str] = []
+        p.produce(
+            topic,
+            b"y" * 5000,
+            on_delivery=lambda err, msg: errors.append(err.name() if err else ""),
+        )
+        p.flush(30)
+        return errors[0] if errors else "no report"
+
+    assert produce(plain) == ""
+    _alter(admin, "", _set("message.max.bytes", "2000"))
+    try:
+        assert produce(plain) == "MSG_SIZE_TOO_LARGE"
+        assert produce(big) == ""
+    finally:
+        _alter(admin, "", _delete("message.max.bytes"))
+    assert produce(plain) == ""
