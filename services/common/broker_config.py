@@ -5,15 +5,14 @@ A broker config may be set at four levels, highest first (Kafka's ``DynamicBroke
 (DYNAMIC_DEFAULT_BROKER_CONFIG), the service's own settings when given explicitly
 (STATIC_BROKER_CONFIG) and the built-in default (DEFAULT_CONFIG). This module holds the table
 of dynamic configs (type, default, which kafka-py service applies them), validates a new set as
-Kafka does, keeps what ZooKeeper holds (``BrokerConfigStore``) and resolves a value and its
-source from the layers.
+Kafka does and resolves a value and its source from the layers (what ZooKeeper holds is kept
+by ``services.common.broker_config_store``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +26,6 @@ from services.common.topic_config import (
     format_value,
     parse_value,
 )
-from services.common.zk import layout
 
 log = get_logger("broker_config")
 
@@ -380,67 +378,6 @@ def resolve(
 
 def default_text(defn: BrokerConfigDef) -> str:
     return format_value(defn.default)
-
-
-class BrokerConfigStore:
-    """What ``/config/brokers/*`` holds, by entity (``<default>`` or a broker id), as strings.
-
-    Fed by ``ZkBrokerConfigSync``; listeners are called with the entity that changed.
-    """
-
-    def __init__(self) -> None:
-        self._entities: dict[str, dict[str, str]] = {}
-        self._listeners: list[Callable[[str], None]] = []
-        self._changed: asyncio.Event | None = None
-        self.loaded = False
-
-    def entity(self, entity: str) -> Mapping[str, str]:
-        return self._entities.get(entity, {})
-
-    def layers(self, broker_id: int) -> tuple[Mapping[str, str], Mapping[str, str]]:
-        """(per-broker, cluster default) configs of one broker id."""
-        return self.entity(str(broker_id)), self.entity(DEFAULT_ENTITY)
-
-    def on_change(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
-
-    def apply(self, entity: str, data: bytes | None) -> None:
-        try:
-            new = layout.parse_topic_config(data)  # same {"version":1,"config":{...}} znode
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.warning("bad broker config znode", entity=entity, error=repr(exc))
-            return
-        if self._entities.get(entity, {}) == new:
-            return
-        if new:
-            self._entities[entity] = new
-        else:
-            self._entities.pop(entity, None)
-        log.info("dynamic broker config loaded", entity=entity, config=new)
-        for listener in list(self._listeners):
-            try:
-                listener(entity)
-            except Exception:  # noqa: BLE001 - one bad listener must not stop the others
-                log.exception("dynamic broker config listener failed", entity=entity)
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    async def wait_for(self, entity: str, expected: Mapping[str, str], timeout_s: float) -> bool:
-        """Wait (bounded) until ``entity`` holds ``expected`` (read-your-writes)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while dict(self.entity(entity)) != dict(expected):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
-                return False
-        return True
 
 
 def list_default(name: str) -> list[str] | None:

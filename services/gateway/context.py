@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.broker_config import BrokerConfigStore
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache

@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.common.broker_config import (
+    DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,
     GATEWAY,
-    BrokerConfigStore,
     is_ip_literal,
     parse_ip_overrides,
     typed_layer,
 )
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.topic_config import format_value
 from services.gateway.connection_quotas import ConnectionQuotas
@@ -58,13 +59,14 @@ class GatewayBrokerConfig:
         self.store = store
         self.quotas = quotas
         self.message_max_bytes: int = settings.message_max_bytes
-        self._applying: asyncio.Task[None] | None = None
+        self._applying: asyncio.Future[None] | None = None
+        self._lock = asyncio.Lock()  # one apply at a time, each reading the latest values
 
     def effective(self) -> dict[str, Any]:
         node = str(self.settings.node_id)
         per_broker, default = self.store.layers(self.settings.node_id)
         out = {name: getattr(self.settings, field) for name, field in GATEWAY_FIELDS.items()}
-        for entity, layer in (("<default>", default), (node, per_broker)):
+        for entity, layer in ((DEFAULT_ENTITY, default), (node, per_broker)):
             typed = typed_layer(entity, layer)
             out.update(
                 {k: v for k, v in typed.items() if GATEWAY in DYNAMIC_BROKER_CONFIGS[k].services}
@@ -73,10 +75,17 @@ class GatewayBrokerConfig:
 
     def on_change(self, entity: str) -> None:
         """BrokerConfigStore listener: re-apply when this gateway's layers changed."""
-        if entity in ("<default>", str(self.settings.node_id)):
+        if entity in (DEFAULT_ENTITY, str(self.settings.node_id)):
             self._applying = asyncio.ensure_future(self.apply())
 
     async def apply(self) -> None:
+        async with self._lock:
+            try:
+                await self._apply()
+            except Exception:  # noqa: BLE001 - the previous limits stay in force
+                log.exception("broker config not applied")
+
+    async def _apply(self) -> None:
         values = self.effective()
         try:
             raw = parse_ip_overrides(values["max.connections.per.ip.overrides"])

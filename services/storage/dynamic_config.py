@@ -22,9 +22,9 @@ from services.common.broker_config import (
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,
     STORAGE,
-    BrokerConfigStore,
     typed_layer,
 )
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.topic_config import LONG_MAX, format_value
 from services.storage.log.cleaner import CleanerSettings

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from services.common.admin_http import AdminServer
-from services.common.broker_config import BrokerConfigStore
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.runtime import freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from services.common.broker_config import BrokerConfigStore
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk, ZnodeStat

@@ -9,7 +9,6 @@ from services.common.broker_config import (
     CONTROLLER_APPLIED,
     DYNAMIC_BROKER_CONFIGS,
     READ_ONLY_BROKER_CONFIGS,
-    BrokerConfigStore,
     entity_name,
     list_default,
     parse_ip_overrides,
@@ -17,6 +16,7 @@ from services.common.broker_config import (
     typed_layer,
     validate_broker_configs,
 )
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.errors import ErrorCode, KafkaError
 from services.common.topic_config import TOPIC_CONFIGS, ConfigSource
 from services.common.zk import layout

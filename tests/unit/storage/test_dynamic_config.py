@@ -3,7 +3,7 @@ then its own broker id; what it publishes as static."""
 
 from __future__ import annotations
 
-from services.common.broker_config import BrokerConfigStore
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.zk import layout
 from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.settings import StorageSettings
