@@ -497,6 +497,8 @@ class ReplicaManager:
         p.stop()
         if delete:
             del self.hosted[key]
+            if not any(t == sr.topic for t, _ in self.hosted):
+                self._topic_overrides.pop(sr.topic, None)
             self.on_state_change(key)
             await asyncio.to_thread(hosted.log.delete)
             log.info("deleted replica", topic=sr.topic, partition=sr.partition)

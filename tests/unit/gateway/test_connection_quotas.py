@@ -33,3 +33,11 @@ def test_max_connections_counts_every_address() -> None:
     q.release("10.0.1.0")  # a second release of an address is harmless
     assert q.total == 2
     assert q.admit("10.0.1.7") is True and q.admit("10.0.1.8") is False
+
+
+async def test_override_hosts_resolve_to_addresses() -> None:
+    from services.gateway.dynamic_config import resolve_hosts
+
+    got = await resolve_hosts({"localhost": 3, "10.0.0.1": 2, "no-such-host.invalid": 1})
+    assert got["127.0.0.1"] == 3 and got["10.0.0.1"] == 2
+    assert "no-such-host.invalid" not in got and len(set(got.values()) - {2, 3}) == 0
