@@ -32,6 +32,7 @@ log = get_logger("broker_config")
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
 STORAGE = "storage"
 GATEWAY = "gateway"
+CONTROLLER = "controller"
 INT_MAX = 2**31 - 1
 
 
@@ -47,19 +48,22 @@ class BrokerConfigDef:
     maximum: float | None = None
 
 
-# Broker-level topic defaults that only the controller reads (from its own settings): kafka-py
-# refuses them dynamically rather than store a value nothing applies.
+# Broker-level topic defaults the active controller applies (leader elections).
 CONTROLLER_APPLIED = frozenset({"unclean.leader.election.enable"})
 
 
 def _topic_defaults() -> list[BrokerConfigDef]:
     """Kafka's DynamicLogConfig: the broker-level default of every topic config. Storage nodes
-    apply them; the gateway also checks batch sizes against message.max.bytes."""
+    apply them; the gateway also checks batch sizes against message.max.bytes; the active
+    controller reads the cluster-wide unclean.leader.election.enable."""
     out = []
     for t in TOPIC_CONFIGS.values():
         if t.broker_name in CONTROLLER_APPLIED:
-            continue
-        services = {STORAGE, GATEWAY} if t.broker_name == "message.max.bytes" else {STORAGE}
+            services = {CONTROLLER}
+        elif t.broker_name == "message.max.bytes":
+            services = {STORAGE, GATEWAY}
+        else:
+            services = {STORAGE}
         out.append(
             BrokerConfigDef(
                 t.broker_name,
@@ -241,7 +245,6 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "log.format",
         "log.level",
         "shutdown.grace.ms",
-        *CONTROLLER_APPLIED,
     }
 )
 

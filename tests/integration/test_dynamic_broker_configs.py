@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 )
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KpNewTopic
 from kafka_support import (
     read_frame,
     request_header_v1,
@@ -453,3 +454,42 @@ def test_message_max_bytes_default_applies_at_once(
     finally:
         _alter(admin, "", _delete("message.max.bytes"))
     assert produce(plain) == ""
+
+
+def test_unclean_election_default_elects_an_offline_partition(
+    admin: AdminClient, cfg_cluster: LocalCluster
+) -> None:
+    """unclean.leader.election.enable set as the cluster default: the active controller gives a
+    partition whose only in-sync replica is dead a leader at once (Kafka's controller does the
+    same on this change)."""
+    bootstrap = cfg_cluster.bootstrap
+    topic = unique_topic_name("unclean-default")
+    # (confluent-kafka 2.16 refuses a replica assignment without a partition count)
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        kp.create_topics([KpNewTopic(topic, replica_assignments={0: [0, 1]})])
+    finally:
+        kp.close()
+    wait_for_topic(admin, topic, 1)
+    _produce(bootstrap, topic, 3)
+
+    def partition() -> Any:
+        return admin.list_topics(topic=topic, timeout=10).topics[topic].partitions[0]
+
+    try:
+        cfg_cluster.kill("storage", 1)
+        wait_for("storage 1 out of the ISR", lambda: list(partition().isrs) == [0], 30)
+        cfg_cluster.kill("storage", 0)
+        wait_for("the partition offline", lambda: partition().leader < 0, 30)
+        cfg_cluster.start_process("storage", 1, timeout=60)
+        time.sleep(3)  # the controller has seen storage 1 come back: still no clean leader
+        assert partition().leader < 0 and list(partition().isrs) == [0]
+        _alter(admin, "", _set("unclean.leader.election.enable", "true"))
+        wait_for("an unclean leader", lambda: partition().leader >= 0, 30)
+        assert list(partition().isrs) == [1]
+        _produce(bootstrap, topic, 1)
+    finally:
+        _alter(admin, "", _delete("unclean.leader.election.enable"))
+        for i in (0, 1):
+            if f"storage-{i}" not in cfg_cluster.pids():
+                cfg_cluster.start_process("storage", i, timeout=60)

@@ -82,10 +82,7 @@ def _resolve(s: GatewayServices, broker_id: int | None, defn: BrokerConfigDef) -
 
 def broker_default(s: GatewayServices, defn: TopicConfigDef) -> Resolved:
     """Value, source and synonyms of the cluster-wide default of one topic config."""
-    dynamic = DYNAMIC_BROKER_CONFIGS.get(defn.broker_name)
-    if dynamic is None:  # a default only the controller reads (not dynamic in kafka-py)
-        return resolve(defn.broker_name, {}, {}, {}, format_value(defn.default))
-    return _resolve(s, None, dynamic)
+    return _resolve(s, None, DYNAMIC_BROKER_CONFIGS[defn.broker_name])
 
 
 def topic_entries(s: GatewayServices, overrides: Mapping[str, str]) -> list[ConfigEntry]:
