@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.errors import ErrorCode, KafkaError
 
@@ -266,7 +266,22 @@ def deprecation_warnings(names: Iterable[str], broker: bool = False) -> list[str
     ]
 
 
-def parse_value(defn: TopicConfigDef, raw: str) -> Any:
+class ConfigDefLike(Protocol):
+    """What ``parse_value`` needs of a config definition (topic or broker)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> ConfigType: ...
+    @property
+    def valid(self) -> tuple[str, ...]: ...
+    @property
+    def minimum(self) -> float | None: ...
+    @property
+    def maximum(self) -> float | None: ...
+
+
+def parse_value(defn: ConfigDefLike, raw: str) -> Any:
     """Parse and validate one raw string value; raises KafkaError(INVALID_CONFIG)."""
 
     def bad(why: str) -> KafkaError:

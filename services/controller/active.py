@@ -25,6 +25,8 @@ from kazoo.exceptions import (
 )
 
 from services.common.errors import ErrorCode
+from services.common.broker_config import DEFAULT_ENTITY
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
@@ -66,6 +68,9 @@ class _Event:
     key: Any = None
 
 
+UNCLEAN = "unclean.leader.election.enable"
+
+
 class ActiveController:
     def __init__(
         self,
@@ -76,9 +81,12 @@ class ActiveController:
         metrics: ControllerMetrics,
         on_moved: Callable[[str], None],
         watch_topic: Callable[[str], None] = lambda name: None,
+        broker_configs: BrokerConfigStore | None = None,
     ) -> None:
         self.zk = zk
         self.settings = settings
+        # dynamic broker configs (the cluster default's unclean.leader.election.enable)
+        self.broker_configs = broker_configs if broker_configs is not None else BrokerConfigStore()
         self.ctx = ControllerContext(epoch, epoch_zk_version)
         self.guard = EpochGuard(zk, epoch, epoch_zk_version)
         self.links = BrokerLinks(
@@ -176,6 +184,7 @@ class ActiveController:
             "isr_change": self._on_isr_change_notification,
             "log_dir_event": self._on_log_dir_event,
             "coordinators": self.place_shards,
+            "broker_config": self._elect_offline_partitions,
         }
         if kind == "topic" and arg is not None:
             self.enqueue(
@@ -298,7 +307,9 @@ class ActiveController:
 
     # ---- elections ------------------------------------------------------------------------
     def _unclean(self, topic: TopicState) -> bool:
-        raw = topic.config.get("unclean.leader.election.enable")
+        """Topic override, else the cluster-wide dynamic default, else this controller's
+        setting (a controller is no broker, so no per-broker value applies)."""
+        raw = topic.config.get(UNCLEAN) or self.broker_configs.entity(DEFAULT_ENTITY).get(UNCLEAN)
         if raw is None:
             return self.settings.unclean_leader_election_enable
         return raw.strip().lower() == "true"
@@ -559,6 +570,19 @@ class ActiveController:
         ]
         applied = await self.elect(parts)
         self.send_states((tr.topic, tr.partition) for tr in applied)
+
+    async def _elect_offline_partitions(self) -> None:
+        """Kafka's triggerOnlinePartitionStateChange, run when the cluster-wide
+        unclean.leader.election.enable changes: leaderless partitions may now get a leader."""
+        live = self.ctx.live_ids
+        parts = [
+            (t, p)
+            for t in self.eligible_topics()
+            for p in sorted(t.assignment)
+            if (st := t.states.get(p)) is not None and st.leader not in live
+        ]
+        applied = await self.elect(parts)
+        self.send_states([(tr.topic, tr.partition) for tr in applied])
 
     async def _on_brokers_startup(self, started: set[int]) -> None:
         live = self.ctx.live_ids

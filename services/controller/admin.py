@@ -15,6 +15,7 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError
 
+from services.common import broker_config
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
@@ -449,7 +450,8 @@ class AdminOps:
 
     async def _alter_config(self, res: pb.ConfigResourceChange, validate_only: bool) -> None:
         if res.resource_type == RESOURCE_BROKER:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "broker configs are static in this version")
+            await self._alter_broker_config(res, validate_only)
+            return
         if res.resource_type != RESOURCE_TOPIC:
             kind = _RESOURCE_NAMES.get(res.resource_type, str(res.resource_type))
             raise KafkaError(
@@ -485,6 +487,39 @@ class AdminOps:
         log.info("updated topic config", topic=name, config=new)
         # Same leader epoch: storage treats it as a config refresh.
         self.c.send_states([(name, p) for p in sorted(topic.assignment) if p in topic.states])
+
+    async def _alter_broker_config(self, res: pb.ConfigResourceChange, validate_only: bool) -> None:
+        """Dynamic broker configs (KIP-226) of one broker id or of the cluster default ("");
+        written as Kafka's AdminZkClient.changeBrokerConfig writes them. Storage nodes and
+        gateways watch the znodes and apply what concerns them."""
+        name = res.name
+        if name and not name.isdigit():
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
+            )
+        entity = broker_config.entity_name(name)
+        path = layout.broker_config_path(entity)
+        got = await self.c.zk.get_or_none(path)
+        new = apply_config_ops(
+            layout.parse_topic_config(got[0] if got else None),
+            [ConfigOp(o.key, o.value, o.op) for o in res.ops],
+            res.incremental,
+            lambda configs: broker_config.validate_broker_configs(name, configs),
+            broker_config.list_default,
+        )
+        if validate_only:
+            return
+        await self.c.guard.commit(
+            [
+                (SetData if got else Create)(path, layout.topic_config_json(new)),
+                Create(
+                    layout.config_change_prefix(),
+                    layout.config_change_json(f"brokers/{entity}"),
+                    sequence=True,
+                ),
+            ]
+        )
+        log.info("updated dynamic broker config", entity=entity, config=new)
 
 
 async def _await_deletions(pending: Sequence[_Pending], timeout_ms: int) -> list[pb.TopicResult]:

@@ -21,12 +21,14 @@ from typing import Any
 import grpc
 
 from services.common.admin_http import AdminServer
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.runtime import freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout
+from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk
+from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.log import checkpoint as ckpt
-from services.storage.log.cleaner import CleanerSettings
 from services.storage.log.meta_properties import (
     InvalidMetaPropertiesError,
     MetaProperties,
@@ -113,6 +115,10 @@ class StorageNode:
         self.rm: ReplicaManager | None = None
         self.replication: Replication | None = None
         self.cleaner: LogCleaner | None = None
+        self.broker_configs = BrokerConfigStore()
+        self.broker_config_sync = ZkBrokerConfigSync(self.zk, self.broker_configs)
+        self.dynamic = StorageBrokerConfig(settings, self.broker_configs)
+        self.broker_configs.on_change(self.dynamic.on_change)
         self.cluster_id: str | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self._health: Any = None
@@ -150,10 +156,12 @@ class StorageNode:
                 "every log dir failed: "
                 + "; ".join(f"{d}: {why}" for d, why in self._failed_at_start.items())
             )
+        await self.broker_config_sync.start()  # dynamic broker configs before the logs open
+        self.dynamic.refresh()
         self.rm = ReplicaManager(
             s.broker_id,
             self.log_dirs,
-            s.broker_topic_defaults(),
+            self.dynamic.topic_defaults(),
             metrics=self.metrics,
             replica_lag_time_max_ms=s.replica_lag_time_max_ms,
         )
@@ -162,6 +170,7 @@ class StorageNode:
         self.rm.on_log_dir_failure = self._on_log_dir_failure
         await self._load_logs()
         self.cleaner = self._new_cleaner()
+        self.dynamic.attach(self.rm, self.cleaner)
         self.replication = Replication(self.zk, self.rm, s)
         await self._start_grpc()
         self.admin = AdminServer(s.admin_host, s.admin_port, self.ready)
@@ -171,7 +180,13 @@ class StorageNode:
         self.registrar = BrokerRegistrar(
             self.zk,
             s.broker_id,
-            lambda: layout.BrokerRegistration(s.broker_id, adv.host, adv.port, s.broker_rack),
+            lambda: layout.BrokerRegistration(
+                s.broker_id,
+                adv.host,
+                adv.port,
+                s.broker_rack,
+                static_configs=self.dynamic.static_configs(),
+            ),
             s.zookeeper_session_timeout_ms,
         )
         await self.registrar.register()
@@ -270,12 +285,7 @@ class StorageNode:
         cleaner = LogCleaner(
             rm.log_dirs.online[0],  # one cleaner-offset-checkpoint for all dirs (Kafka: per dir)
             lambda: {key: h.log for key, h in rm.hosted.items()},
-            CleanerSettings(
-                dedupe_buffer_size=s.log_cleaner_dedupe_buffer_size,
-                io_buffer_load_factor=s.log_cleaner_io_buffer_load_factor,
-                io_buffer_size=s.log_cleaner_io_buffer_size,
-                io_max_bytes_per_second=s.log_cleaner_io_max_bytes_per_second,
-            ),
+            self.dynamic.cleaner_settings(),
             rm.metrics,
             rm.clock,
         )
@@ -302,7 +312,7 @@ class StorageNode:
     def _start_background_tasks(self) -> None:
         assert self.rm is not None
         s, rm = self.settings, self.rm
-        jobs: list[tuple[str, int, int, Callable[[], Awaitable[None]]]] = [
+        jobs: list[tuple[str, int | Callable[[], int], int, Callable[[], Awaitable[None]]]] = [
             (
                 "retention",
                 s.log_retention_check_interval_ms,
@@ -340,7 +350,7 @@ class StorageNode:
             jobs.append(
                 (
                     "log-cleaner",
-                    s.log_cleaner_backoff_ms,
+                    lambda: self.dynamic.cleaner_backoff_ms,  # dynamic broker config
                     s.log_cleaner_backoff_ms,
                     self._run_cleaner,
                 )
@@ -351,7 +361,7 @@ class StorageNode:
                 ("isr-expiration", isr_check_ms, isr_check_ms, self.replication.shrink_isrs)
             )
         for name, period_ms, delay_ms, job in jobs:
-            if period_ms >= NEVER_MS:
+            if isinstance(period_ms, int) and period_ms >= NEVER_MS:
                 log.info("background task disabled", task=name)
                 continue
             self._tasks.append(
@@ -363,9 +373,14 @@ class StorageNode:
             await self.cleaner.run_pass()
 
     async def _periodic(
-        self, name: str, period_ms: int, delay_ms: int, job: Callable[[], Awaitable[None]]
+        self,
+        name: str,
+        period_ms: int | Callable[[], int],
+        delay_ms: int,
+        job: Callable[[], Awaitable[None]],
     ) -> None:
-        """Run ``job`` every ``period_ms``; stops (after the current run) when asked."""
+        """Run ``job`` every ``period_ms`` (read again after each run when it is a callable:
+        a dynamic config); stops (after the current run) when asked."""
         wait_s = delay_ms / 1000.0
         while True:
             try:
@@ -377,7 +392,7 @@ class StorageNode:
                 await job()
             except Exception:
                 log.exception("background task failed", task=name)
-            wait_s = period_ms / 1000.0
+            wait_s = (period_ms() if callable(period_ms) else period_ms) / 1000.0
 
     # ---- shutdown ---------------------------------------------------------------------------
     async def stop(self) -> bool:
@@ -391,6 +406,7 @@ class StorageNode:
         if self.grpc_server is not None:
             await self.grpc_server.stop(self.settings.shutdown_grace_ms / 1000.0)
         self._stop_tasks.set()
+        self.broker_config_sync.stop()
         if self.cleaner is not None:
             self.cleaner.stop()
         if self._tasks:

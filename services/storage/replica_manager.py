@@ -97,6 +97,9 @@ class ReplicaManager:
         # called (on the event loop) when a log dir fails: the node tells the controller
         self.on_log_dir_failure: Callable[[Path, str], None] | None = None
         self.broker_defaults = dict(broker_defaults or {})
+        # topic -> config overrides, as last read from ZooKeeper or sent by the controller
+        # (kept to recompute partition configs when a broker default changes)
+        self._topic_overrides: dict[str, dict[str, str]] = {}
         self.backend: LogBackend = backend if backend is not None else EngineBackend()
         self.metrics = metrics if metrics is not None else StorageMetrics()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -274,6 +277,8 @@ class ReplicaManager:
         high_watermarks = self._read_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT, log_dir)
         log_starts = self._read_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT, log_dir)
 
+        self._topic_overrides.update({t: dict(o) for t, o in topic_overrides.items()})
+
         async def load(tp: TopicPartition) -> None:
             topic, partition = tp
             try:
@@ -393,6 +398,7 @@ class ReplicaManager:
             )
             return ErrorCode.STALE_CONTROLLER_EPOCH
         config = effective_config(dict(state.config), self.broker_defaults)
+        self._topic_overrides[state.topic] = dict(state.config)
         topic_id = bytes(state.topic_id) or None
         if hosted is None:
             hosted = await self._create(
@@ -556,6 +562,21 @@ class ReplicaManager:
             p.config = config
             log.info("topic config updated", topic=p.topic, partition=p.partition)
 
+    def set_broker_defaults(self, defaults: Mapping[str, Any]) -> None:
+        """New broker-level topic defaults (dynamic broker configs): every hosted partition's
+        configuration is recomputed and applied without a restart."""
+        if dict(defaults) == self.broker_defaults:
+            return
+        self.broker_defaults = dict(defaults)
+        for (topic, _), hosted in list(self.hosted.items()):
+            overrides = self._topic_overrides.get(topic, {})
+            try:
+                config = effective_config(overrides, self.broker_defaults)
+            except KafkaError:
+                config = effective_config({}, self.broker_defaults)
+            self._refresh(hosted, config, None)
+        log.info("broker topic defaults updated", partitions=len(self.hosted))
+
     async def stop_replicas(self, req: pb.StopReplicasRequest) -> pb.StopReplicasResponse:
         """StopReplica: stop serving the partitions, and delete their logs if asked."""
         async with self._orders_lock:
@@ -599,6 +620,8 @@ class ReplicaManager:
         if delete:
             del self.hosted[key]
             self.log_dirs.forget(key)
+            if not any(t == sr.topic for t, _ in self.hosted):
+                self._topic_overrides.pop(sr.topic, None)
             self.on_state_change(key)
             await asyncio.to_thread(hosted.log.delete)
             log.info("deleted replica", topic=sr.topic, partition=sr.partition)

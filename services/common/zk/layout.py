@@ -77,6 +77,11 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+def broker_config_path(entity: str) -> str:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` (dynamic broker configs)."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
 def partition_path(topic: str, partition: int) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
 
@@ -125,6 +130,9 @@ def controller_json(controller_id: int) -> bytes:
     return dumps({"version": 1, "brokerid": controller_id, "timestamp": now_ms_str()})
 
 
+STATIC_CONFIGS_KEY = "kafkapy_static_configs"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """``/brokers/ids/<id>``: a storage node (internal endpoint is gRPC)."""
@@ -134,6 +142,9 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     timestamp: str = field(default_factory=now_ms_str)
+    # the node's explicitly set dynamic-capable broker configs (kafka-py key, so gateways can
+    # report STATIC_BROKER_CONFIG for this broker id; Kafka's tools ignore unknown keys)
+    static_configs: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -148,12 +159,22 @@ class BrokerRegistration:
         }
         if self.rack is not None:
             body["rack"] = self.rack
+        if self.static_configs:
+            body[STATIC_CONFIGS_KEY] = dict(self.static_configs)
         return dumps(body)
 
     @classmethod
     def from_json(cls, broker_id: int, data: bytes) -> BrokerRegistration:
         d = loads(data)
-        return cls(broker_id, d["host"], int(d["port"]), d.get("rack"), d.get("timestamp", ""))
+        static = d.get(STATIC_CONFIGS_KEY) or {}
+        return cls(
+            broker_id,
+            d["host"],
+            int(d["port"]),
+            d.get("rack"),
+            d.get("timestamp", ""),
+            tuple(sorted((str(k), str(v)) for k, v in static.items())),
+        )
 
     @property
     def address(self) -> str:

@@ -1,33 +1,28 @@
 """DescribeConfigs (v1-4) for TOPIC and BROKER resources.
 
-BROKER resources are the brokers of Metadata: this gateway's id returns its settings and the
-broker-level topic defaults, and so does the id of a storage node that no gateway's id names
-(Metadata lists it at a gateway's address: clients send BROKER resources to that broker, and
-the gateway that serves it answers); ``""`` (the cluster-wide dynamic defaults) returns none, as
-Kafka without dynamic defaults does; another gateway's id is INVALID_REQUEST, as in Kafka.
+A BROKER resource is a broker id (a gateway and/or storage node, ``services.common.broker_ids``):
+its dynamic broker configs with their sources, plus this gateway's read-only settings when the
+id is its own; ``""`` returns the cluster-wide dynamic defaults that are set, as Kafka does. Any
+gateway answers for any registered id (they share ZooKeeper's view); an unknown id is
+INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
-from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, topic_name_error
-from services.gateway.handlers.configs import broker_entries, describe_entries, topic_entries
-from services.gateway.handlers.metadata import live_gateways
+from services.gateway.handlers.configs import (
+    broker_entries,
+    default_broker_entries,
+    describe_entries,
+    is_broker_id,
+    topic_entries,
+)
 
 TOPIC = 2
 BROKER = 4
-
-
-def _served_here(s: GatewayServices, name: str) -> bool:
-    """Whether ``name`` is a storage node id that Metadata lists as a broker served by a
-    gateway (it is no gateway's own id)."""
-    try:
-        node_id = int(name)
-    except ValueError:
-        return False
-    return node_id in s.cache.brokers and node_id not in live_gateways(s)
 
 
 def _result(res: Body, code: ErrorCode, message: str | None, configs: list[Body]) -> Body:
@@ -67,9 +62,8 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             entries = topic_entries(s, topic.config)
         elif rtype == BROKER:
             if name == "":
-                results.append(_result(res, ErrorCode.NONE, None, []))
-                continue
-            if name != str(s.node_id) and not _served_here(s, name):
+                entries = default_broker_entries(s)
+            elif not name.isdigit() or not is_broker_id(s, int(name)):
                 results.append(
                     _result(
                         res,
@@ -79,7 +73,8 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                     )
                 )
                 continue
-            entries = broker_entries(s)
+            else:
+                entries = broker_entries(s, int(name))
         else:
             results.append(
                 _result(res, ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}", [])

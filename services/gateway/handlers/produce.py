@@ -105,7 +105,7 @@ def _max_message_bytes(s: GatewayServices, overrides: Any) -> int:
             return int(raw)
         except ValueError:
             pass
-    return s.settings.message_max_bytes
+    return s.message_max_bytes
 
 
 def _partition(index: int, code: ErrorCode, message: str | None = None) -> Body:
