@@ -46,6 +46,7 @@ class BrokerConfigDef:
     valid: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    pattern: str | None = None  # a STRING value must match it (re.fullmatch)
 
 
 # Broker-level topic defaults the active controller applies (leader elections).
@@ -74,6 +75,7 @@ def _topic_defaults() -> list[BrokerConfigDef]:
                 t.valid,
                 t.minimum,
                 t.maximum,
+                t.pattern,
             )
         )
     return out
@@ -205,6 +207,7 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "log.flush.scheduler.interval.ms",
         "log.flush.offset.checkpoint.interval.ms",
         "log.flush.start.offset.checkpoint.interval.ms",
+        "log.recovery.flush.interval.ms",  # kafka-py only (decision D15)
         "log.cleaner.enable",
         "replica.high.watermark.checkpoint.interval.ms",
         "replica.lag.time.max.ms",

@@ -24,9 +24,9 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from services.common.errors import ErrorCode
 from services.common.broker_config import DEFAULT_ENTITY
 from services.common.broker_config_store import BrokerConfigStore
+from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
