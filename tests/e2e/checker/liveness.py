@@ -23,6 +23,7 @@ from services.cli.local_cluster import LocalCluster
 from services.common.zk.layout import (
     BROKER_IDS,
     BROKER_TOPICS,
+    CONSUMER_OFFSETS_TOPIC,
     CONTROLLER,
     GROUP_COORDINATOR_IDS,
     GROUP_COORDINATOR_SHARDS,
@@ -94,10 +95,12 @@ def partitions_led_with_full_isr(cluster: LocalCluster, zk: KazooClient) -> tupl
 
 
 def shards_placed(cluster: LocalCluster, zk: KazooClient) -> tuple[bool, str]:
+    if not zk.exists(f"{BROKER_TOPICS}/{CONSUMER_OFFSETS_TOPIC}"):
+        return True, "no group used yet: no __consumer_offsets, nothing to place"
     try:
         shard_map = ShardMap.from_json(zk.get(GROUP_COORDINATOR_SHARDS)[0])
     except NoNodeError:
-        return False, "no shard map"
+        return False, "__consumer_offsets exists but no shard map"
     live = {int(c) for c in zk.get_children(GROUP_COORDINATOR_IDS)}
     orphans = sorted(p for p, s in shard_map.shards.items() if s.owner not in live)
     missing = sorted(set(range(shard_map.partitions)) - set(shard_map.shards))

@@ -39,6 +39,7 @@ class Outcome:
     liveness: list[LivenessResult]
     history: History
     faults: list[tuple[Fault, str]] = field(default_factory=list)
+    own_faults: list[str] = field(default_factory=list)  # applied by the test itself
     unexpected_exits: list[str] = field(default_factory=list)
     seed: int | None = None
     fault_seconds: float = 0.0
@@ -68,7 +69,8 @@ class Outcome:
     def table(self) -> str:
         counts = self.history.counts()
         lines = [
-            f"checker summary: seed {self.seed}, {len(self.faults)} faults over "
+            f"checker summary: seed {self.seed}, {len(self.faults) + len(self.own_faults)} "
+            f"faults over "
             f"{self.fault_seconds:.0f}s; writes: {counts['acked']} acked, {counts['failed']} "
             f"failed, {counts['unknown']} unknown; group: {len(self.history.reads)} reads, "
             f"{sum(c.ok for c in self.history.commits)} commits acked",
@@ -85,8 +87,10 @@ class Outcome:
                 f"{'live: ' + r.name:<34} {'ok' if r.ok else 'FAILED':>7} {took:>9}  "
                 f"{'' if r.ok else r.detail[:300]}"
             )
-        kinds = Counter(f.kind for f, _ in self.faults)
-        lines.append("faults: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+        kinds = Counter(f.kind for f, _ in self.faults) + Counter(self.own_faults)
+        lines.append(
+            "faults: " + (", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none")
+        )
         if self.unexpected_exits:
             lines.append(
                 f"unexpected exits ({len(self.unexpected_exits)}): "

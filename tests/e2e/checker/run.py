@@ -56,6 +56,7 @@ class Checker:
         writer_config: Mapping[str, Mapping[str, Any]] | None = None,
         group: str | None = "checker-group",
         group_members: int = 2,
+        group_config: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
         self.cluster = cluster
@@ -70,9 +71,12 @@ class Checker:
         self.writers: list[Writer] = []
         self.group_name = group
         self.group_members = group_members
+        self.group_config = dict(group_config or {})
         self.group: ConsumerGroup | None = None
         self.nemesis: Nemesis | None = None
         self._schedule: Schedule | None = None
+        self.own_faults: list[str] = []
+        self._started_at = time.monotonic()
 
     # ---- set-up ---------------------------------------------------------------------
     def layout(self) -> dict[str, int]:
@@ -105,12 +109,18 @@ class Checker:
     def note(self, text: str, source: str = "test") -> None:
         self.timeline.note(source, text)
 
+    def fault(self, text: str) -> None:
+        """Record a fault the test applied itself (listed in the summary and the timeline)."""
+        self.own_faults.append(text)
+        self.timeline.note("nemesis", f"FAULT {text}")
+
     # ---- the run --------------------------------------------------------------------
     def start(self) -> None:
         """Start the writers and the consumer group."""
         if not self.partitions:
             raise ValueError("create_topic() or use_topic() first")
         bootstrap = self.cluster.bootstrap
+        self._started_at = time.monotonic()
         for name, client, rate in self._writer_specs:
             w = WRITERS[client](
                 name,
@@ -132,6 +142,7 @@ class Checker:
                 self.history,
                 self.timeline,
                 members=self.group_members,
+                config=self.group_config,
             )
             self.group.start()
         self.note(f"workload started: {len(self.writers)} writers, {self.group_members} members")
@@ -185,9 +196,14 @@ class Checker:
             liveness=liveness,
             history=self.history,
             faults=list(self.nemesis.applied) if self.nemesis else [],
+            own_faults=list(self.own_faults),
             unexpected_exits=list(self.nemesis.unexpected_exits) if self.nemesis else [],
             seed=self.seed,
-            fault_seconds=(self.nemesis.ended_at - self.nemesis.started_at) if self.nemesis else 0,
+            fault_seconds=(
+                self.nemesis.ended_at - self.nemesis.started_at
+                if self.nemesis
+                else healed_at - self._started_at
+            ),
             writers={w.name: w.client for w in self.writers},
         )
         if self.evidence is not None:

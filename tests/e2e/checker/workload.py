@@ -61,6 +61,7 @@ class Writer:
         self.rate = rate
         self.config = dict(config or {})
         self.acks = 0  # delivery reports with an offset (progress, for liveness)
+        self.last_ack_at = 0.0  # time.monotonic() of the latest acknowledgement
         self.errors = 0
         self.incarnation = 0
         self.flush_timeout = 60.0
@@ -75,6 +76,17 @@ class Writer:
 
     def start(self) -> None:
         self._thread.start()
+
+    def wait_acks(self, count: int, timeout: float = 60.0) -> float:
+        """Block until ``count`` records are acknowledged in total; returns the time taken."""
+        started = time.monotonic()
+        while self.acks < count:
+            if time.monotonic() - started > timeout or self._crash is not None:
+                raise AssertionError(
+                    f"writer {self.name}: {self.acks}/{count} acks within {timeout:g}s"
+                )
+            time.sleep(0.02)
+        return time.monotonic() - started
 
     def stop(self, flush_timeout: float = 60.0) -> None:
         """Stop sending and wait up to ``flush_timeout`` s for outstanding delivery reports
@@ -108,6 +120,7 @@ class Writer:
         self.history.delivered(value, partition, offset, error)
         if error is None:
             self.acks += 1
+            self.last_ack_at = time.monotonic()
         else:
             self.errors += 1
             if self.errors <= 5:
