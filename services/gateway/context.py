@@ -18,6 +18,7 @@ from services.gateway.controller_client import ControllerClient
 from services.gateway.coordinators import CoordinatorClients
 from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache
+from services.gateway.produce_order import ProduceOrder
 from services.gateway.settings import GatewaySettings
 
 log = get_logger("gateway")
@@ -77,6 +78,8 @@ class RequestContext:
     versions: Mapping[int, tuple[int, int]]  # what this gateway advertises in ApiVersions
     close: Callable[[str], None] | None = None  # closes the client connection (with a reason)
     fetch_park: FetchPark | None = None  # the connection's parked long polls (fetch_park.py)
+    # the connection's produce ordering (produce_order.py); a request alone gets its own
+    produce_order: ProduceOrder = field(default_factory=ProduceOrder)
 
     def close_connection(self, reason: str) -> None:
         if self.close is not None:

@@ -35,6 +35,7 @@ from services.gateway.fetch_park import FetchPark
 from services.gateway.framing import FrameReader, FrameSizeError
 from services.gateway.handlers.api_versions import fallback_body
 from services.gateway.handlers.base import ApiHandler
+from services.gateway.produce_order import ProduceOrder
 
 log = get_logger("gateway.server")
 
@@ -57,6 +58,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport: Any = None  # asyncio.Transport or uvloop's TCPTransport
         self._reader = FrameReader(server.max_request_bytes)
         self._fetch_park = FetchPark()
+        self._produce_order = ProduceOrder()
         self._out: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
@@ -214,6 +216,7 @@ class Connection(asyncio.BufferedProtocol):
             self._server.versions,
             self.close_for,
             self._fetch_park,
+            self._produce_order,
         )
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)

@@ -26,6 +26,7 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
 CURRENT_MAGIC = 2
 
 COMPRESSION_MASK = 0x07
@@ -40,6 +41,7 @@ NO_SEQUENCE = -1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
 _OFFSET_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
@@ -125,6 +127,11 @@ class BatchHeader:
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Read the header of the batch at ``pos`` (the caller checks there are 61 bytes)."""
     return BatchHeader(*_HEADER.unpack_from(buf, pos), position=pos)  # type: ignore[misc]
+
+
+def producer_fields(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """(producer id, producer epoch, base sequence) of the batch at ``pos``: header bytes only."""
+    return _PRODUCER.unpack_from(buf, pos + PRODUCER_ID_OFFSET)  # type: ignore[return-value]
 
 
 def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int | None:

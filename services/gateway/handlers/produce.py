@@ -8,6 +8,11 @@ UNSUPPORTED_COMPRESSION_TYPE; batch larger than max.message.bytes -> MESSAGE_TOO
 producer state are storage's job (not validated twice). A transactional_id is passed on to
 storage, which owns producer state. acks=0: the appends are fired and nothing is answered; if
 a partition fails, the connection is closed instead (Kafka's way of telling such a client).
+
+Each batch goes to the node the connection's ``ProduceOrder`` names (produce_order.py): the
+partition's leader, unless an earlier batch of the same connection and partition is still in
+flight elsewhere or failed and has not been retried yet - so that, as on a Kafka broker, no
+batch overtakes an earlier one's retry.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from typing import Any
 from services.common.errors import ErrorCode
 from services.common.metadata_cache import INTERNAL_TOPICS
 from services.common.protocol import ApiKey
-from services.common.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
+from services.common.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, producer_fields
 from services.common.storage_wire import PartitionAppend, append_request_parts
 from services.common.topic_config import TOPIC_CONFIGS
 from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
+from services.gateway.produce_order import ProduceOrder
 from services.gateway.storage_errors import rpc_error_code
 
 _INT32 = struct.Struct(">i")
@@ -121,8 +127,9 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
     if acks not in (0, 1, -1):
         return error_response(req, v, ErrorCode.INVALID_REQUIRED_ACKS)
     cache = s.cache
+    order = ctx.produce_order
     responses: list[Body] = []
-    by_node: dict[int, list[tuple[PartitionAppend, Body]]] = {}
+    by_node: dict[int, list[_Item]] = {}
     for td in req["topic_data"]:
         name = td["name"]
         topic = cache.topic(name)
@@ -148,18 +155,28 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
             if code != ErrorCode.NONE:
                 parts.append(_partition(index, code, message))
                 continue
-            if info.leader < 0:
+            producer = producer_fields(records)
+            node = order.route((name, index), info.leader, producer)
+            if isinstance(node, ErrorCode):
+                parts.append(
+                    _partition(index, node, "An earlier batch of this partition failed: retry it")
+                )
+                continue
+            if node < 0:
                 parts.append(
                     _partition(
                         index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "The partition has no leader"
                     )
                 )
+                order.failed((name, index), producer, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 continue
             _count_in(name, len(records), count)
             res = _partition(index, ErrorCode.NONE)
             parts.append(res)
             # records stay a view of the request frame until the Exchange stream's serializer copies them once
-            by_node.setdefault(info.leader, []).append((PartitionAppend(name, index, records), res))
+            by_node.setdefault(node, []).append(
+                (PartitionAppend(name, index, records), res, producer)
+            )
     if not by_node:
         if acks == 0:
             _close_on_error(ctx, responses)
@@ -172,14 +189,14 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
     started = [
         call
         for node, items in by_node.items()
-        if (call := _start_append(s, node, items, acks, timeout_ms, txn)) is not None
+        if (call := _start_append(s, order, node, items, acks, timeout_ms, txn)) is not None
     ]
     if acks == 0:
-        appends = s.spawn(_finish_appends(s, started), "produce_acks0")
+        appends = s.spawn(_finish_appends(s, order, started), "produce_acks0")
         if not _close_on_error(ctx, responses):
             appends.add_done_callback(lambda _: _close_on_error(ctx, responses))
         return None
-    await _finish_appends(s, started)
+    await _finish_appends(s, order, started)
     return {"responses": responses, "throttle_time": 0}
 
 
@@ -193,18 +210,22 @@ def _close_on_error(ctx: RequestContext, responses: list[Body]) -> bool:
     return True
 
 
-def _fail(items: list[tuple[PartitionAppend, Body]], code: ErrorCode, message: str) -> None:
-    for _, res in items:
+# one partition's batch: what goes to storage, its response entry, its producer id/epoch/sequence
+_Item = tuple[PartitionAppend, Body, tuple[int, int, int]]
+_Started = tuple[int, list[_Item], Awaitable[Any]]
+
+
+def _fail(order: ProduceOrder, items: list[_Item], code: ErrorCode, message: str) -> None:
+    for p, res, producer in items:
         res.update(_partition(res["index"], code, message))
-
-
-_Started = tuple[int, list[tuple[PartitionAppend, Body]], Awaitable[Any]]
+        order.failed((p.topic, p.partition), producer, code)
 
 
 def _start_append(
     s: GatewayServices,
+    order: ProduceOrder,
     node: int,
-    items: list[tuple[PartitionAppend, Body]],
+    items: list[_Item],
     acks: int,
     timeout_ms: int,
     transactional_id: str | None,
@@ -213,36 +234,41 @@ def _start_append(
     started (the responses in ``items`` then hold the error)."""
     stub = s.storage.stub(node)
     if stub is None:
-        _fail(items, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Storage node {node} is not available")
+        _fail(
+            order, items, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Storage node {node} is not available"
+        )
         return None
-    request = append_request_parts(acks, timeout_ms, transactional_id, [p for p, _ in items])
+    request = append_request_parts(acks, timeout_ms, transactional_id, [p for p, _, _ in items])
     try:
         call = stub.Append(request, timeout=max(timeout_ms, 0) / 1000.0 + _RPC_MARGIN_S)
     except Exception as exc:  # noqa: BLE001 - any RPC failure becomes a partition error
         code = rpc_error_code("Append", exc)
-        _fail(items, code, f"Storage node {node}: {code.name}")
+        _fail(order, items, code, f"Storage node {node}: {code.name}")
         return None
+    for p, _, _ in items:
+        order.sent((p.topic, p.partition), node)
     return node, items, call
 
 
-async def _finish_appends(s: GatewayServices, started: list[_Started]) -> None:
+async def _finish_appends(s: GatewayServices, order: ProduceOrder, started: list[_Started]) -> None:
     """Await every started Append (the futures themselves: no task per call) and fill in the
-    responses of their partitions."""
+    responses of their partitions; each answered batch is reported to ``order``."""
     answers = await asyncio.gather(*(call for _, _, call in started), return_exceptions=True)
     for (node, items, _), answer in zip(started, answers, strict=True):
         _apply_answer(s, node, items, answer)
+        for p, res, producer in items:
+            order.answered((p.topic, p.partition), producer, as_error_code(res["error_code"]))
 
 
-def _apply_answer(
-    s: GatewayServices, node: int, items: list[tuple[PartitionAppend, Body]], answer: Any
-) -> None:
+def _apply_answer(s: GatewayServices, node: int, items: list[_Item], answer: Any) -> None:
     if isinstance(answer, BaseException):  # any RPC failure becomes a partition error
         code = rpc_error_code("Append", answer)
-        _fail(items, code, f"Storage node {node}: {code.name}")
+        for _, res, _ in items:
+            res.update(_partition(res["index"], code, f"Storage node {node}: {code.name}"))
         return
     by_key = {(r.topic, r.partition): r for r in answer.partitions}
     offsets = s.offsets
-    for p, res in items:
+    for p, res, _ in items:
         r = by_key.get((p.topic, p.partition))
         if r is None:
             res.update(

@@ -209,3 +209,31 @@ def test_expired_producers_are_removed(tmp_path: Path) -> None:
     assert psm.remove_expired_producers(NOW + 999) == []
     assert psm.remove_expired_producers(NOW + 1000) == [PID]
     assert psm.last_entry(PID) is None
+
+
+def test_retry_reaching_the_new_leader_is_a_duplicate(tmp_path: Path) -> None:
+    """Issue 12 §0, storage side: batches the old leader appended and a follower replicated
+    but never acknowledged are recognised by that follower once it leads - whichever of the
+    last five the client retries - and the batch after them continues the sequence."""
+    old = Log.open(tmp_path / "a" / "t-0", "t", 0, LogConfig(), now_ms=lambda: NOW)
+    new = Log.open(tmp_path / "b" / "t-0", "t", 0, LogConfig(), now_ms=lambda: NOW)
+    placed = [append(old, make_batch(2 * i)) for i in range(6)]
+    copied = old.read(0, 1 << 20).records
+    new.append_as_follower(copied, validate_batches(bytearray(copied)))
+    # the client retries the unacknowledged batches in order; the oldest fell out of the window
+    assert error_code(new, make_batch(0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    for i in range(1, 6):
+        dup = append(new, make_batch(2 * i))
+        assert dup.duplicate
+        assert (dup.first_offset, dup.last_offset) == (
+            placed[i].first_offset,
+            placed[i].last_offset,
+        )
+    assert new.log_end_offset == old.log_end_offset
+    assert append(new, make_batch(12)).first_offset == old.log_end_offset
+    # a new leader that truncated (it was behind) rebuilds its state from what it kept
+    behind = Log.open(tmp_path / "c" / "t-0", "t", 0, LogConfig(), now_ms=lambda: NOW)
+    behind.append_as_follower(copied, validate_batches(bytearray(copied)))
+    behind.truncate_to(placed[3].first_offset)
+    assert append(behind, make_batch(4)).duplicate
+    assert append(behind, make_batch(6)).first_offset == placed[3].first_offset
