@@ -82,10 +82,11 @@ class Outcome:
             lines.append(f"{v.name:<34} {v.count:>7} {v.checked:>9}  {example[:160]}")
         lines.append("-" * 100)
         for r in self.liveness:
-            took = f"after {r.seconds:.1f}s" if r.ok and r.seconds is not None else ""
+            timed = r.ok and r.seconds is not None and not r.measure
+            took = f"after {r.seconds:.1f}s" if timed else ""
+            detail = r.detail if not r.ok or r.measure else ""
             lines.append(
-                f"{'live: ' + r.name:<34} {'ok' if r.ok else 'FAILED':>7} {took:>9}  "
-                f"{'' if r.ok else r.detail[:300]}"
+                f"{'live: ' + r.name:<34} {'ok' if r.ok else 'FAILED':>7} {took:>9}  {detail[:300]}"
             )
         kinds = Counter(f.kind for f, _ in self.faults) + Counter(self.own_faults)
         lines.append(

@@ -15,6 +15,7 @@ from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker.group import ConsumerGroup
 from tests.e2e.checker.history import TP, History
 from tests.e2e.checker.liveness import LivenessResult, wait_live
+from tests.e2e.checker.monitor import ControllerMonitor
 from tests.e2e.checker.nemesis import Nemesis, Schedule
 from tests.e2e.checker.reads import confluent_read, kafka_python_read
 from tests.e2e.checker.report import Outcome
@@ -77,6 +78,7 @@ class Checker:
         self._schedule: Schedule | None = None
         self.own_faults: list[str] = []
         self._started_at = time.monotonic()
+        self.monitor = ControllerMonitor(cluster, self.timeline)
 
     # ---- set-up ---------------------------------------------------------------------
     def layout(self) -> dict[str, int]:
@@ -145,6 +147,7 @@ class Checker:
                 config=self.group_config,
             )
             self.group.start()
+        self.monitor.start()
         self.note(f"workload started: {len(self.writers)} writers, {self.group_members} members")
 
     def run_schedule(self, schedule: Schedule) -> Nemesis:
@@ -166,13 +169,19 @@ class Checker:
         progress_timeout: float = 20.0,
         drain_timeout: float = 60.0,
         read_timeout: float = 60.0,
+        max_controller_gap: float = 30.0,
     ) -> Outcome:
-        """Heal, check liveness, stop the workload, read everything twice, judge, report."""
+        """Heal, check liveness, stop the workload, read everything twice, judge, report.
+
+        ``max_controller_gap``: the longest time without an acting controller allowed
+        between ``start()`` and the heal (the monitor's samples)."""
         healed_at = time.monotonic()
+        self.monitor.stop()
         if heal is not None:
             heal()
         self.note("heal done; checking liveness")
-        liveness = wait_live(self.cluster, healed_at, liveness_timeout)
+        liveness = [self._controller_gaps(max_controller_gap)]
+        liveness += wait_live(self.cluster, healed_at, liveness_timeout)
         liveness.append(self._writers_progress(healed_at, progress_timeout))
         for w in self.writers:
             w.stop()
@@ -217,6 +226,20 @@ class Checker:
         return outcome
 
     # ---- phases of finish -----------------------------------------------------------
+    def _controller_gaps(self, bound: float) -> LivenessResult:
+        gap = self.monitor.longest_gap()
+        name = f"a controller acted (gaps <= {bound:g}s)"
+        if gap is None:
+            return LivenessResult(
+                name, True, f"no gap in {self.monitor.samples} samples", measure=True
+            )
+        stamp = time.strftime("%H:%M:%S", time.gmtime(gap.start))
+        detail = (
+            f"longest gap {gap.seconds:.1f}s from {stamp} UTC; "
+            f"{len(self.monitor.gaps)} gaps in {self.monitor.samples} samples"
+        )
+        return LivenessResult(name, gap.seconds <= bound, detail, gap.seconds, measure=True)
+
     def _writers_progress(self, since: float, timeout: float) -> LivenessResult:
         """Every writer gets new acknowledgements after the heal."""
         base = {w.name: w.acks for w in self.writers}
