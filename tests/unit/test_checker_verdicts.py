@@ -165,13 +165,18 @@ def test_group_commit_lost_fires_when_the_committed_offset_went_back() -> None:
 def test_outcome_assert_ok_names_the_failures_and_prints_the_table() -> None:
     log = {0: [v("a", 0), v("a", 1)], 1: [v("a", 2)]}
     h = history(CLEAN_ACKS, log, log)
-    live = [LivenessResult("one acting controller", False, "/controller=0 count={0: 0, 1: 0}")]
+    live = [
+        LivenessResult("one acting controller", False, "/controller=0 count={0: 0, 1: 0}"),
+        LivenessResult("a controller acted", True, "longest gap 2.5s", 2.5, measure=True),
+        LivenessResult("every partition led", True, "12 partitions", 1.25),
+    ]
     outcome = Outcome(check(h), live, h, seed=7)
     with pytest.raises(AssertionError) as err:
         outcome.assert_ok()
     text = str(err.value)
     assert "{'lost': 1}" in text and "one acting controller" in text and "seed 7" in text
     assert "b:000000000 acked at t/0@2, not in the final log" in text
+    assert "longest gap 2.5s" in text and "after 1.2s" in text and "12 partitions" not in text
     Outcome(check(history(CLEAN_ACKS, CLEAN_LOG, CLEAN_LOG)), [], h).assert_ok()
 
 

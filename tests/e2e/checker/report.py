@@ -74,19 +74,19 @@ class Outcome:
             f"{self.fault_seconds:.0f}s; writes: {counts['acked']} acked, {counts['failed']} "
             f"failed, {counts['unknown']} unknown; group: {len(self.history.reads)} reads, "
             f"{sum(c.ok for c in self.history.commits)} commits acked",
-            f"{'verdict':<34} {'count':>7} {'checked':>9}  first example",
-            "-" * 100,
+            f"{'verdict':<42} {'count':>7} {'checked':>9}  first example",
+            "-" * 110,
         ]
         for v in self.verdicts.values():
             example = v.anomalies[0].detail if v.anomalies else ""
-            lines.append(f"{v.name:<34} {v.count:>7} {v.checked:>9}  {example[:160]}")
-        lines.append("-" * 100)
+            lines.append(f"{v.name:<42} {v.count:>7} {v.checked:>9}  {example[:160]}")
+        lines.append("-" * 110)
         for r in self.liveness:
             timed = r.ok and r.seconds is not None and not r.measure
             took = f"after {r.seconds:.1f}s" if timed else ""
             detail = r.detail if not r.ok or r.measure else ""
             lines.append(
-                f"{'live: ' + r.name:<34} {'ok' if r.ok else 'FAILED':>7} {took:>9}  {detail[:300]}"
+                f"{'live: ' + r.name:<42} {'ok' if r.ok else 'FAILED':>7} {took:>9}  {detail[:300]}"
             )
         kinds = Counter(f.kind for f, _ in self.faults) + Counter(self.own_faults)
         lines.append(
