@@ -5,6 +5,9 @@ services' leadership lines."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,10 @@ import pytest
 from tests.e2e.checker import FAULT_CLASSES, SAFETY, Schedule, check, encode_value
 from tests.e2e.checker.history import FinalRead, History
 from tests.e2e.checker.liveness import LivenessResult
+from tests.e2e.checker.monitor import stopped
 from tests.e2e.checker.report import Outcome
 from tests.e2e.checker.timeline import Timeline, service_events
+from tests.integration.kafka_support import wait_for
 
 T = "t"
 
@@ -219,3 +224,17 @@ def test_service_events_keep_leadership_lines_and_warnings(tmp_path: Path) -> No
     texts = [e.text for e in events]
     assert texts == ['became leader topic="t" partition=0', "[warning] something odd"]
     assert all(e.source == "storage-0" for e in events)
+
+
+def test_the_monitor_sees_a_stopped_process() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_for("the process to stop", lambda: stopped(proc.pid), 5, 0.01)
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_for("the process to run again", lambda: not stopped(proc.pid), 5, 0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not stopped(proc.pid) and not stopped(None)

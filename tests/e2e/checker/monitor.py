@@ -2,9 +2,9 @@
 
 A controller acts when its ``kafka_controller_kafkacontroller_activecontrollercount`` gauge
 reads 1 (a stopped or dead process does not act). The ``ControllerMonitor`` notes every change
-on the timeline and reports the longest stretch without an acting controller, so a controller
-that resigned and never came back (issue 12 §1) shows even when a later fault repairs it
-before the heal.
+on the timeline and measures each stretch without an acting controller, counting the time
+ZooKeeper was running in it, so a controller that resigned and never came back (issue 12 §1)
+shows even when a later fault repairs it before the heal.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from services.cli.local_cluster import LocalCluster
+from services.cli.local_cluster import ZOOKEEPER, LocalCluster
 from tests.e2e.checker.timeline import Timeline
 
 _ACTIVE = re.compile(r"^kafka_controller_kafkacontroller_activecontrollercount (\S+)$", re.M)
@@ -45,10 +45,25 @@ def acting_controllers(cluster: LocalCluster, timeout: float = 0.5) -> tuple[lis
     return acting, " ".join(seen)
 
 
+def stopped(pid: int | None) -> bool:
+    """Whether a process is stopped (SIGSTOP): state ``T`` in /proc."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except OSError:
+        return False
+
+
 @dataclass(slots=True)
 class Gap:
+    """A stretch without an acting controller; ``zk_up`` counts only the time ZooKeeper was
+    running (a stopped ZooKeeper explains a gap by itself)."""
+
     start: float  # wall clock
     end: float
+    zk_up: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -75,13 +90,16 @@ class ControllerMonitor:
         self._thread.join(10)
 
     def longest_gap(self) -> Gap | None:
-        return max(self.gaps, key=lambda g: g.seconds, default=None)
+        """The gap with the most time of ZooKeeper running."""
+        return max(self.gaps, key=lambda g: g.zk_up, default=None)
 
     def _run(self) -> None:
         last: list[int] | None = None
-        gap_start: float | None = None
+        gap: Gap | None = None
+        prev = time.time()
         while not self._halt.is_set():
             now = time.time()
+            zk_stopped = stopped(self.cluster.pids().get(ZOOKEEPER))
             try:
                 acting, seen = acting_controllers(self.cluster)
             except Exception as exc:  # noqa: BLE001 - a sample lost, not the monitor
@@ -97,11 +115,16 @@ class ControllerMonitor:
                 )
                 self.timeline.note("monitor", f"{what} ({seen})")
                 last = acting
-            if not acting and gap_start is None:
-                gap_start = now
-            elif acting and gap_start is not None:
-                self.gaps.append(Gap(gap_start, now))
-                gap_start = None
+            if gap is not None and not zk_stopped:
+                gap.zk_up += now - prev
+            if not acting and gap is None:
+                gap = Gap(now, now)
+            elif acting and gap is not None:
+                gap.end = now
+                self.gaps.append(gap)
+                gap = None
+            prev = now
             self._halt.wait(self.interval)
-        if gap_start is not None:
-            self.gaps.append(Gap(gap_start, time.time()))
+        if gap is not None:
+            gap.end = time.time()
+            self.gaps.append(gap)
