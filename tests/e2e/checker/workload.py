@@ -13,6 +13,7 @@ share ``Writer``: a subclass implements ``_produce_loop``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -33,6 +34,13 @@ CONFLUENT_DEFAULTS: dict[str, object] = {
     "topic.metadata.refresh.interval.ms": 2000,
     "log_level": 2,  # librdkafka's connection chatter stays out of the test output
 }
+
+
+def quiet_client_logs() -> None:
+    """kafka-python and aiokafka log every retry at WARNING: under faults that is thousands of
+    lines in a failed test's report. Their errors still show."""
+    for name in ("kafka", "aiokafka"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 class Writer:
@@ -68,6 +76,7 @@ class Writer:
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"writer-{name}", daemon=True)
         self._crash: BaseException | None = None
+        quiet_client_logs()
 
     @property
     def writer_id(self) -> str:
