@@ -86,6 +86,46 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
+# Java client properties with another name in librdkafka (value scale, if any).
+_JAVA_RENAMES = {
+    "max.request.size": ("message.max.bytes", 1),
+    "buffer.memory": ("queue.buffering.max.kbytes", 1024),
+    "send.buffer.bytes": ("socket.send.buffer.bytes", 1),
+    "receive.buffer.bytes": ("socket.receive.buffer.bytes", 1),
+}
+# Java client properties without meaning here: the console tools handle bytes themselves
+# (deserializers are formatter properties) and librdkafka never blocks a send.
+_JAVA_ONLY = frozenset(
+    {
+        "key.serializer",
+        "value.serializer",
+        "key.deserializer",
+        "value.deserializer",
+        "max.block.ms",
+        "max.poll.records",
+        "exclude.internal.topics",
+    }
+)
+
+
+def java_client_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """Client properties as a Kafka tool takes them, turned into librdkafka's names; names
+    librdkafka shares with Java pass through (librdkafka rejects unknown ones)."""
+    out: dict[str, str] = {}
+    for name, value in props.items():
+        if name in _JAVA_ONLY:
+            continue
+        if name in _JAVA_RENAMES:
+            target, scale = _JAVA_RENAMES[name]
+            try:
+                out[target] = str(max(1, int(value) // scale))
+            except ValueError:
+                raise CliError(f"{name} must be a number, got {value!r}") from None
+            continue
+        out[name] = value
+    return out
+
+
 def client_logger(verbose: bool) -> logging.Logger:
     """The logger librdkafka logs go to: silent unless ``--verbose``."""
     log = logging.getLogger(CLIENT_LOGGER)
@@ -131,3 +171,24 @@ def kafka_error_text(exc: BaseException) -> str:
         code = str(name())
         return f"{code}: {detail}" if code and code not in detail else detail
     return str(err)
+
+
+# librdkafka error names that differ from Kafka's Errors enum (the exception class's name).
+_LIBRDKAFKA_NAMES = {
+    "UNKNOWN_TOPIC_OR_PART": "UnknownTopicOrPartitionException",
+    "NOT_LEADER_FOR_PARTITION": "NotLeaderOrFollowerException",
+    "OFFSET_OUT_OF_RANGE": "OffsetOutOfRangeException",
+    "REQUEST_TIMED_OUT": "TimeoutException",
+}
+
+
+def java_error_text(err: Any) -> str:
+    """A KafkaError as Kafka's tools print an exception: ``org.apache.kafka.common.errors.
+    UnknownTopicOrPartitionException: message`` (librdkafka's local errors as kafka_error_text)."""
+    name = str(err.name()) if callable(getattr(err, "name", None)) else ""
+    if not name or name.startswith("_"):
+        return kafka_error_text(Exception(err))
+    words = name.removesuffix("_EXCEPTION").split("_")
+    cls = _LIBRDKAFKA_NAMES.get(name) or "".join(w.capitalize() for w in words) + "Exception"
+    detail = str(err.str()).strip() if callable(getattr(err, "str", None)) else ""
+    return f"org.apache.kafka.common.errors.{cls}: {detail}" if detail else cls

@@ -8,10 +8,11 @@ the order timestamp, partition, offset, headers, key, value, separated by ``key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.cli.common import UsageError, unescape
+from services.cli.deserializers import DeserializationError, Deserializer, deserializer
 
 Header = tuple[str, bytes | None]
 
@@ -37,8 +38,14 @@ def _bool(props: Mapping[str, str], name: str, default: bool) -> bool:
     return props[name].strip().lower() == "true"
 
 
+_DESERIALIZERS = ("key.deserializer", "value.deserializer", "headers.deserializer")
+
+
 def _check_known(props: Mapping[str, str], known: set[str], what: str) -> None:
-    unknown = sorted(set(props) - known)
+    # "<x>.deserializer.<name>" configures that deserializer (as Kafka's formatter passes it on)
+    unknown = sorted(
+        k for k in set(props) - known if not k.startswith(tuple(d + "." for d in _DESERIALIZERS))
+    )
     if unknown:
         raise UsageError(
             f"unknown {what} property {unknown[0]!r}; known: {', '.join(sorted(known))}"
@@ -58,9 +65,13 @@ class MessageFormatter:
     line_separator: bytes = b"\n"
     headers_separator: bytes = b","
     null_literal: bytes = b"null"
+    key_deserializer: Deserializer | None = None
+    value_deserializer: Deserializer | None = None
+    headers_deserializer: Deserializer | None = None
 
     PROPERTIES = frozenset(
         {
+            *_DESERIALIZERS,
             "print.timestamp",
             "print.partition",
             "print.offset",
@@ -94,7 +105,17 @@ class MessageFormatter:
             line_separator=sep("line.separator", b"\n"),
             headers_separator=sep("headers.separator", b","),
             null_literal=sep("null.literal", b"null"),
+            key_deserializer=_deserializer(props, "key.deserializer"),
+            value_deserializer=_deserializer(props, "value.deserializer"),
+            headers_deserializer=_deserializer(props, "headers.deserializer"),
         )
+
+    def _text(self, data: bytes | None, deserialize: Deserializer | None) -> bytes:
+        # Kafka would hand a null to the deserializer as the null literal's bytes; the null
+        # literal itself is what is meant.
+        if data is None:
+            return self.null_literal
+        return data if deserialize is None else deserialize(data)
 
     def format(self, rec: ConsumedRecord) -> bytes:
         """One record as Kafka's DefaultMessageFormatter writes it."""
@@ -117,18 +138,127 @@ class MessageFormatter:
             else:
                 columns.append(
                     self.headers_separator.join(
-                        k.encode() + b":" + (self.null_literal if v is None else v)
+                        k.encode() + b":" + self._text(v, self.headers_deserializer)
                         for k, v in rec.headers
                     )
                 )
         if self.print_key:
-            columns.append(self.null_literal if rec.key is None else rec.key)
+            columns.append(self._text(rec.key, self.key_deserializer))
         if self.print_value:
-            columns.append(self.null_literal if rec.value is None else rec.value)
+            columns.append(self._text(rec.value, self.value_deserializer))
         if not columns:
             return b""
         # Columns are separated by key.separator; the last one is followed by line.separator.
         return self.key_separator.join(columns) + self.line_separator
+
+
+def _deserializer(props: Mapping[str, str], name: str) -> Deserializer | None:
+    if not props.get(name):
+        return None
+    prefix = name + "."
+    config = {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
+    return deserializer(props[name], config)
+
+
+class LoggingMessageFormatter:
+    """Kafka's LoggingMessageFormatter: DefaultMessageFormatter's output, plus an INFO log line
+    per record (``CreateTime:ts, key:k, value:v``) on stderr."""
+
+    def __init__(self, default: MessageFormatter, log: Callable[[str], None]) -> None:
+        self.default = default
+        self.log = log
+
+    def format(self, rec: ConsumedRecord) -> bytes:
+        out = self.default.format(rec)
+        ts = f"{rec.timestamp_type}:{rec.timestamp}, " if rec.timestamp_type else ""
+        key = "null " if rec.key is None else rec.key.decode("utf-8", "replace") + ", "
+        value = "null" if rec.value is None else rec.value.decode("utf-8", "replace")
+        self.log(f"{ts}key:{key}value:{value}")
+        return out
+
+
+class NoOpMessageFormatter:
+    """Kafka's NoOpMessageFormatter: prints nothing (records are only counted)."""
+
+    def format(self, rec: ConsumedRecord) -> bytes:
+        return b""
+
+
+class OffsetsMessageFormatter:
+    """Kafka's OffsetsMessageFormatter for ``__consumer_offsets``: one line per offset commit,
+    ``[group,topic,partition]::OffsetAndMetadata(offset=.., leaderEpoch=Optional[..],
+    metadata=.., commitTimestamp=.., expireTimestamp=None)`` (``NULL`` for a deletion); group
+    metadata records are skipped."""
+
+    def format(self, rec: ConsumedRecord) -> bytes:
+        from services.common.errors import KafkaError
+
+        try:
+            return self._format(rec)
+        except KafkaError as exc:  # not a record of Kafka's schemas
+            raise DeserializationError(str(exc)) from None
+
+    @staticmethod
+    def _format(rec: ConsumedRecord) -> bytes:
+        from services.group_coordinator.offsets_topic import (
+            OffsetKey,
+            parse_key,
+            parse_offset_value,
+        )
+
+        if rec.key is None:
+            return b""
+        key = parse_key(rec.key)
+        if not isinstance(key, OffsetKey):
+            return b""
+        head = f"[{key.group},{key.topic},{key.partition}]::"
+        if rec.value is None:
+            return (head + "NULL\n").encode()
+        o = parse_offset_value(rec.value)
+        epoch = f"Optional[{o.leader_epoch}]" if o.leader_epoch >= 0 else "Optional.empty"
+        expire = f"Some({o.expire_timestamp})" if o.expire_timestamp >= 0 else "None"
+        return (
+            f"{head}OffsetAndMetadata(offset={o.offset}, leaderEpoch={epoch}, "
+            f"metadata={o.metadata}, commitTimestamp={o.commit_timestamp}, "
+            f"expireTimestamp={expire})\n"
+        ).encode()
+
+
+RecordFormatter = (
+    MessageFormatter | LoggingMessageFormatter | NoOpMessageFormatter | OffsetsMessageFormatter
+)
+
+# --formatter values kafka-console-consumer.sh accepts (3.x names and their 3.8+ successors).
+FORMATTERS = {
+    "kafka.tools.DefaultMessageFormatter": "default",
+    "org.apache.kafka.tools.consumer.DefaultMessageFormatter": "default",
+    "kafka.tools.LoggingMessageFormatter": "logging",
+    "org.apache.kafka.tools.consumer.LoggingMessageFormatter": "logging",
+    "kafka.tools.NoOpMessageFormatter": "noop",
+    "org.apache.kafka.tools.consumer.NoOpMessageFormatter": "noop",
+    "kafka.coordinator.group.GroupMetadataManager$OffsetsMessageFormatter": "offsets",
+    "org.apache.kafka.tools.consumer.OffsetsMessageFormatter": "offsets",
+}
+
+
+def make_formatter(
+    name: str, props: Mapping[str, str], log: Callable[[str], None]
+) -> RecordFormatter:
+    kind = FORMATTERS.get(name)
+    if kind is None:
+        raise UsageError(
+            f"formatter {name!r} is not available here; use one of "
+            "kafka.tools.DefaultMessageFormatter, kafka.tools.LoggingMessageFormatter, "
+            "kafka.tools.NoOpMessageFormatter, "
+            "kafka.coordinator.group.GroupMetadataManager$OffsetsMessageFormatter "
+            "(or their org.apache.kafka.tools.consumer names)"
+        )
+    if kind == "noop":
+        return NoOpMessageFormatter()
+    if kind == "offsets":
+        return OffsetsMessageFormatter()
+    default = MessageFormatter.from_properties(props)
+    return default if kind == "default" else LoggingMessageFormatter(default, log)
 
 
 @dataclass(frozen=True, slots=True)

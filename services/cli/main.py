@@ -1,4 +1,5 @@
-"""The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf.
+"""The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
+leader-election, delete-records, broker-api-versions.
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
 Ctrl-C exits 130 quietly. ``-v`` shows client logs and tracebacks.
@@ -13,7 +14,16 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from services.cli import cluster_cmd, console_consumer, console_producer, perf, topics
+from services.cli import (
+    broker_api_versions,
+    cluster_cmd,
+    console_consumer,
+    console_producer,
+    delete_records,
+    leader_election,
+    perf,
+    topics,
+)
 from services.cli.common import (
     DEFAULT_BOOTSTRAP,
     CliError,
@@ -82,6 +92,9 @@ def build_parser() -> Parser:
         description="kafka-py dump-log --files F [...] [--print-data-log]",
     )
     perf.add_parser(sub, _common)
+    leader_election.add_parser(sub, _common)
+    delete_records.add_parser(sub, _common)
+    broker_api_versions.add_parser(sub, _common)
     return parser
 
 
@@ -108,6 +121,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return console_consumer.run(args, base, sys.stdout.buffer)
     if args.command == "perf":
         return perf.run(args, base)
+    if args.command == "leader-election":
+        return leader_election.run(args, base, sys.stdout)
+    if args.command == "delete-records":
+        return delete_records.run(args, base, sys.stdout)
+    if args.command == "broker-api-versions":
+        return broker_api_versions.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 

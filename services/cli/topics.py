@@ -7,13 +7,13 @@ any Kafka admin tool would.
 from __future__ import annotations
 
 import argparse
-import base64
-import struct
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from services.cli.common import CliError, UsageError, kafka_error_text
+from services.cli.zk_view import PartitionState
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ZERO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -23,19 +23,56 @@ AdminFactory = Callable[[dict[str, Any]], Any]
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionView:
-    partition: int
-    leader: int | None
-    replicas: list[int]
-    isr: list[int]
-
-
-@dataclass(frozen=True, slots=True)
 class TopicView:
     name: str
     topic_id: str | None
-    partitions: list[PartitionView]
-    configs: dict[str, str]
+    partitions: list[PartitionState]
+    configs: dict[str, str]  # the non-default ones (Kafka's ``!ConfigEntry.isDefault``)
+    marked_for_deletion: bool = False
+
+    @property
+    def replication_factor(self) -> int:
+        """As kafka-topics.sh: the first partition's replicas minus those being added."""
+        if not self.partitions:
+            return 0
+        first = min(self.partitions, key=lambda p: p.partition)
+        return len(first.replicas) - len(first.adding)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    """Which partitions ``describe`` prints (kafka-topics.sh's DescribeOptions)."""
+
+    under_replicated: bool = False
+    unavailable: bool = False
+    under_min_isr: bool = False
+    at_min_isr: bool = False
+    topics_with_overrides: bool = False
+
+    @property
+    def describe_configs(self) -> bool:
+        """Topic header lines are printed unless a partition report was asked for."""
+        return not (
+            self.under_replicated or self.unavailable or self.under_min_isr or self.at_min_isr
+        )
+
+    @property
+    def describe_partitions(self) -> bool:
+        return not self.topics_with_overrides
+
+    def wants(self, p: PartitionState, min_isr: int | None, live: frozenset[int]) -> bool:
+        if self.describe_configs:
+            return True
+        has_leader = p.leader is not None
+        return (
+            (self.under_replicated and len(p.replicas) - len(p.adding) - len(p.isr) > 0)
+            or (self.unavailable and (not has_leader or p.leader not in live))
+            or (
+                self.under_min_isr
+                and (not has_leader or (min_isr is not None and len(p.isr) < min_isr))
+            )
+            or (self.at_min_isr and min_isr is not None and len(p.isr) == min_isr)
+        )
 
 
 # ---- argument types -------------------------------------------------------------------------
@@ -57,36 +94,67 @@ def replica_assignment(text: str) -> list[list[int]]:
     return out
 
 
+def select_topics(names: list[str], topic: str | None, exclude_internal: bool) -> list[str]:
+    """kafka-topics.sh's ``--topic`` for list and describe: a name, or a regular expression
+    that must match whole names (commas separate alternatives, as Kafka's IncludeList)."""
+    if topic is None:
+        chosen = names
+    elif topic in names:
+        chosen = [topic]
+    else:
+        pattern = topic.strip().replace(",", "|").replace(" ", "").strip("\"'")
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(
+                f"--topic {topic!r} is not a valid regular expression: {exc}"
+            ) from None
+        chosen = [n for n in names if regex.fullmatch(n)]
+    return [n for n in chosen if not (exclude_internal and n in INTERNAL_TOPICS)]
+
+
 # ---- output ---------------------------------------------------------------------------------
-def kafka_uuid(uuid: Any) -> str:
-    """A topic id as Kafka prints it: URL-safe base64 without padding (librdkafka's str() uses
-    the standard alphabet, with ``+`` and ``/``)."""
-    raw = struct.pack(">qq", uuid.get_most_significant_bits(), uuid.get_least_significant_bits())
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _ids(ids: Sequence[int]) -> str:
     return ",".join(str(i) for i in ids)
 
 
-def format_description(topic: TopicView) -> list[str]:
-    """Lines as ``kafka-topics.sh --describe`` prints them."""
-    rf = len(topic.partitions[0].replicas) if topic.partitions else 0
+def topic_line(topic: TopicView) -> str:
+    """The topic line of ``kafka-topics.sh --describe``."""
     head = f"Topic: {topic.name}"
     if topic.topic_id and topic.topic_id != ZERO_TOPIC_ID:
         head += f"\tTopicId: {topic.topic_id}"
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
     head += (
-        f"\tPartitionCount: {len(topic.partitions)}\tReplicationFactor: {rf}\tConfigs: {configs}"
+        f"\tPartitionCount: {len(topic.partitions)}"
+        f"\tReplicationFactor: {topic.replication_factor}\tConfigs: {configs}"
     )
-    lines = [head]
-    for p in sorted(topic.partitions, key=lambda p: p.partition):
-        leader = "none" if p.leader is None or p.leader < 0 else str(p.leader)
-        lines.append(
-            f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {leader}"
-            f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
-        )
-    return lines
+    return head + ("\tMarkedForDeletion: true" if topic.marked_for_deletion else "")
+
+
+def partition_line(topic: TopicView, p: PartitionState) -> str:
+    """One partition line of ``kafka-topics.sh --describe``: the storage leader, replicas, ISR."""
+    leader = "none" if p.leader is None else str(p.leader)
+    line = (
+        f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {leader}"
+        f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+    )
+    if p.reassigning:
+        line += f"\tAdding Replicas: {_ids(p.adding)}\tRemoving Replicas: {_ids(p.removing)}"
+    return line + ("\tMarkedForDeletion: true" if topic.marked_for_deletion else "")
+
+
+def format_description(topic: TopicView) -> list[str]:
+    """Lines as ``kafka-topics.sh --describe`` prints them (no report option)."""
+    return [topic_line(topic)] + [
+        partition_line(topic, p) for p in sorted(topic.partitions, key=lambda p: p.partition)
+    ]
 
 
 # ---- the commands ---------------------------------------------------------------------------
@@ -173,90 +241,83 @@ class TopicsCommand:
 
     # list ------------------------------------------------------------------------------------
     def cmd_list(self, args: argparse.Namespace) -> int:
-        for name in self.topic_names():
-            if args.exclude_internal and name in INTERNAL_TOPICS:
-                continue
-            if args.topic and name != args.topic:
-                continue
+        for name in select_topics(self.topic_names(), args.topic, args.exclude_internal):
             print(name, file=self.out)
         return 0
 
     # describe --------------------------------------------------------------------------------
     def cmd_describe(self, args: argparse.Namespace) -> int:
-        names = self.topic_names()
-        if args.topic:
-            if args.topic not in names:
-                if args.if_exists:
-                    return 0
-                raise CliError(f"topic '{args.topic}' does not exist")
-            names = [args.topic]
-        elif args.exclude_internal:
-            names = [n for n in names if n not in INTERNAL_TOPICS]
+        from services.cli.zk_view import read_cluster
+
+        names = select_topics(self.topic_names(), args.topic, args.exclude_internal)
         if not names:
+            if args.topic and not args.if_exists:
+                raise CliError(f"topic '{args.topic}' does not exist")
             return 0
-        partitions = self._describe_partitions(names)
-        configs = self._non_default_configs(names)
+        report = PartitionReport(
+            under_replicated=args.under_replicated_partitions,
+            unavailable=args.unavailable_partitions,
+            under_min_isr=args.under_min_isr_partitions,
+            at_min_isr=args.at_min_isr_partitions,
+            topics_with_overrides=args.topics_with_overrides,
+        )
+        configs = self._configs(names)
+        state = read_cluster(self.zookeeper_connect(args), names, self.timeout)
         for name in names:
-            topic_id, parts = partitions[name]
-            view = TopicView(name, topic_id, parts, configs.get(name, {}))
-            for line in format_description(view):
-                print(line, file=self.out)
+            topic = state.topics.get(name)
+            if topic is None:
+                continue  # deleted meanwhile
+            entries = configs.get(name, {})
+            view = TopicView(
+                name,
+                topic.topic_id,
+                topic.partitions,
+                {k: v for k, (v, is_default) in entries.items() if not is_default},
+                topic.marked_for_deletion,
+            )
+            if report.describe_configs and (not report.topics_with_overrides or view.configs):
+                print(topic_line(view), file=self.out)
+            if not report.describe_partitions:
+                continue
+            min_isr = _int_or_none(entries.get("min.insync.replicas", (None, True))[0])
+            for p in sorted(view.partitions, key=lambda p: p.partition):
+                if report.wants(p, min_isr, state.live_brokers):
+                    print(partition_line(view, p), file=self.out)
         return 0
 
-    def _describe_partitions(
-        self, names: list[str]
-    ) -> dict[str, tuple[str | None, list[PartitionView]]]:
-        from confluent_kafka import KafkaException, TopicCollection
+    def zookeeper_connect(self, args: argparse.Namespace) -> str:
+        """``--zookeeper``, else the ``zookeeper.connect`` a gateway reports (DescribeConfigs of
+        its BROKER resource, as Kafka's brokers do)."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import ConfigResource, ResourceType
 
+        if args.zookeeper:
+            return str(args.zookeeper)
         try:
-            futures = self.admin.describe_topics(
-                TopicCollection(names), request_timeout=self.timeout
-            )
-            out: dict[str, tuple[str | None, list[PartitionView]]] = {}
-            for name, fut in futures.items():
-                desc = fut.result(timeout=self.timeout + 5)
-                out[name] = (
-                    kafka_uuid(desc.topic_id) if desc.topic_id is not None else None,
-                    [
-                        PartitionView(
-                            p.id,
-                            p.leader.id if p.leader is not None else None,
-                            [n.id for n in p.replicas],
-                            [n.id for n in p.isr],
-                        )
-                        for p in desc.partitions
-                    ],
-                )
-            return out
-        except KafkaException:
-            pass  # older Metadata versions: fall back to plain metadata (no topic ids)
-        md = self.admin.list_topics(timeout=self.timeout)
-        out = {}
-        for name in names:
-            tmd = md.topics.get(name)
-            if tmd is None:
-                continue
-            out[name] = (
-                None,
-                [
-                    PartitionView(p.id, p.leader, list(p.replicas), list(p.isrs))
-                    for p in tmd.partitions.values()
-                ],
-            )
-        return out
+            brokers = sorted(self.admin.list_topics(timeout=self.timeout).brokers)
+        except KafkaException as exc:
+            raise CliError(kafka_error_text(exc)) from None
+        for broker in brokers:
+            resource = ConfigResource(ResourceType.BROKER, str(broker))
+            futures = self.admin.describe_configs([resource], request_timeout=self.timeout)
+            entries: Mapping[str, Any] = self._wait(next(iter(futures.values())))
+            entry = entries.get("zookeeper.connect")
+            if entry is not None and entry.value:
+                return str(entry.value)
+        raise CliError("the gateways do not report zookeeper.connect: give it with --zookeeper")
 
-    def _non_default_configs(self, names: list[str]) -> dict[str, dict[str, str]]:
+    def _configs(self, names: list[str]) -> dict[str, dict[str, tuple[str, bool]]]:
+        """Every config of each topic: name -> (value, is_default)."""
         from confluent_kafka.admin import ConfigResource, ResourceType
 
         resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
         futures = self.admin.describe_configs(resources, request_timeout=self.timeout)
-        out: dict[str, dict[str, str]] = {}
+        out: dict[str, dict[str, tuple[str, bool]]] = {}
         for res, fut in futures.items():
             entries: Mapping[str, Any] = self._wait(fut)
             out[res.name] = {
-                k: ("null" if e.value is None else str(e.value))
+                k: ("null" if e.value is None else str(e.value), bool(e.is_default))
                 for k, e in entries.items()
-                if not e.is_default
             }
         return out
 
@@ -380,14 +441,50 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
 
     p = ops.add_parser("list", help="list topic names")
     common(p, False)
-    p.add_argument("--topic", help="only this topic")
+    p.add_argument("--topic", help="a topic name or a regular expression (e.g. 'orders-.*')")
     p.add_argument("--exclude-internal", action="store_true")
 
-    p = ops.add_parser("describe", help="partitions, leaders, replicas, ISR and config overrides")
+    p = ops.add_parser(
+        "describe",
+        help="partitions, storage leaders, replicas, ISR and config overrides",
+        description="Describe topics as kafka-topics.sh --describe does. Leaders, replicas and "
+        "ISRs are storage node ids, read from ZooKeeper (the controller's partition state).",
+    )
     common(p, False)
-    p.add_argument("--topic", help="default: every topic")
+    p.add_argument("--topic", help="a topic name or a regular expression (default: every topic)")
     p.add_argument("--exclude-internal", action="store_true")
     p.add_argument("--if-exists", action="store_true")
+    p.add_argument(
+        "--zookeeper",
+        metavar="HOST:PORT[/CHROOT]",
+        help="where to read partition state (default: the zookeeper.connect the gateway reports)",
+    )
+    reports = p.add_mutually_exclusive_group()
+    reports.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replica set",
+    )
+    reports.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="only partitions without a leader, or whose leader is not a live storage node",
+    )
+    reports.add_argument(
+        "--under-min-isr-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than min.insync.replicas",
+    )
+    reports.add_argument(
+        "--at-min-isr-partitions",
+        action="store_true",
+        help="only partitions whose ISR size equals min.insync.replicas",
+    )
+    reports.add_argument(
+        "--topics-with-overrides",
+        action="store_true",
+        help="only the topic lines of topics with config overrides",
+    )
 
     p = ops.add_parser("alter", help="add partitions or change topic configs")
     common(p, False)

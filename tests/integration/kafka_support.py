@@ -16,6 +16,8 @@ import random
 import re
 import socket
 import struct
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -550,3 +552,54 @@ class Recorded:
                 return attr(*args, **kwargs)
 
         return call
+
+
+# ---- the kafka-py command as its own process ----------------------------------------------
+
+
+def kafka_py(
+    *args: str, stdin: bytes | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m services.cli ARGS`` (what the ``kafka-py`` console script runs)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+    )
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    )
+
+
+def cli_ok(*args: str, stdin: bytes | None = None, timeout: float = 60.0) -> str:
+    """stdout of a kafka-py command that must succeed without a traceback."""
+    res = kafka_py(*args, stdin=stdin, timeout=timeout)
+    assert res.returncode == 0, f"{args}: exit {res.returncode}\n{res.stderr}"
+    assert "Traceback" not in res.stderr
+    return res.stdout
+
+
+def one_line(text: str) -> str:
+    """The only line of ``text`` (an error message of the CLI)."""
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def zk_partition_state(zk_connect: str, topic: str, partition: int) -> dict[str, Any]:
+    """``/brokers/topics/<t>/partitions/<p>/state`` as the controller wrote it, read with a
+    kazoo client of its own (the storage leader, leader epoch and ISR)."""
+    import json
+
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=zk_connect, timeout=10)
+    zk.start(timeout=10)
+    try:
+        data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    finally:
+        zk.stop()
+        zk.close()
+    state: dict[str, Any] = json.loads(data)
+    return state

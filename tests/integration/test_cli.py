@@ -20,36 +20,14 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from kafka_support import unique_topic_name
+from kafka_support import cli_ok as ok
+from kafka_support import kafka_py, one_line, unique_topic_name, zk_partition_state
 
 from services.cli.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 
 READY = re.compile(r"^kafka-py cluster ready: bootstrap (\S+)$")
-
-
-def kafka_py(
-    *args: str,
-    stdin: bytes | None = None,
-    timeout: float = 60.0,
-) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-    )
-    return subprocess.CompletedProcess(
-        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-    )
-
-
-def ok(*args: str, stdin: bytes | None = None, timeout: float = 60.0) -> str:
-    res = kafka_py(*args, stdin=stdin, timeout=timeout)
-    assert res.returncode == 0, f"{args}: exit {res.returncode}\n{res.stderr}"
-    assert "Traceback" not in res.stderr
-    return res.stdout
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
@@ -59,12 +37,6 @@ def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "co
             return
         time.sleep(0.2)
     raise AssertionError(f"{what} not reached within {timeout}s")
-
-
-def one_line(text: str) -> str:
-    lines = text.splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 # ---- topics -------------------------------------------------------------------------------
@@ -111,9 +83,12 @@ def test_topics_create_list_describe_alter_delete(cluster: LocalCluster) -> None
             line,
         )
         assert m, line
-        # Metadata names gateways as partition leaders (docs/architecture.md); replicas and
-        # ISR are storage node ids.
-        assert int(m.group(1)) < len(cluster.gateway_ports)
+        # Storage node ids, as the controller wrote them (kafka-topics.sh's meaning), not the
+        # gateway that Metadata names as leader.
+        state = zk_partition_state(cluster.zk_connect, name, p)
+        assert int(m.group(1)) == state["leader"]
+        assert [int(i) for i in m.group(4).split(",")] == state["isr"]
+        assert int(m.group(1)) in {int(m.group(2)), int(m.group(3))}
         assert m.group(2) != m.group(3) and {int(m.group(2)), int(m.group(3))} <= {0, 1, 2}
 
     assert (

@@ -267,6 +267,130 @@ def test_consumer_from_timestamp_uses_offsets_for_times() -> None:
 
 def test_consumer_option_conflicts_and_missing_partition() -> None:
     with pytest.raises(UsageError, match="cannot be used together"):
-        _consume(["--from-beginning", "--offset", "4"], [])
+        _consume(["--partition", "0", "--from-beginning", "--offset", "4"], [])
+    with pytest.raises(UsageError, match="partition is required when offset"):
+        _consume(["--offset", "4"], [])
+    with pytest.raises(UsageError, match="group and partition cannot"):
+        _consume(["--group", "g", "--partition", "0"], [])
+    with pytest.raises(UsageError, match="group ids given with --group"):
+        _consume(["--group", "g", "--consumer-property", "group.id=h"], [])
     with pytest.raises(CliError, match="has no partition 9"):
         _consume(["--partition", "9"], [])
+
+
+def test_producer_partitions_keys_with_murmur2_and_takes_kafka_option_names(
+    tmp_path: Any,
+) -> None:
+    made: list[FakeProducer] = []
+
+    def factory(conf: dict[str, Any]) -> FakeProducer:
+        made.append(FakeProducer(conf))
+        return made[-1]
+
+    config = tmp_path / "producer.properties"
+    config.write_text("linger.ms=50\nacks=1\nbatch.size=100\nkey.serializer=x.Y\n")
+    args = _producer_args(
+        "--producer.config",
+        str(config),
+        "--producer-property",
+        "batch.size=200",
+        "--producer-property",
+        "buffer.memory=1048576",
+        "--request-required-acks",
+        "-1",
+        "--compression-codec",
+        "--sync",
+    )
+    console_producer.run(args, {}, io.BytesIO(b"a\nb\n"), factory)
+    conf = made[0].conf
+    assert conf["partitioner"] == "murmur2_random"  # Kafka's DefaultPartitioner for keys
+    assert conf["acks"] == "all" and conf["compression.type"] == "gzip"  # options win
+    assert conf["linger.ms"] == "50" and conf["batch.size"] == "200"  # file < --producer-property
+    assert conf["queue.buffering.max.kbytes"] == "1024" and "key.serializer" not in conf
+    assert conf["client.id"] == "console-producer"
+    made.clear()
+    console_producer.run(_producer_args("--compression-codec", "lz4"), {}, io.BytesIO(b""), factory)
+    assert made[0].conf["compression.type"] == "lz4" and made[0].conf["acks"] == "all"
+
+
+def test_producer_sync_stops_at_the_first_failed_record() -> None:
+    made: list[FakeProducer] = []
+
+    def factory(conf: dict[str, Any]) -> FakeProducer:
+        made.append(FakeProducer(conf, fail=True))
+        return made[-1]
+
+    with pytest.raises(CliError, match="1 of 1 records were not delivered"):
+        console_producer.run(_producer_args("--sync"), {}, io.BytesIO(b"a\nb\nc\n"), factory)
+    assert len(made[0].sent) == 1
+
+
+class GroupConsumer(FakeConsumer):
+    def __init__(self, conf: dict[str, Any], messages: list[_Msg]) -> None:
+        super().__init__(conf, messages)
+        self.subscribed: list[str] = []
+        self.stored: list[tuple[int, int]] = []
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.subscribed = topics
+
+    def store_offsets(self, message: _Msg) -> None:
+        self.stored.append((message.partition(), message.offset()))
+
+
+def test_consumer_group_subscribes_and_stores_what_it_printed() -> None:
+    args = build_parser().parse_args(
+        ["console-consumer", "--topic", "t", "--group", "g", "--max-messages", "1"]
+    )
+    args.request_timeout_ms = 1000
+    made: list[GroupConsumer] = []
+
+    def factory(conf: dict[str, Any]) -> GroupConsumer:
+        made.append(GroupConsumer(conf, list(MSGS)))
+        return made[0]
+
+    out = io.BytesIO()
+    assert console_consumer.run(args, {}, out, factory) == 0
+    c = made[0]
+    assert c.conf["group.id"] == "g" and c.conf["enable.auto.commit"] is True
+    assert c.conf["enable.auto.offset.store"] is False
+    assert c.subscribed == ["t"] and c.assigned == []
+    assert c.stored == [(0, 5)] and out.getvalue() == b"value\n" and c.closed
+
+
+class _BadMsg(_Msg):
+    def topic(self) -> str:
+        return "t"
+
+
+def test_consumer_deserializers_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    msgs = [
+        _BadMsg(0, 0, b"w", (42).to_bytes(8, "big")),
+        _BadMsg(0, 1, b"x", b"abc"),
+        _BadMsg(0, 2, b"y", (7).to_bytes(8, "big")),
+    ]
+    argv = ["--from-beginning", "--property", "print.key=true", "--value-deserializer"]
+    _, out = _consume([*argv, "long", "--skip-message-on-error", "--max-messages", "2"], msgs)
+    assert out == b"w\t42\ny\t7\n"
+    assert "skipping this message: t-0 offset 1: Size of data received by Long" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(CliError, match="terminating consumer process: t-0 offset 1"):
+        _consume([*argv, "org.apache.kafka.common.serialization.LongDeserializer"], list(msgs))
+    assert "Processed a total of 1 messages" in capsys.readouterr().err
+
+
+def test_consumer_formatters() -> None:
+    _, out = _consume(
+        [
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--formatter",
+            "kafka.tools.NoOpMessageFormatter",
+        ],
+        list(MSGS),
+    )
+    assert out == b""
+    with pytest.raises(UsageError, match="formatter 'x.Y' is not available"):
+        _consume(["--formatter", "x.Y"], [])

@@ -14,7 +14,19 @@ from confluent_kafka.admin import ConfigEntry, ConfigSource
 from services.cli import topics
 from services.cli.common import CliError, UsageError
 from services.cli.main import build_parser
-from services.cli.topics import PartitionView, TopicView, format_description
+from services.cli.topics import PartitionReport, TopicView, format_description
+from services.cli.zk_view import PartitionState
+
+
+def PartitionView(  # noqa: N802 - reads like the dataclass it builds
+    partition: int,
+    leader: int | None,
+    replicas: list[int],
+    isr: list[int],
+    adding: list[int] | None = None,
+    removing: list[int] | None = None,
+) -> PartitionState:
+    return PartitionState(partition, leader, replicas, isr, adding or [], removing or [])
 
 
 def _done(value: Any = None, error: KafkaError | None = None) -> Future[Any]:
@@ -135,17 +147,42 @@ def test_format_description_matches_kafka_topics() -> None:
     ]
 
 
-def test_describe_prints_only_non_default_configs() -> None:
-    admin = FakeAdmin({"t": [_Part(0, 1, [1], [1])], "__consumer_offsets": []})
-    code, out = _run(admin, "describe", "--topic", "t")
-    assert code == 0
-    assert out.splitlines() == [
-        "Topic: t\tTopicId: _______tKXkAAAAAOt5osQ\tPartitionCount: 1\tReplicationFactor: 1"
-        "\tConfigs: cleanup.policy=compact",
-        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1",
+def test_format_description_reassignment_and_deletion() -> None:
+    view = TopicView(
+        "t", None, [PartitionView(0, 1, [1, 2, 3], [1, 2], adding=[3], removing=[])], {}, True
+    )
+    assert format_description(view) == [
+        "Topic: t\tPartitionCount: 1\tReplicationFactor: 2\tConfigs: \tMarkedForDeletion: true",
+        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2"
+        "\tAdding Replicas: 3\tRemoving Replicas: \tMarkedForDeletion: true",
     ]
-    _, everything = _run(admin, "describe", "--exclude-internal")
-    assert "__consumer_offsets" not in everything and "Topic: t" in everything
+
+
+def test_partition_reports_follow_kafka_topics_describe_options() -> None:
+    live = frozenset({0, 1})
+    full = PartitionView(0, 0, [0, 1, 2], [0, 1, 2])
+    short = PartitionView(1, 0, [0, 1, 2], [0, 1])
+    dead_leader = PartitionView(2, 2, [2, 1], [2])
+    leaderless = PartitionView(3, None, [2], [2])
+    parts = [full, short, dead_leader, leaderless]
+
+    def picked(report: PartitionReport, min_isr: int | None = 2) -> list[int]:
+        return [p.partition for p in parts if report.wants(p, min_isr, live)]
+
+    assert picked(PartitionReport()) == [0, 1, 2, 3]
+    assert picked(PartitionReport(under_replicated=True)) == [1, 2]
+    assert picked(PartitionReport(unavailable=True)) == [2, 3]
+    assert picked(PartitionReport(under_min_isr=True)) == [2, 3]
+    assert picked(PartitionReport(at_min_isr=True)) == [1]
+    assert picked(PartitionReport(at_min_isr=True), min_isr=None) == []
+    overrides = PartitionReport(topics_with_overrides=True)
+    assert overrides.describe_configs and not overrides.describe_partitions
+    assert not PartitionReport(unavailable=True).describe_configs
+
+
+def test_describe_report_options_are_exclusive() -> None:
+    with pytest.raises(UsageError, match="not allowed with"):
+        _run(FakeAdmin({}), "describe", "--under-replicated-partitions", "--at-min-isr-partitions")
 
 
 def test_describe_missing_topic() -> None:
@@ -214,6 +251,13 @@ def test_list_sorted_and_filtered() -> None:
     admin = FakeAdmin({"b": [], "a": [], "__consumer_offsets": []})
     assert _run(admin, "list")[1] == "__consumer_offsets\na\nb\n"
     assert _run(admin, "list", "--exclude-internal")[1] == "a\nb\n"
+    # --topic is a name or a regular expression over whole names (commas = alternatives)
+    assert _run(admin, "list", "--topic", "a")[1] == "a\n"
+    assert _run(admin, "list", "--topic", "[ab]")[1] == "a\nb\n"
+    assert _run(admin, "list", "--topic", "b,__.*", "--exclude-internal")[1] == "b\n"
+    assert _run(admin, "list", "--topic", "ab?")[1] == "a\n"
+    with pytest.raises(UsageError, match="not a valid regular expression"):
+        _run(admin, "list", "--topic", "(")
 
 
 def test_alter_partitions_and_configs() -> None:

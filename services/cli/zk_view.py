@@ -1,0 +1,127 @@
+"""The controller's view of topics, read from ZooKeeper (what ``kafka-topics.sh`` shows).
+
+Metadata names gateways as partition leaders (docs/architecture.md), so an operator's view of
+leaders, replicas and ISRs comes from where the controller writes them: ``/brokers/topics/<t>``
+(replica assignment, reassignment, topic id), ``/brokers/topics/<t>/partitions/<p>/state``
+(leader, ISR) and ``/brokers/ids`` (live storage nodes). The CLI is a short-lived process, so it
+uses kazoo's blocking client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from services.cli.common import CliError, client_logger
+from services.common.zk import layout
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    partition: int
+    leader: int | None  # None: no leader (-1 in ZooKeeper, or no state node yet)
+    replicas: list[int]
+    isr: list[int]
+    adding: list[int]
+    removing: list[int]
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    name: str
+    topic_id: str | None
+    partitions: list[PartitionState]
+    marked_for_deletion: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    live_brokers: frozenset[int]
+    topics: dict[str, TopicState]
+
+
+@contextmanager
+def connected(zk_connect: str, timeout_s: float) -> Iterator[KazooClient]:
+    """A started kazoo client (chroot included), stopped on exit; one-line errors."""
+    # kazoo logs connection trouble; it goes where the client libraries' logs go (--verbose)
+    client = KazooClient(
+        hosts=zk_connect, timeout=timeout_s, read_only=True, logger=client_logger(False)
+    )
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        client.close()
+        raise CliError(
+            f"cannot connect to ZooKeeper at {zk_connect} within {timeout_s:g}s "
+            "(give its address with --zookeeper)"
+        ) from None
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def read_cluster(zk_connect: str, names: Iterable[str], timeout_s: float) -> ClusterState:
+    """Partition states of ``names`` (topics missing from ZooKeeper are left out)."""
+    with connected(zk_connect, timeout_s) as client:
+        return _read(client, list(names))
+
+
+def _read(client: KazooClient, names: list[str]) -> ClusterState:
+    try:
+        live = frozenset(int(i) for i in client.get_children(layout.BROKER_IDS) if i.isdigit())
+    except NoNodeError:
+        live = frozenset()
+    # Every znode is asked for at once (kazoo pipelines async calls on its one connection),
+    # so thousands of partitions cost one round trip's wait, not one each.
+    assignments = {name: client.get_async(layout.topic_path(name)) for name in names}
+    marked = {name: client.exists_async(layout.delete_topic_path(name)) for name in names}
+    parsed: dict[str, tuple[dict[str, object], dict[int, list[int]], str | None]] = {}
+    states = {}
+    for name in names:
+        try:
+            data, _ = assignments[name].get()
+        except NoNodeError:
+            continue
+        assignment, topic_id = layout.parse_topic_assignment(data)
+        parsed[name] = (layout.loads(data) or {}, assignment, topic_id)
+        for p in assignment:
+            states[(name, p)] = client.get_async(layout.partition_state_path(name, p))
+    topics: dict[str, TopicState] = {}
+    for name, (body, assignment, topic_id) in parsed.items():
+        adding = _ids_by_partition(body.get("adding_replicas"))
+        removing = _ids_by_partition(body.get("removing_replicas"))
+        parts = []
+        for p, replicas in sorted(assignment.items()):
+            leader: int | None = None
+            isr: list[int] = []
+            try:
+                raw, _ = states[(name, p)].get()
+                state = layout.PartitionStateZk.from_json(raw)
+                leader = None if state.leader == NO_LEADER else state.leader
+                isr = state.isr
+            except NoNodeError:
+                pass  # not elected yet
+            parts.append(
+                PartitionState(p, leader, replicas, isr, adding.get(p, []), removing.get(p, []))
+            )
+        topics[name] = TopicState(name, topic_id, parts, marked[name].get() is not None)
+    return ClusterState(live, topics)
+
+
+def _ids_by_partition(raw: object) -> dict[int, list[int]]:
+    if not isinstance(raw, dict):
+        return {}
+    return {int(p): [int(b) for b in ids] for p, ids in raw.items()}
