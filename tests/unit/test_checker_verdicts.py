@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.checker import FAULT_CLASSES, SAFETY, Schedule, check, encode_value
+from services.cli.local_cluster import LocalCluster
+from tests.e2e.checker import FAULT_CLASSES, SAFETY, Checker, Schedule, check, encode_value
 from tests.e2e.checker.history import FinalRead, History
 from tests.e2e.checker.liveness import LivenessResult
 from tests.e2e.checker.monitor import stopped
@@ -238,3 +239,15 @@ def test_the_monitor_sees_a_stopped_process() -> None:
         proc.kill()
         proc.wait()
     assert not stopped(proc.pid) and not stopped(None)
+
+
+def test_a_run_failing_before_finish_still_leaves_its_evidence(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster", gateway_port=0, zk_port=0)  # never started
+    with pytest.raises(ValueError, match="boom"):
+        with Checker(cluster, "t", evidence=tmp_path / "ev") as checker:
+            checker.fault("kill -9 storage-0")
+            raise ValueError("boom")
+    assert (tmp_path / "ev" / "ABORTED.txt").read_text() == "ValueError: boom\n"
+    timeline = (tmp_path / "ev" / "timeline.txt").read_text()
+    assert "FAULT kill -9 storage-0" in timeline and "ABORT: ValueError: boom" in timeline
+    assert (tmp_path / "ev" / "history" / "writes.jsonl").exists()

@@ -87,7 +87,8 @@ class ControllerMonitor:
 
     def stop(self) -> None:
         self._halt.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
 
     def longest_gap(self) -> Gap | None:
         """The gap with the most time of ZooKeeper running."""

@@ -3,6 +3,8 @@ between, ended by a heal, liveness checks, two independent full reads and the ve
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +21,7 @@ from tests.e2e.checker.monitor import ControllerMonitor
 from tests.e2e.checker.nemesis import Nemesis, Schedule
 from tests.e2e.checker.reads import confluent_read, kafka_python_read
 from tests.e2e.checker.report import Outcome
-from tests.e2e.checker.timeline import Timeline
+from tests.e2e.checker.timeline import Timeline, write_timeline
 from tests.e2e.checker.verdicts import check
 from tests.e2e.checker.workload import WRITERS, Writer
 from tests.integration.kafka_support import wait_for_topic
@@ -43,8 +45,10 @@ class Checker:
         outcome = checker.finish(heal=nemesis.heal)
         outcome.assert_ok()
 
-    Faults of your own go between ``start()`` and ``finish()``; call ``checker.note(text)``
-    for each so the timeline shows them.
+    Faults of your own go between ``start()`` and ``finish()``; call ``checker.fault(text)``
+    for each (``checker.note(text)`` for other steps) so the summary and the timeline show them.
+    Used as ``with Checker(...) as checker:``, a test that fails before ``finish()`` still
+    leaves its timeline, history and service logs in the evidence directory (``abort``).
     """
 
     def __init__(
@@ -79,6 +83,41 @@ class Checker:
         self.own_faults: list[str] = []
         self._started_at = time.monotonic()
         self.monitor = ControllerMonitor(cluster, self.timeline)
+        self._finished = False
+
+    # ---- as a context: evidence even when the test fails before finish() -------------
+    def __enter__(self) -> Checker:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc is not None and not self._finished:
+            self.abort(f"{exc_type.__name__ if exc_type else 'error'}: {exc}")
+
+    def abort(self, why: str) -> None:
+        """Stop everything without judging and write what was recorded (timeline, history,
+        service logs) to the evidence directory."""
+        self.note(f"ABORT: {why}")
+        self.monitor.stop()
+        if self.nemesis is not None:
+            self.nemesis.stop()
+        for w in self.writers:
+            with contextlib.suppress(Exception):
+                w.stop(flush_timeout=5)
+        if self.group is not None:
+            with contextlib.suppress(Exception):
+                self.group.stop()
+        if self.evidence is not None:
+            self.evidence.mkdir(parents=True, exist_ok=True)
+            (self.evidence / "ABORTED.txt").write_text(why + "\n")
+            write_timeline(self.evidence / "timeline.txt", self.timeline, self.cluster.logs_dir)
+            self.history.dump(self.evidence / "history")
+            if self.cluster.logs_dir.exists():
+                shutil.copytree(
+                    self.cluster.logs_dir, self.evidence / "service-logs", dirs_exist_ok=True
+                )
+            print(f"\nchecker aborted ({why}); evidence: {self.evidence}")  # noqa: T201
 
     # ---- set-up ---------------------------------------------------------------------
     def layout(self) -> dict[str, int]:
@@ -179,6 +218,7 @@ class Checker:
         active controller stopped or killed until its session expires and the standby is
         elected, or both controllers hit one after the other; a longer gap is a controller
         that did not come back (issue 12 §1)."""
+        self._finished = True
         healed_at = time.monotonic()
         self.monitor.stop()
         if heal is not None:
@@ -188,7 +228,12 @@ class Checker:
         liveness += wait_live(self.cluster, healed_at, liveness_timeout)
         liveness.append(self._writers_progress(healed_at, progress_timeout))
         for w in self.writers:
-            w.stop()
+            try:
+                w.stop()
+            except RuntimeError as exc:  # a crashed writer is a finding, not the end of the run
+                liveness.append(
+                    LivenessResult(f"writer {w.name} ran to the end", False, repr(exc.__cause__))
+                )
         self.note("writers stopped")
         liveness += self._drain_group(drain_timeout)
         reads = [
@@ -263,17 +308,23 @@ class Checker:
         if self.group is None:
             return []
         started = time.monotonic()
-        ends = self._end_offsets()
-        caught = self.group.wait_caught_up(ends, self.history, timeout)
-        self.group.stop()
+        out: list[LivenessResult] = []
+        try:
+            ends = self._end_offsets()
+        except KafkaException as exc:
+            caught, detail = False, f"no end offsets: {exc.args[0]}"
+        else:
+            caught = self.group.wait_caught_up(ends, self.history, timeout)
+            detail = "" if caught else f"ends {ends}, read {self.group.read} in {timeout:.0f}s"
+        try:
+            self.group.stop()
+        except RuntimeError as exc:
+            out.append(LivenessResult("group members ran to the end", False, repr(exc.__cause__)))
         self.note("group stopped")
-        drained = LivenessResult(
-            "group read to the end",
-            caught,
-            "" if caught else f"ends {ends}, read {self.group.read} in {timeout:.0f}s",
-            time.monotonic() - started if caught else None,
-        )
-        return [drained, self._group_commits(timeout)]
+        took = time.monotonic() - started if caught else None
+        out.append(LivenessResult("group read to the end", caught, detail, took))
+        out.append(self._group_commits(timeout))
+        return out
 
     def _end_offsets(self) -> dict[TP, int]:
         c = Consumer(
