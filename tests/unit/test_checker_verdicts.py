@@ -215,6 +215,7 @@ def test_service_events_keep_leadership_lines_and_warnings(tmp_path: Path) -> No
     lines = [
         {"event": "became leader", "topic": "t", "partition": 0, "timestamp": stamp},
         {"event": "fetched", "timestamp": stamp},
+        {"event": "shard 3 of __consumer_offsets moved from 0 to 1, epoch 2", "timestamp": stamp},
         {"event": "something odd", "level": "warning", "timestamp": stamp},
         {"event": "log_truncated", "offset": 7, "timestamp": "garbage"},
     ]
