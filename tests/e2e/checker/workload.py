@@ -32,7 +32,9 @@ CONFLUENT_DEFAULTS: dict[str, object] = {
     "message.timeout.ms": 120_000,
     "retry.backoff.ms": 100,
     "topic.metadata.refresh.interval.ms": 2000,
-    "log_level": 2,  # librdkafka's connection chatter stays out of the test output
+    # librdkafka's connection chatter stays out of the test output; to see the client's side
+    # of an anomaly pass writer_config={"confluent-kafka": {"debug": "eos,msg", "log_level": 7}}
+    "log_level": 2,
 }
 
 
