@@ -8,7 +8,7 @@ RPC_OUT  := services/common/rpc/kafkapy/v1
 RPC_STAMP := $(RPC_OUT)/.generated
 PYTEST_ARGS ?=
 
-.PHONY: run test install proto bench lint fmt typecheck clean unit integration
+.PHONY: run test install proto bench bench-recovery lint fmt typecheck clean unit integration
 
 install: $(STAMP) $(RPC_STAMP)
 
@@ -42,6 +42,11 @@ integration: install
 
 bench: install
 	$(PY) -m bench.run
+	$(PY) -m bench.recovery
+
+# kill -9 of a storage node holding 1 GB in 100 partitions: time back to serving (no peer broker)
+bench-recovery: install
+	$(PY) -m bench.recovery
 
 lint: install
 	$(VENV)/bin/ruff check services tests bench

@@ -154,6 +154,7 @@ class LocalCluster:
         zk_session_timeout_ms: int = 3000,
         extra: Mapping[str, Sequence[str]] | None = None,
         env: Mapping[str, str] | None = None,
+        log_dirs_per_node: int = 1,
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one gateway, storage node and controller")
@@ -168,6 +169,9 @@ class LocalCluster:
         self.host = host
         self.zones = tuple(zones)
         self.zk_session_timeout_ms = zk_session_timeout_ms
+        if log_dirs_per_node < 1:
+            raise ValueError("log_dirs_per_node must be >= 1")
+        self.log_dirs_per_node = log_dirs_per_node
         self.extra = {role: list((extra or {}).get(role, ())) for role in ROLES}
         self.env = dict(env or {})
         self._counts = {
@@ -220,6 +224,11 @@ class LocalCluster:
 
     def storage_dir(self, index: int) -> Path:
         return self.data_dir / f"storage-{index}"
+
+    def storage_dirs(self, index: int) -> list[Path]:
+        """The ``log.dirs`` of one storage node: ``storage-<i>``, then ``storage-<i>-<j>``."""
+        extra = [self.data_dir / f"storage-{index}-{j}" for j in range(1, self.log_dirs_per_node)]
+        return [self.storage_dir(index), *extra]
 
     # ---- lifecycle --------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Self:
@@ -524,7 +533,7 @@ class LocalCluster:
                 "--listeners",
                 listen,
                 "--log.dirs",
-                str(self.storage_dir(svc.index)),
+                ",".join(str(d) for d in self.storage_dirs(svc.index)),
                 "--broker.rack",
                 str(svc.zone),
                 *common,

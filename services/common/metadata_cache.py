@@ -139,6 +139,8 @@ class MetadataCache:
         return t.partitions.get(partition) if t is not None else None
 
     def on_topic_removed(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(name)`` when a topic's name leaves ``/brokers/topics`` (its deletion
+        completed)."""
         self._removal_listeners.append(callback)
 
     def changed(self) -> Coroutine[Any, Any, bool]:
@@ -176,6 +178,10 @@ class MetadataCache:
         for name in removed:
             del self._raw[name]
             self._publish(name)
+            # here, not in _publish: a deletion removes the assignment znode too, and its watch
+            # may unpublish the topic before the name leaves /brokers/topics
+            for cb in self._removal_listeners:
+                cb(name)
         return added, removed
 
     def apply_assignment(self, topic: str, data: bytes | None) -> set[int]:
@@ -313,9 +319,6 @@ class MetadataCache:
             del self._topics[name]
             if old.topic_id is not None and self._by_id.get(old.topic_id) == name:
                 del self._by_id[old.topic_id]
-            if raw is None:
-                for cb in self._removal_listeners:
-                    cb(name)
         else:
             if old is not None and old.topic_id != new.topic_id and old.topic_id is not None:
                 self._by_id.pop(old.topic_id, None)

@@ -6,10 +6,11 @@ storage (the effective log configuration of each partition).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.errors import ErrorCode, KafkaError
 
@@ -49,7 +50,16 @@ class TopicConfigDef:
     valid: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    pattern: str | None = None  # a STRING value must match it (re.fullmatch)
+    deprecated: str = ""  # why it is accepted but has no effect (logged when set)
 
+
+# Kafka's MetadataVersion strings: 0.8.0, 0.10.0-IV1, 2.8, 3.0-IV1...
+_VERSION = r"\d+\.\d+(\.\d+)?(-IV\d+)?"
+_FORMAT_VERSION_DEPRECATED = (
+    "deprecated since Kafka 3.0 and ignored: record batches are always written in message "
+    "format v2 (magic 2)"
+)
 
 _D = TopicConfigDef
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
@@ -232,11 +242,46 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             ConfigType.BOOLEAN,
             "down-convert batches for old fetch versions",
         ),
+        _D(
+            "message.format.version",
+            "log.message.format.version",
+            "3.0-IV1",
+            ConfigType.STRING,
+            "[DEPRECATED] message format version; " + _FORMAT_VERSION_DEPRECATED,
+            pattern=_VERSION,
+            deprecated=_FORMAT_VERSION_DEPRECATED,
+        ),
     ]
 }
 
 
-def parse_value(defn: TopicConfigDef, raw: str) -> Any:
+def deprecation_warnings(names: Iterable[str], broker: bool = False) -> list[str]:
+    """One line per deprecated config among ``names`` (topic names, or broker property
+    names when ``broker``), for the log of the service that accepted them."""
+    by_name = {(d.broker_name if broker else d.name): d for d in TOPIC_CONFIGS.values()}
+    return [
+        f"{name} is {by_name[name].deprecated}"
+        for name in names
+        if name in by_name and by_name[name].deprecated
+    ]
+
+
+class ConfigDefLike(Protocol):
+    """What ``parse_value`` needs of a config definition (topic or broker)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> ConfigType: ...
+    @property
+    def valid(self) -> tuple[str, ...]: ...
+    @property
+    def minimum(self) -> float | None: ...
+    @property
+    def maximum(self) -> float | None: ...
+
+
+def parse_value(defn: ConfigDefLike, raw: str) -> Any:
     """Parse and validate one raw string value; raises KafkaError(INVALID_CONFIG)."""
 
     def bad(why: str) -> KafkaError:
@@ -272,6 +317,8 @@ def parse_value(defn: TopicConfigDef, raw: str) -> Any:
         value = raw
         if defn.valid and value not in defn.valid:
             raise bad(f"String must be one of: {', '.join(defn.valid)}")
+        if defn.pattern is not None and not re.fullmatch(defn.pattern, value.strip()):
+            raise bad(f"Version `{value}` is not a valid version")
         return value
     if defn.minimum is not None and value < defn.minimum:
         raise bad(f"Value must be at least {defn.minimum:g}")

@@ -24,6 +24,9 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
+from services.common.errors import ErrorCode
+from services.common.broker_config import DEFAULT_ENTITY
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
@@ -65,6 +68,9 @@ class _Event:
     key: Any = None
 
 
+UNCLEAN = "unclean.leader.election.enable"
+
+
 class ActiveController:
     def __init__(
         self,
@@ -75,9 +81,12 @@ class ActiveController:
         metrics: ControllerMetrics,
         on_moved: Callable[[str], None],
         watch_topic: Callable[[str], None] = lambda name: None,
+        broker_configs: BrokerConfigStore | None = None,
     ) -> None:
         self.zk = zk
         self.settings = settings
+        # dynamic broker configs (the cluster default's unclean.leader.election.enable)
+        self.broker_configs = broker_configs if broker_configs is not None else BrokerConfigStore()
         self.ctx = ControllerContext(epoch, epoch_zk_version)
         self.guard = EpochGuard(zk, epoch, epoch_zk_version)
         self.links = BrokerLinks(
@@ -173,7 +182,9 @@ class ActiveController:
             "topics": self._on_topic_change,
             "delete_topics": self.deleter.on_delete_topics_change,
             "isr_change": self._on_isr_change_notification,
+            "log_dir_event": self._on_log_dir_event,
             "coordinators": self.place_shards,
+            "broker_config": self._elect_offline_partitions,
         }
         if kind == "topic" and arg is not None:
             self.enqueue(
@@ -296,15 +307,17 @@ class ActiveController:
 
     # ---- elections ------------------------------------------------------------------------
     def _unclean(self, topic: TopicState) -> bool:
-        raw = topic.config.get("unclean.leader.election.enable")
+        """Topic override, else the cluster-wide dynamic default, else this controller's
+        setting (a controller is no broker, so no per-broker value applies)."""
+        raw = topic.config.get(UNCLEAN) or self.broker_configs.entity(DEFAULT_ENTITY).get(UNCLEAN)
         if raw is None:
             return self.settings.unclean_leader_election_enable
         return raw.strip().lower() == "true"
 
     def _plan(self, parts: Iterable[Part]) -> list[Transition]:
-        live = self.ctx.live_ids
         out: list[Transition] = []
         for topic, p in parts:
+            live = self.ctx.live_for(topic.name, p)
             replicas = topic.assignment[p]
             st = topic.states.get(p)
             if st is None:
@@ -417,13 +430,19 @@ class ActiveController:
             if p not in topic.states:
                 continue
             for r in topic.assignment[p]:
-                if r in self.ctx.brokers and r not in skip:
+                if (
+                    r in self.ctx.brokers
+                    and r not in skip
+                    and (name, p) not in self.ctx.offline_replicas.get(r, ())
+                ):
                     batches.setdefault(r, []).append(topic.order(p, is_new=is_new))
         acks: AckMap = {}
         for broker_id, states in sorted(batches.items()):
             link = self.links.get(broker_id)
             if link is not None:
-                acks[broker_id] = link.update_partitions(states)
+                acks[broker_id] = self._watch_storage_errors(
+                    broker_id, link.update_partitions(states)
+                )
         return acks
 
     def send_full_state(
@@ -438,7 +457,74 @@ class ActiveController:
             for t, p in self.ctx.partitions_on(broker_id)
         ]
         log.info("sending full state", broker=broker_id, partitions=len(states))
-        return link.update_partitions(states)
+        return self._watch_storage_errors(broker_id, link.update_partitions(states))
+
+    # ---- offline replicas (KIP-112) ---------------------------------------------------------
+    def _watch_storage_errors(
+        self, broker_id: int, fut: asyncio.Future[OrderResult]
+    ) -> asyncio.Future[OrderResult]:
+        """Replicas a node answers KAFKA_STORAGE_ERROR for are offline (Kafka's handling of
+        LeaderAndIsr responses): they are re-led elsewhere and leave the ISRs."""
+
+        def done(f: asyncio.Future[OrderResult]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                return
+            offline = sorted(
+                (t, p)
+                for t, p, code in f.result().partition_errors
+                if code == ErrorCode.KAFKA_STORAGE_ERROR
+            )
+            if offline:
+                self.enqueue(
+                    f"ReplicasOffline({broker_id})",
+                    lambda: self._on_replicas_offline(broker_id, offline),
+                )
+
+        fut.add_done_callback(done)
+        return fut
+
+    async def _on_replicas_offline(self, broker_id: int, parts: list[tuple[str, int]]) -> None:
+        if broker_id not in self.ctx.brokers:
+            return  # gone or restarted since: its registration decides again
+        known = self.ctx.offline_replicas.setdefault(broker_id, set())
+        fresh = [tp for tp in parts if tp not in known]
+        if not fresh:
+            return
+        known.update(fresh)
+        log.warning(
+            "replicas offline on a failed log dir",
+            broker=broker_id,
+            partitions=[f"{t}-{p}" for t, p in fresh[:20]],
+            count=len(fresh),
+        )
+        elect = [
+            (self.ctx.topics[t], p)
+            for t, p in fresh
+            if t in self.ctx.topics and t not in self.ctx.topics_to_delete
+        ]
+        applied = await self.elect(elect)
+        self.send_states((tr.topic, tr.partition) for tr in applied)
+
+    async def _on_log_dir_event(self) -> None:
+        """``/log_dir_event_notification/log_dir_event_<seq>`` ``{"broker": id, "event": 1}``:
+        ask those nodes which of their replicas are offline (their answer to the full state),
+        then consume the notices (Kafka's LogDirEventNotification handling)."""
+        path = layout.LOG_DIR_EVENT_NOTIFICATION
+        children = sorted(await self.zk.get_children(path))
+        if not children:
+            return
+        brokers: set[int] = set()
+        for child in children:
+            got = await self.zk.get_or_none(f"{path}/{child}")
+            body = layout.loads(got[0]) if got else None
+            try:
+                brokers.add(int((body or {})["broker"]))
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring malformed log dir event", znode=child)
+        log.info("log dir failure reported", brokers=sorted(brokers))
+        for broker_id in sorted(brokers & set(self.ctx.brokers)):
+            self.send_full_state(broker_id)
+        await self.guard.commit([zkstore.Delete(f"{path}/{c}") for c in children])
 
     # ---- broker changes -------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
@@ -465,6 +551,7 @@ class ActiveController:
         for broker_id in sorted(gone | moved):
             await self.links.remove(broker_id)
             del self.ctx.brokers[broker_id]
+            self.ctx.offline_replicas.pop(broker_id, None)
         if gone:
             await self._on_brokers_failure(gone)
         started = new | bounced | moved
@@ -483,6 +570,19 @@ class ActiveController:
         ]
         applied = await self.elect(parts)
         self.send_states((tr.topic, tr.partition) for tr in applied)
+
+    async def _elect_offline_partitions(self) -> None:
+        """Kafka's triggerOnlinePartitionStateChange, run when the cluster-wide
+        unclean.leader.election.enable changes: leaderless partitions may now get a leader."""
+        live = self.ctx.live_ids
+        parts = [
+            (t, p)
+            for t in self.eligible_topics()
+            for p in sorted(t.assignment)
+            if (st := t.states.get(p)) is not None and st.leader not in live
+        ]
+        applied = await self.elect(parts)
+        self.send_states([(tr.topic, tr.partition) for tr in applied])
 
     async def _on_brokers_startup(self, started: set[int]) -> None:
         live = self.ctx.live_ids

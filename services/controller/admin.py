@@ -15,10 +15,11 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError
 
+from services.common import broker_config
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
-from services.common.topic_config import validate_overrides
+from services.common.topic_config import deprecation_warnings, validate_overrides
 from services.common.zk import layout
 from services.controller.active import AckMap, ActiveController
 from services.controller.assignment import BrokerMeta, assign_replicas
@@ -64,6 +65,12 @@ def _error(name: str, exc: KafkaError) -> pb.TopicResult:
 
 def _code(name: str, code: ErrorCode, message: str = "") -> pb.TopicResult:
     return pb.TopicResult(name=name, error_code=int(code), error_message=message)
+
+
+def _warn_deprecated(topic: str, names: Iterable[str]) -> None:
+    """Deprecated configs are accepted (as Kafka 3.x does) with a warning in the log."""
+    for warning in deprecation_warnings(names):
+        log.warning("deprecated topic config", topic=topic, warning=warning)
 
 
 def _duplicates(names: Iterable[str]) -> set[str]:
@@ -175,6 +182,7 @@ class AdminOps:
             validate_create_assignment(assignment, set(self.ctx.brokers))
         configs = dict(spec.configs)
         validate_overrides(configs)
+        _warn_deprecated(name, configs)
         rf = len(assignment[0])
         result = pb.TopicResult(name=name, num_partitions=len(assignment), replication_factor=rf)
         if validate_only:
@@ -442,7 +450,8 @@ class AdminOps:
 
     async def _alter_config(self, res: pb.ConfigResourceChange, validate_only: bool) -> None:
         if res.resource_type == RESOURCE_BROKER:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "broker configs are static in this version")
+            await self._alter_broker_config(res, validate_only)
+            return
         if res.resource_type != RESOURCE_TOPIC:
             kind = _RESOURCE_NAMES.get(res.resource_type, str(res.resource_type))
             raise KafkaError(
@@ -459,6 +468,7 @@ class AdminOps:
         new = apply_config_ops(
             topic.config, [ConfigOp(o.key, o.value, o.op) for o in res.ops], res.incremental
         )
+        _warn_deprecated(name, [o.key for o in res.ops if o.key in new])
         if validate_only:
             return
         path = layout.topic_config_path(name)
@@ -477,6 +487,39 @@ class AdminOps:
         log.info("updated topic config", topic=name, config=new)
         # Same leader epoch: storage treats it as a config refresh.
         self.c.send_states([(name, p) for p in sorted(topic.assignment) if p in topic.states])
+
+    async def _alter_broker_config(self, res: pb.ConfigResourceChange, validate_only: bool) -> None:
+        """Dynamic broker configs (KIP-226) of one broker id or of the cluster default ("");
+        written as Kafka's AdminZkClient.changeBrokerConfig writes them. Storage nodes and
+        gateways watch the znodes and apply what concerns them."""
+        name = res.name
+        if name and not name.isdigit():
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
+            )
+        entity = broker_config.entity_name(name)
+        path = layout.broker_config_path(entity)
+        got = await self.c.zk.get_or_none(path)
+        new = apply_config_ops(
+            layout.parse_topic_config(got[0] if got else None),
+            [ConfigOp(o.key, o.value, o.op) for o in res.ops],
+            res.incremental,
+            lambda configs: broker_config.validate_broker_configs(name, configs),
+            broker_config.list_default,
+        )
+        if validate_only:
+            return
+        await self.c.guard.commit(
+            [
+                (SetData if got else Create)(path, layout.topic_config_json(new)),
+                Create(
+                    layout.config_change_prefix(),
+                    layout.config_change_json(f"brokers/{entity}"),
+                    sequence=True,
+                ),
+            ]
+        )
+        log.info("updated dynamic broker config", entity=entity, config=new)
 
 
 async def _await_deletions(pending: Sequence[_Pending], timeout_ms: int) -> list[pb.TopicResult]:

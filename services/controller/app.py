@@ -18,10 +18,13 @@ from grpc_health.v1 import health
 from kazoo.exceptions import KazooException, NodeExistsError, SessionExpiredError
 
 from services.common.admin_http import AdminServer
+from services.common.broker_config import DEFAULT_ENTITY
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
 from services.common.runtime import new_grpc_server, set_serving
 from services.common.zk import layout
+from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk, ZnodeStat
 from services.common.zk.layout import Endpoint
 from services.controller.active import ActiveController, NotControllerError
@@ -47,6 +50,9 @@ class ControllerApp:
         self.metrics = metrics or ControllerMetrics()
         self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
         self.elector = Elector(self.zk, self.id)
+        self.broker_configs = BrokerConfigStore()  # dynamic broker configs (KIP-226)
+        self.broker_config_sync = ZkBrokerConfigSync(self.zk, self.broker_configs)
+        self.broker_configs.on_change(self._on_broker_config)
         self.active: ActiveController | None = None
         self.admin: AdminOps | None = None
         self.registered = False
@@ -74,6 +80,7 @@ class ControllerApp:
         await self.zk.start()
         self.zk.on_state(lambda state: self._context.run(self._on_zk_state, state))
         await self.zk.ensure_layout()
+        await self.broker_config_sync.start()
         self._server, self._health = new_grpc_server()
         controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(self), self._server)
         self.grpc_port = self._server.add_insecure_port(self.settings.listener.bind_target)
@@ -90,6 +97,7 @@ class ControllerApp:
             (layout.BROKER_TOPICS, "topics"),
             (layout.DELETE_TOPICS, "delete_topics"),
             (layout.ISR_CHANGE_NOTIFICATION, "isr_change"),
+            (layout.LOG_DIR_EVENT_NOTIFICATION, "log_dir_event"),
             (layout.GROUP_COORDINATOR_IDS, "coordinators"),
         ):
             self.zk.watch_children(path, self._children_watcher(kind))
@@ -118,8 +126,15 @@ class ControllerApp:
             await self._server.stop(grace=1.0)
         if self.admin_server is not None:
             await self.admin_server.stop()
+        self.broker_config_sync.stop()
         await self.zk.stop()
         log.info("controller stopped")
+
+    def _on_broker_config(self, entity: str) -> None:
+        """The cluster-wide dynamic broker configs changed: the active controller re-runs the
+        election of leaderless partitions (unclean.leader.election.enable may now allow it)."""
+        if entity == DEFAULT_ENTITY and self.active is not None:
+            self.active.notify("broker_config")
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name, context=self._context)
@@ -198,6 +213,7 @@ class ControllerApp:
             self.metrics,
             on_moved=lambda reason: self._on_moved(active, reason),
             watch_topic=self._watch_topic,
+            broker_configs=self.broker_configs,
         )
         self.active, self.admin = active, AdminOps(active)
         try:

@@ -119,7 +119,7 @@ class LeaderElections:
         """NONE when the partition can be elected now, else the error Kafka answers."""
         topic = self.c.ctx.topics[name]
         st = topic.states.get(p)
-        live = self.c.ctx.live_ids
+        live = self.c.ctx.live_for(name, p)
         replicas = topic.assignment[p]
         if election_type == PREFERRED:
             if st is not None and replicas and st.leader == replicas[0]:
@@ -145,10 +145,10 @@ class LeaderElections:
         return self.c.balancer.plan(parts)
 
     def _plan_unclean(self, parts: Sequence[Part]) -> list[Transition]:
-        live = self.c.ctx.live_ids
         out: list[Transition] = []
         for topic, p in parts:
             st = topic.states.get(p)
+            live = self.c.ctx.live_for(topic.name, p)
             if st is None or (st.leader != NO_LEADER and st.leader in live):
                 continue
             li = offline_leader(topic.assignment[p], st.isr, live, True)

@@ -67,12 +67,12 @@ class LeaderBalancer:
         return applied
 
     def plan(self, parts: Sequence[Part]) -> list[Transition]:
-        live = self.c.ctx.live_ids
         out: list[Transition] = []
         for topic, p in parts:
             st = topic.states.get(p)
             if st is None:
                 continue
+            live = self.c.ctx.live_for(topic.name, p)
             li = preferred_leader(topic.assignment[p], st.leader, st.isr, live)
             if li is not None:
                 out.append(Transition(topic.name, p, li.leader, li.isr, False))

@@ -69,6 +69,8 @@ class ControllerContext:
     brokers: dict[int, LiveBroker] = field(default_factory=dict)
     topics: dict[str, TopicState] = field(default_factory=dict)
     topics_to_delete: set[str] = field(default_factory=set)
+    # replicas in a failed log dir of a live broker (KIP-112), until that broker restarts
+    offline_replicas: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
 
     def preferred_imbalance_count(self) -> int:
         """Partitions led by another replica than their preferred (first) one."""
@@ -85,6 +87,11 @@ class ControllerContext:
     @property
     def live_ids(self) -> set[int]:
         return set(self.brokers)
+
+    def live_for(self, topic: str, partition: int) -> set[int]:
+        """The brokers whose replica of the partition can serve: live, its log dir online."""
+        key = (topic, partition)
+        return {b for b in self.brokers if key not in self.offline_replicas.get(b, ())}
 
     def partitions_on(self, broker_id: int) -> list[tuple[TopicState, int]]:
         """Every partition with a replica on ``broker_id`` and a leader/ISR state (new partitions

@@ -4,7 +4,7 @@ assignments, and topic config changes (AlterConfigs / IncrementalAlterConfigs)."
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -148,27 +148,28 @@ class ConfigOp:
     op: int = OpType.SET
 
 
-def _list_default(key: str) -> list[str]:
+def topic_list_default(key: str) -> list[str] | None:
+    """The default of a LIST topic config (None for other types); unknown names refused."""
     defn = TOPIC_CONFIGS.get(key)
     if defn is None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+    if defn.type != ConfigType.LIST:
+        return None
     return [s for s in format_value(defn.default).split(",") if s]
 
 
-def _is_list(key: str) -> bool:
-    defn = TOPIC_CONFIGS.get(key)
-    if defn is None:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
-    return defn.type == ConfigType.LIST
-
-
 def apply_config_ops(
-    current: Mapping[str, str], ops: Sequence[ConfigOp], incremental: bool
+    current: Mapping[str, str],
+    ops: Sequence[ConfigOp],
+    incremental: bool,
+    validate: Callable[[dict[str, str]], object] = validate_overrides,
+    list_default: Callable[[str], list[str] | None] = topic_list_default,
 ) -> dict[str, str]:
-    """The new override set of a topic; validated (INVALID_CONFIG / INVALID_REQUEST)."""
+    """The new config set of a resource (a topic's overrides by default), checked by
+    ``validate``; ``list_default`` gives the default of a LIST config (None: not a list)."""
     if not incremental:
         result = {op.key: op.value for op in ops}
-        validate_overrides(result)
+        validate(result)
         return result
     seen: set[str] = set()
     dupes: list[str] = []
@@ -187,17 +188,14 @@ def apply_config_ops(
         elif op.op == OpType.DELETE:
             result.pop(op.key, None)
         elif op.op in (OpType.APPEND, OpType.SUBTRACT):
-            if not _is_list(op.key):
+            default = list_default(op.key)
+            if default is None:
                 verb = "append" if op.op == OpType.APPEND else "subtract"
                 raise KafkaError(
                     ErrorCode.INVALID_REQUEST,
                     f"Config value {verb} is not allowed for config key: {op.key}",
                 )
-            old = (
-                [s for s in result[op.key].split(",") if s]
-                if op.key in result
-                else _list_default(op.key)
-            )
+            old = [s for s in result[op.key].split(",") if s] if op.key in result else default
             values = [s for s in op.value.split(",") if s]
             if op.op == OpType.APPEND:
                 new = old + [v for v in values if v not in old]
@@ -208,5 +206,5 @@ def apply_config_ops(
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST, f"Unknown alter config operation type: {op.op}"
             )
-    validate_overrides(result)
+    validate(result)
     return result

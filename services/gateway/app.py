@@ -19,12 +19,15 @@ from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.runtime import run, serve_until_signalled
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
+from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk
 from services.common.zk.producer_ids import ProducerIdManager
 from services.common.zk.registration import EphemeralRegistrar
+from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
 from services.gateway.coordinators import CoordinatorClients
+from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.handlers import HANDLERS, advertised_versions
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.server import KafkaServer
@@ -56,6 +59,11 @@ class Gateway:
             zk=self.zk,
         )
         self.cache.on_topic_removed(self.services.offsets.forget_topic)
+        quotas = ConnectionQuotas()
+        store = self.services.broker_configs
+        self.broker_config_sync = ZkBrokerConfigSync(self.zk, store)
+        self.services.broker_config = GatewayBrokerConfig(settings, store, quotas)
+        store.on_change(self.services.broker_config.on_change)
         self.server = KafkaServer(
             self.services,
             HANDLERS,
@@ -63,6 +71,7 @@ class Gateway:
             max_request_bytes=settings.socket_request_max_bytes,
             max_inflight=settings.max_inflight_requests,
             idle_timeout_s=settings.connections_max_idle_ms / 1000.0,
+            quotas=quotas,
         )
         self.registrar = EphemeralRegistrar(
             self.zk,
@@ -85,6 +94,9 @@ class Gateway:
         await self.zk.start()
         await self.zk.ensure_layout()
         await self.sync.start()
+        await self.broker_config_sync.start()
+        assert self.services.broker_config is not None
+        await self.services.broker_config.apply()  # limits in force before the first accept
         listener = st.listener
         port = await self.server.start(listener.host, listener.port)
         adv = st.advertised(port)
@@ -105,6 +117,7 @@ class Gateway:
         await self.server.drain(self.settings.shutdown_timeout_ms / 1000.0)
         await self.services.wait_background(2.0)
         self.sync.stop()
+        self.broker_config_sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
         if self.services.coordinators is not None:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
@@ -16,6 +17,7 @@ from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.controller_client import ControllerClient
 from services.gateway.coordinators import CoordinatorClients
+from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.produce_order import ProduceOrder
@@ -35,6 +37,10 @@ class GatewayServices:
     coordinators: CoordinatorClients | None = None
     producer_ids: ProducerIdManager | None = None
     zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
+    # /config/brokers/* as ZooKeeper holds them (dynamic broker configs of every broker id)
+    broker_configs: BrokerConfigStore = field(default_factory=BrokerConfigStore)
+    # the dynamic broker configs this gateway applies (None: static settings only)
+    broker_config: GatewayBrokerConfig | None = None
     # topic auto-creations in flight -> their controller call (Metadata error code per topic)
     creating: dict[str, asyncio.Task[dict[str, ErrorCode]]] = field(default_factory=dict)
     # the CreateInternalTopic call for __consumer_offsets in flight (at most one per gateway)
@@ -44,6 +50,12 @@ class GatewayServices:
     @property
     def node_id(self) -> int:
         return self.endpoint.node_id
+
+    @property
+    def message_max_bytes(self) -> int:
+        """message.max.bytes in force (dynamic broker config, else the setting)."""
+        bc = self.broker_config
+        return bc.message_max_bytes if bc is not None else self.settings.message_max_bytes
 
     @property
     def request_timeout_s(self) -> float:
@@ -68,6 +80,15 @@ class GatewayServices:
 
 
 @dataclass(slots=True)
+class ClientSoftware:
+    """What a connection's client said it is (ApiVersions v3+: client_software_name/version);
+    empty until then, and for clients that do not say."""
+
+    name: str = ""
+    version: str = ""
+
+
+@dataclass(slots=True)
 class RequestContext:
     services: GatewayServices
     api_key: int
@@ -80,6 +101,7 @@ class RequestContext:
     fetch_park: FetchPark | None = None  # the connection's parked long polls (fetch_park.py)
     # the connection's produce ordering (produce_order.py); a request alone gets its own
     produce_order: ProduceOrder = field(default_factory=ProduceOrder)
+    software: ClientSoftware = field(default_factory=ClientSoftware)  # the connection's client
 
     def close_connection(self, reason: str) -> None:
         if self.close is not None:

@@ -93,3 +93,13 @@ STORAGE_RPC_ERRORS = Counter(
     "Failed storage RPCs",
     ["method", "code"],
 )
+CONNECTIONS_REJECTED = Counter(
+    "kafkapy_gateway_connections_rejected",
+    "Client connections closed right after accept because a connection limit was reached",
+    ["reason"],
+)
+CONNECTION_LIMIT = Gauge(
+    "kafkapy_gateway_connection_limit",
+    "Connection limits in force (max.connections, max.connections.per.ip)",
+    ["limit"],
+)

@@ -30,7 +30,8 @@ from services.common.protocol import (
 )
 from services.common.protocol.primitives import Buffer
 from services.gateway import metrics
-from services.gateway.context import RequestContext
+from services.gateway.connection_quotas import ConnectionQuotas
+from services.gateway.context import ClientSoftware, RequestContext
 from services.gateway.fetch_park import FetchPark
 from services.gateway.framing import FrameReader, FrameSizeError
 from services.gateway.handlers.api_versions import fallback_body
@@ -59,6 +60,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reader = FrameReader(server.max_request_bytes)
         self._fetch_park = FetchPark()
         self._produce_order = ProduceOrder()
+        self._software = ClientSoftware()
         self._out: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
@@ -66,6 +68,7 @@ class Connection(asyncio.BufferedProtocol):
         self._draining = False
         self.closing = False
         self.peer = "?"
+        self.peer_ip = "?"
         self.last_active = self._loop.time()
         self.requests = 0
 
@@ -74,6 +77,12 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer_ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if not self._server.quotas.admit(self.peer_ip):
+            # Over max.connections(.per.ip): closed before anything is read, as Kafka does.
+            self.closing = True
+            transport.close()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -217,6 +226,7 @@ class Connection(asyncio.BufferedProtocol):
             self.close_for,
             self._fetch_park,
             self._produce_order,
+            self._software,
         )
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)
@@ -359,6 +369,7 @@ class KafkaServer:
         max_request_bytes: int,
         max_inflight: int = 128,
         idle_timeout_s: float = 600.0,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.services = services
         self.handlers = dict(handlers)
@@ -366,6 +377,7 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.max_inflight = max_inflight
         self.idle_timeout_s = idle_timeout_s
+        self.quotas = quotas if quotas is not None else ConnectionQuotas()
         self.connections: set[Connection] = set()
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
@@ -435,6 +447,7 @@ class KafkaServer:
     def _unregister(self, conn: Connection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
+            self.quotas.release(conn.peer_ip)
             metrics.CONNECTIONS.dec()
             metrics.CONNECTIONS_CLOSED.inc()
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pydantic import field_validator
+
+from services.common.broker_config import parse_ip_overrides
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
 from services.common.settings import ServiceSettings, kafka_prop
@@ -45,6 +48,23 @@ class GatewaySettings(ServiceSettings, ListenerSettings):
     connections_max_idle_ms: int = kafka_prop(
         600000, "connections.max.idle.ms", "idle connections are closed after this long", gt=0
     )
+    max_connections: int = kafka_prop(
+        2147483647,
+        "max.connections",
+        "client connections this gateway keeps open; more are closed right after accept",
+        ge=0,
+    )
+    max_connections_per_ip: int = kafka_prop(
+        2147483647,
+        "max.connections.per.ip",
+        "connections accepted from one IP address; more are closed right after accept",
+        ge=0,
+    )
+    max_connections_per_ip_overrides: str = kafka_prop(
+        "",
+        "max.connections.per.ip.overrides",
+        "per-IP or hostname limits overriding max.connections.per.ip ('host:count,...')",
+    )
     request_timeout_ms: int = kafka_prop(
         30000, "request.timeout.ms", "bound of internal calls made for one client request", gt=0
     )
@@ -72,3 +92,9 @@ class GatewaySettings(ServiceSettings, ListenerSettings):
         "how long a Metadata request waits for the controller when auto-creating a topic",
         ge=0,
     )
+
+    @field_validator("max_connections_per_ip_overrides")
+    @classmethod
+    def _ip_overrides(cls, v: str) -> str:
+        parse_ip_overrides(v)  # ValueError: one readable line
+        return v

@@ -56,7 +56,9 @@ class GroupCoordinatorApp:
             GroupConfig.from_settings(settings),
             self.metrics,
             registration=lambda: self.registrar.czxid,
+            topic_exists=self._topic_exists,
         )
+        self.cache.on_topic_removed(self.shards.on_topic_removed)
         self.metrics.watch_groups(
             lambda: [s for shard in self.shards.loaded_shards() for s in shard.group_states()]
         )
@@ -76,6 +78,9 @@ class GroupCoordinatorApp:
         self._shard_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._session_lost = False
+
+    async def _topic_exists(self, topic: str) -> bool:
+        return await self.zk.exists(layout.topic_path(topic)) is not None
 
     def ready(self) -> bool:
         return (

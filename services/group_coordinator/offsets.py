@@ -9,6 +9,7 @@ first, so memory always matches the order of the log.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from itertools import count
 from typing import TYPE_CHECKING
 
@@ -182,6 +183,47 @@ class ShardOffsets:
         error = await self._append([(group_metadata_key(group_id), None)])
         if error is not ErrorCode.NONE:
             log.warning("group_tombstone_failed", group=group_id, error=error.name)
+
+    # ---- deleted topics --------------------------------------------------------------------
+    def topics(self) -> set[str]:
+        """Every topic some group of the shard has a committed offset for."""
+        return {t for group in self._shard.groups.values() for t, _ in group.offsets}
+
+    async def remove_topics(self, topics: Collection[str]) -> int:
+        """Kafka's cleanupGroupMetadata for deleted topics: every group's offsets of ``topics``
+        are forgotten and tombstoned (also those being committed right now, so a commit that
+        lands first is covered); groups left Empty without offsets become Dead. Memory is
+        updated first: the topics are gone whether or not the tombstones get written (a
+        failed write is retried by the next load of the shard). Returns the offsets removed."""
+        shard = self._shard
+        if shard.resigned or not topics:
+            return 0
+        wanted = set(topics)
+        seq = next(self._seq)
+        records: Records = []
+        removed: list[TopicPartition] = []
+        for group in list(shard.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] in wanted]
+            gone += [tp for tp, n in group.pending_commits.items() if n > 0 and tp[0] in wanted]
+            if not gone:
+                continue
+            for tp in dict.fromkeys(gone):
+                if group.offsets.pop(tp, None) is not None:
+                    removed.append(tp)
+                group.offset_seq[tp] = seq
+                records.append((offset_commit_key(group.group_id, tp[0], tp[1]), None))
+            self._maybe_dead(group)
+        if not records:
+            return 0
+        log.info(
+            f"Removed {len(removed)} offsets associated with deleted partitions: "
+            f"{', '.join(sorted({f'{t}-{p}' for t, p in removed}))}.",
+            topics=sorted(wanted),
+        )
+        error = await self._append(records)
+        if error is not ErrorCode.NONE:
+            log.error("deleted_topic_offsets_tombstones_failed", error=error.name)
+        return len(removed)
 
     # ---- DeleteGroups ----------------------------------------------------------------------
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:

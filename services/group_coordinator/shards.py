@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from services.common.errors import ErrorCode, KafkaError
@@ -52,10 +52,17 @@ class ShardManager:
         config: GroupConfig,
         metrics: CoordinatorMetrics,
         registration: Callable[[], int] | None = None,
+        topic_exists: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         """``registration`` gives the czxid of this process's registration znode (0 while not
         registered); the shard map stamps each owner with it, so entries made for an earlier
-        registration of this node id (a previous process, a lost session) are not taken."""
+        registration of this node id (a previous process, a lost session) are not taken.
+
+        Offsets of deleted topics are removed (Kafka's onPartitionsDeleted): from every loaded
+        shard when the metadata cache sees a topic go (``on_topic_removed``), and from a shard just loaded for the
+        topics that no longer exist, which covers deletions no coordinator saw while the shard
+        was unowned. ``topic_exists`` asks ZooKeeper, so a topic this node's cache has not
+        caught up with yet is never taken for a deleted one (None: no load-time sweep)."""
         self.node_id = node_id
         self._registration = registration
         self._cache = cache
@@ -66,6 +73,7 @@ class ShardManager:
         self._owned: dict[int, _Owned] = {}
         self._logs: dict[int, ShardLog] = {}  # kept while the epoch holds (sequence state)
         self._active = True
+        self._topic_exists = topic_exists
 
     # ---- lookups --------------------------------------------------------------------------
     def partition_of(self, group_id: str) -> int | None:
@@ -213,6 +221,7 @@ class ShardManager:
             groups = GroupShard(partition, owned.log, self._config, coordinator_id=self.node_id)
             groups.load(snapshot)
             owned.groups = groups
+            groups.spawn(self._remove_offsets_of_deleted_topics(groups))
             owned.loaded_at = time.monotonic()
             seconds = owned.loaded_at - started
             self._metrics.load_seconds.observe(seconds)
@@ -225,6 +234,27 @@ class ShardManager:
                 load_ms=round(seconds * 1000, 1),
             )
             return
+
+    # ---- deleted topics ---------------------------------------------------------------------
+    def on_topic_removed(self, topic: str) -> None:
+        """A topic left the metadata cache (its deletion completed)."""
+        for shard in self.loaded_shards():
+            shard.spawn(shard.offsets.remove_topics({topic}))
+
+    async def _remove_offsets_of_deleted_topics(self, shard: GroupShard) -> None:
+        if self._topic_exists is None:
+            return
+        unknown = sorted(shard.offsets.topics() - set(self._cache.topics))
+        gone: list[str] = []
+        for topic in unknown:
+            try:
+                if not await self._topic_exists(topic):
+                    gone.append(topic)
+            except Exception as exc:  # noqa: BLE001 - kept for the next load
+                log.warning("deleted_topic_check_failed", topic=topic, error=repr(exc))
+                return
+        if gone:
+            await shard.offsets.remove_topics(gone)
 
     def _resign(self, partition: int, reason: str) -> None:
         owned = self._owned.pop(partition)

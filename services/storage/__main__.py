@@ -22,6 +22,8 @@ from services.storage.settings import StorageSettings, StorageSettingsBase
 async def main(argv: list[str] | None = None) -> int:
     settings: StorageSettingsBase = StorageSettings.load(sys.argv[1:] if argv is None else argv)
     log = configure_logging("storage", settings.broker_id, settings.log_format, settings.log_level)
+    for warning in settings.deprecation_warnings():
+        log.warning("deprecated setting", warning=warning)
     stop = stop_event_on_signals()
     try:
         return await run_node(settings, stop, StorageMetrics(REGISTRY))

@@ -14,6 +14,7 @@ from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.records.batch import validate_batches
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage.log.record_validation import RecordValidationError
 from services.storage.partition import Partition
 from services.storage.replica_manager import ReplicaManager
 from services.storage.wire import AppendCall, AppendPartition
@@ -51,8 +52,19 @@ async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.A
             continue
         try:
             p, required = _append_one(rm, pa, req.acks, result)
+        except RecordValidationError as exc:
+            _fail(result, exc.code, exc.message)
+            result.record_errors.extend(
+                pb.RecordError(batch_index=i, message=m) for i, m in exc.record_errors
+            )
+            continue
         except KafkaError as exc:
             _fail(result, exc.code, exc.message)
+            continue
+        except OSError as exc:  # the disk under this log failed: its whole dir goes offline
+            log.error("append I/O error", topic=pa.topic, partition=pa.partition, error=repr(exc))
+            rm.report_io_error(pa.topic, pa.partition, exc)
+            _fail(result, ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error: {exc}")
             continue
         except Exception:
             log.exception("append failed", topic=pa.topic, partition=pa.partition)

@@ -136,6 +136,11 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
                 result.log_start_offset = p.log.log_start_offset
                 result.log_end_offset = p.log.log_end_offset
                 result.high_watermark = p.high_watermark
+        except OSError as exc:  # the disk under this log failed: its whole dir goes offline
+            log.error("fetch I/O error", topic=pf.topic, partition=pf.partition, error=repr(exc))
+            rm.report_io_error(pf.topic, pf.partition, exc)
+            result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            out.errored = True
         except Exception:
             log.exception("fetch failed", topic=pf.topic, partition=pf.partition)
             rm.metrics.failed_fetch_requests.labels(pf.topic).inc()

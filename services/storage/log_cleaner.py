@@ -55,6 +55,14 @@ class LogCleaner:
         self._yielder = GilYielder()
         self._pace = Pace(stopping=self._is_stopping, throttle=self._throttle)
 
+    def update_settings(self, settings: CleanerSettings) -> None:
+        """New dynamic settings (KIP-226): the rate applies at once, the rest from the next
+        cleaning on (as Kafka's LogCleaner.reconfigure)."""
+        if settings != self.settings:
+            self.settings = settings
+            self.throttler.rate = settings.io_max_bytes_per_second
+            log.info("log cleaner reconfigured", settings=str(settings))
+
     def load_checkpoint(self) -> None:
         try:
             self.checkpoints = ckpt.read_offset_checkpoint(self.path)

@@ -39,6 +39,7 @@ class ReplicaGauges:
     under_min_isr: int = 0
     replica_max_lag: int = 0
     partitions: list[PartitionGauges] = field(default_factory=list)
+    log_dirs: dict[str, bool] = field(default_factory=dict)  # log dir -> offline
 
 
 class _StateCollector(Collector):
@@ -68,6 +69,19 @@ class _StateCollector(Collector):
             "Led partitions whose ISR is smaller than min.insync.replicas",
             s.under_min_isr,
         )
+        yield GaugeMetricFamily(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "Log dirs of this node that failed (KIP-112)",
+            sum(s.log_dirs.values()),
+        )
+        offline = GaugeMetricFamily(
+            "kafka_log_logmanager_logdirectoryoffline",
+            "1 if the log dir failed",
+            labels=["logDirectory"],
+        )
+        for d, is_offline in sorted(s.log_dirs.items()):
+            offline.add_metric([d], int(is_offline))
+        yield offline
         lag = GaugeMetricFamily(
             "kafka_server_replicafetchermanager_maxlag",
             "Largest lag in messages of a followed partition behind its leader's high watermark",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,14 @@ from typing import Any
 import grpc
 
 from services.common.admin_http import AdminServer
+from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.runtime import freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout
+from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk
+from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.log import checkpoint as ckpt
-from services.storage.log.cleaner import CleanerSettings
 from services.storage.log.meta_properties import (
     InvalidMetaPropertiesError,
     MetaProperties,
@@ -42,6 +46,7 @@ from services.storage.settings import ListenerAddress, StorageSettingsBase
 log = get_logger("storage.node")
 
 LOCK_FILE = ".lock"
+LOG_DIR_EVENT_PREFIX = f"{layout.LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_"
 INITIAL_TASK_DELAY_MS = 30_000  # Kafka's LogManager.InitialTaskDelayMs
 ROLL_FLUSH_CHECK_MS = 1000  # how soon a rolled segment is fsynced (recovery point moves)
 NEVER_MS = 2**62  # intervals this large (Kafka's Long.MaxValue default) disable a task
@@ -104,11 +109,16 @@ class StorageNode:
     ) -> None:
         self.settings = settings
         self.log_dir = settings.log_dir
+        self.log_dirs = [Path(d) for d in settings.all_log_dirs]
         self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
         self.metrics = metrics
         self.rm: ReplicaManager | None = None
         self.replication: Replication | None = None
         self.cleaner: LogCleaner | None = None
+        self.broker_configs = BrokerConfigStore()
+        self.broker_config_sync = ZkBrokerConfigSync(self.zk, self.broker_configs)
+        self.dynamic = StorageBrokerConfig(settings, self.broker_configs)
+        self.broker_configs.on_change(self.dynamic.on_change)
         self.cluster_id: str | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self._health: Any = None
@@ -116,8 +126,8 @@ class StorageNode:
         self.registrar: BrokerRegistrar | None = None
         self.advertised: ListenerAddress | None = None
         self.bound_port: int | None = None
-        self._lock = LogDirLock(self.log_dir)
-        self._locked = False
+        self._locks: list[LogDirLock] = []
+        self._failed_at_start: dict[Path, str] = {}
         self._stop_tasks = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._zk_started = False
@@ -129,12 +139,6 @@ class StorageNode:
     # ---- start-up ---------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        if len(s.all_log_dirs) > 1:
-            log.warning(
-                "several log.dirs configured; only the first is used",
-                log_dir=str(self.log_dir),
-                ignored=s.all_log_dirs[1:],
-            )
         try:
             await self.zk.start()
         except Exception as exc:
@@ -145,19 +149,28 @@ class StorageNode:
         self._zk_started = True
         await self.zk.ensure_layout()
         self.cluster_id = await get_or_create_cluster_id(self.zk)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
-        self._locked = True
-        check_meta_properties(self.log_dir, s.broker_id, self.cluster_id)
+        for d in self.log_dirs:
+            self._open_log_dir(d, s.broker_id, self.cluster_id)
+        if len(self._failed_at_start) == len(self.log_dirs):
+            raise StartupError(
+                "every log dir failed: "
+                + "; ".join(f"{d}: {why}" for d, why in self._failed_at_start.items())
+            )
+        await self.broker_config_sync.start()  # dynamic broker configs before the logs open
+        self.dynamic.refresh()
         self.rm = ReplicaManager(
             s.broker_id,
-            self.log_dir,
-            s.broker_topic_defaults(),
+            self.log_dirs,
+            self.dynamic.topic_defaults(),
             metrics=self.metrics,
             replica_lag_time_max_ms=s.replica_lag_time_max_ms,
         )
+        for d, why in self._failed_at_start.items():
+            self.rm.log_dirs.mark_offline(d, why)
+        self.rm.on_log_dir_failure = self._on_log_dir_failure
         await self._load_logs()
         self.cleaner = self._new_cleaner()
+        self.dynamic.attach(self.rm, self.cleaner)
         self.replication = Replication(self.zk, self.rm, s)
         await self._start_grpc()
         self.admin = AdminServer(s.admin_host, s.admin_port, self.ready)
@@ -167,7 +180,13 @@ class StorageNode:
         self.registrar = BrokerRegistrar(
             self.zk,
             s.broker_id,
-            lambda: layout.BrokerRegistration(s.broker_id, adv.host, adv.port, s.broker_rack),
+            lambda: layout.BrokerRegistration(
+                s.broker_id,
+                adv.host,
+                adv.port,
+                s.broker_rack,
+                static_configs=self.dynamic.static_configs(),
+            ),
             s.zookeeper_session_timeout_ms,
         )
         await self.registrar.register()
@@ -179,22 +198,83 @@ class StorageNode:
             grpc=f"{adv.host}:{adv.port}",
             admin_port=self.admin.port,
             rack=s.broker_rack,
-            log_dir=str(self.log_dir),
+            log_dirs=[str(d) for d in self.log_dirs],
             partitions=len(self.rm.hosted),
         )
 
+    def _open_log_dir(self, d: Path, broker_id: int, cluster_id: str) -> None:
+        """Create, lock and check one log dir; one that fails with an I/O error is offline
+        (Kafka starts with the others), a dir of another broker or cluster refuses the start."""
+        lock = LogDirLock(d)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except OSError as exc:
+            log.error("log dir failed at start-up: offline", log_dir=str(d), error=repr(exc))
+            self._failed_at_start[d] = f"cannot open the log dir: {exc}"
+            return
+        self._locks.append(lock)
+        try:
+            check_meta_properties(d, broker_id, cluster_id)
+        except OSError as exc:
+            log.error("log dir failed at start-up: offline", log_dir=str(d), error=repr(exc))
+            self._failed_at_start[d] = f"cannot read or write meta.properties: {exc}"
+
     async def _load_logs(self) -> None:
         assert self.rm is not None
-        marker = self.log_dir / ckpt.CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
+        online = self.rm.log_dirs.online
+        clean_dirs = {d for d in online if (d / ckpt.CLEAN_SHUTDOWN_FILE).exists()}
         topics = sorted({t for t, _ in self.rm.scan_log_dir()})
         overrides: dict[str, dict[str, str]] = {}
         for topic in topics:
             found = await self.zk.get_or_none(layout.topic_config_path(topic))
             overrides[topic] = layout.parse_topic_config(found[0] if found else None)
-        count = await self.rm.load_logs(overrides, clean_shutdown=clean)
-        ckpt.take_clean_shutdown_marker(self.log_dir)
-        log.info("logs loaded", count=count, clean_shutdown=clean)
+        started = time.monotonic()
+        count = await self.rm.load_logs(
+            overrides, clean_shutdown=clean_dirs == set(online), clean_dirs=clean_dirs
+        )
+        for d in self.rm.log_dirs.online:
+            ckpt.take_clean_shutdown_marker(d)
+        log.info(
+            "logs loaded",
+            count=count,
+            clean_shutdown=sorted(map(str, clean_dirs)),
+            log_dirs=[str(d) for d in self.rm.log_dirs.online],
+            offline_log_dirs=sorted(map(str, self.rm.log_dirs.offline)),
+            ms=round((time.monotonic() - started) * 1000, 1),
+        )
+
+    # ---- log dir failures -------------------------------------------------------------------
+    def _on_log_dir_failure(self, log_dir: Path, reason: str) -> None:
+        """Tell the controller (Kafka's LogDirFailureChannel -> ZooKeeper notification); with
+        no log dir left the node halts, as Kafka does."""
+        assert self.rm is not None
+        if not self.rm.log_dirs.online:
+            log.critical(
+                f"Shutdown broker because all log dirs in {', '.join(map(str, self.log_dirs))} "
+                "have failed",
+                reason=reason,
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+        self._tasks.append(
+            asyncio.create_task(self._notify_log_dir_event(log_dir), name="log-dir-event")
+        )
+
+    async def _notify_log_dir_event(self, log_dir: Path) -> None:
+        body = layout.dumps({"version": 1, "broker": self.settings.broker_id, "event": 1})
+        while not self._stop_tasks.is_set():
+            try:
+                await self.zk.create(LOG_DIR_EVENT_PREFIX, body, sequence=True)
+                log.info("log dir failure reported to the controller", log_dir=str(log_dir))
+                return
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper away: try again
+                log.warning("cannot report the log dir failure yet", error=repr(exc))
+                try:
+                    await asyncio.wait_for(self._stop_tasks.wait(), 1.0)
+                except TimeoutError:
+                    pass
 
     def _new_cleaner(self) -> LogCleaner | None:
         s, rm = self.settings, self.rm
@@ -203,14 +283,9 @@ class StorageNode:
             log.info("log cleaner disabled: compacted topics are not compacted")
             return None
         cleaner = LogCleaner(
-            self.log_dir,
+            rm.log_dirs.online[0],  # one cleaner-offset-checkpoint for all dirs (Kafka: per dir)
             lambda: {key: h.log for key, h in rm.hosted.items()},
-            CleanerSettings(
-                dedupe_buffer_size=s.log_cleaner_dedupe_buffer_size,
-                io_buffer_load_factor=s.log_cleaner_io_buffer_load_factor,
-                io_buffer_size=s.log_cleaner_io_buffer_size,
-                io_max_bytes_per_second=s.log_cleaner_io_max_bytes_per_second,
-            ),
+            self.dynamic.cleaner_settings(),
             rm.metrics,
             rm.clock,
         )
@@ -237,30 +312,31 @@ class StorageNode:
     def _start_background_tasks(self) -> None:
         assert self.rm is not None
         s, rm = self.settings, self.rm
-        jobs: list[tuple[str, int, int, Callable[[], Awaitable[None]]]] = [
+        jobs: list[tuple[str, int | Callable[[], int], int, Callable[[], Awaitable[None]]]] = [
             (
                 "retention",
                 s.log_retention_check_interval_ms,
                 min(INITIAL_TASK_DELAY_MS, s.log_retention_check_interval_ms),
                 rm.run_retention,
             ),
-            # Also flushes rolled segments (Kafka schedules that at each roll), hence the cap.
+            # Also flushes rolled segments (Kafka schedules that at each roll) and logs left
+            # unflushed for log.recovery.flush.interval.ms, hence the cap.
             (
                 "flush",
                 min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
                 min(s.log_flush_scheduler_interval_ms, ROLL_FLUSH_CHECK_MS),
-                rm.run_flush,
+                lambda: rm.run_flush(s.log_recovery_flush_interval_ms),
             ),
             (
                 "recovery-point-checkpoint",
                 s.log_flush_offset_checkpoint_interval_ms,
-                s.log_flush_offset_checkpoint_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_flush_offset_checkpoint_interval_ms),
                 rm.checkpoint_recovery_points,
             ),
             (
                 "log-start-offset-checkpoint",
-                s.log_flush_offset_checkpoint_interval_ms,
-                s.log_flush_offset_checkpoint_interval_ms,
+                s.log_flush_start_offset_checkpoint_interval_ms,
+                min(INITIAL_TASK_DELAY_MS, s.log_flush_start_offset_checkpoint_interval_ms),
                 rm.checkpoint_log_start_offsets,
             ),
             (
@@ -274,7 +350,7 @@ class StorageNode:
             jobs.append(
                 (
                     "log-cleaner",
-                    s.log_cleaner_backoff_ms,
+                    lambda: self.dynamic.cleaner_backoff_ms,  # dynamic broker config
                     s.log_cleaner_backoff_ms,
                     self._run_cleaner,
                 )
@@ -285,7 +361,7 @@ class StorageNode:
                 ("isr-expiration", isr_check_ms, isr_check_ms, self.replication.shrink_isrs)
             )
         for name, period_ms, delay_ms, job in jobs:
-            if period_ms >= NEVER_MS:
+            if isinstance(period_ms, int) and period_ms >= NEVER_MS:
                 log.info("background task disabled", task=name)
                 continue
             self._tasks.append(
@@ -297,9 +373,14 @@ class StorageNode:
             await self.cleaner.run_pass()
 
     async def _periodic(
-        self, name: str, period_ms: int, delay_ms: int, job: Callable[[], Awaitable[None]]
+        self,
+        name: str,
+        period_ms: int | Callable[[], int],
+        delay_ms: int,
+        job: Callable[[], Awaitable[None]],
     ) -> None:
-        """Run ``job`` every ``period_ms``; stops (after the current run) when asked."""
+        """Run ``job`` every ``period_ms`` (read again after each run when it is a callable:
+        a dynamic config); stops (after the current run) when asked."""
         wait_s = delay_ms / 1000.0
         while True:
             try:
@@ -311,7 +392,7 @@ class StorageNode:
                 await job()
             except Exception:
                 log.exception("background task failed", task=name)
-            wait_s = period_ms / 1000.0
+            wait_s = (period_ms() if callable(period_ms) else period_ms) / 1000.0
 
     # ---- shutdown ---------------------------------------------------------------------------
     async def stop(self) -> bool:
@@ -325,6 +406,7 @@ class StorageNode:
         if self.grpc_server is not None:
             await self.grpc_server.stop(self.settings.shutdown_grace_ms / 1000.0)
         self._stop_tasks.set()
+        self.broker_config_sync.stop()
         if self.cleaner is not None:
             self.cleaner.stop()
         if self._tasks:
@@ -338,13 +420,14 @@ class StorageNode:
         if self.rm is not None:
             clean = await self.rm.close()
             if clean:
-                await asyncio.to_thread(ckpt.mark_clean_shutdown, self.log_dir)
+                for d in self.rm.log_dirs.online:
+                    await asyncio.to_thread(ckpt.mark_clean_shutdown, d)
         if self.admin is not None:
             await self.admin.stop()
         if self._zk_started:
             await self.zk.stop()
-        if self._locked:
-            self._lock.release()
+        for lock in self._locks:
+            lock.release()
         log.info("storage node stopped", clean=clean)
         return clean
 

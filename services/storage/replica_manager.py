@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,11 +27,12 @@ from typing import Any, Protocol
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
-from services.common.topic_config import effective_config
+from services.common.topic_config import LONG_MAX, effective_config
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
 from services.storage.delayed import DelayedOperations
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.files import parse_partition_dir, partition_dir_name
+from services.storage.log_dirs import LogDirs
 from services.storage.metrics import PartitionGauges, ReplicaGauges, StorageMetrics
 from services.storage.partition import (
     EPOCH_DURING_DELETE,
@@ -81,7 +82,7 @@ class ReplicaManager:
     def __init__(
         self,
         broker_id: int,
-        log_dir: Path,
+        log_dir: Path | Sequence[Path],
         broker_defaults: Mapping[str, Any] | None = None,
         *,
         backend: LogBackend | None = None,
@@ -90,8 +91,15 @@ class ReplicaManager:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.broker_id = broker_id
-        self.log_dir = Path(log_dir)
+        dirs = [Path(log_dir)] if isinstance(log_dir, str | Path) else [Path(d) for d in log_dir]
+        self.log_dirs = LogDirs(dirs)
+        self.log_dir = dirs[0]
+        # called (on the event loop) when a log dir fails: the node tells the controller
+        self.on_log_dir_failure: Callable[[Path, str], None] | None = None
         self.broker_defaults = dict(broker_defaults or {})
+        # topic -> config overrides, as last read from ZooKeeper or sent by the controller
+        # (kept to recompute partition configs when a broker default changes)
+        self._topic_overrides: dict[str, dict[str, str]] = {}
         self.backend: LogBackend = backend if backend is not None else EngineBackend()
         self.metrics = metrics if metrics is not None else StorageMetrics()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -139,6 +147,11 @@ class ReplicaManager:
 
     def partition_or_error(self, topic: str, partition: int) -> Partition:
         p = self.get(topic, partition)
+        if p is None and self.log_dirs.is_offline((topic, partition)):
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"the log dir of {topic}-{partition} on broker {self.broker_id} is offline",
+            )
         if p is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -189,35 +202,82 @@ class ReplicaManager:
 
     # ---- start-up -------------------------------------------------------------------------
     def scan_log_dir(self) -> list[TopicPartition]:
-        """Partition directories on disk (``<topic>-<n>``; ``-delete``/``-future`` skipped)."""
-        found: list[TopicPartition] = []
-        if not self.log_dir.is_dir():
-            return found
-        for entry in sorted(self.log_dir.iterdir()):
-            if entry.is_dir() and (tp := parse_partition_dir(entry.name)) is not None:
-                found.append(tp)
-        return found
+        """Partition directories on disk, in every online log dir."""
+        return [tp for found in self.scan_log_dirs().values() for tp in found]
 
-    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
-        """A broker-level checkpoint; a corrupt one is reset (as Kafka: recovery from 0)."""
+    def scan_log_dirs(self) -> dict[Path, list[TopicPartition]]:
+        """Partition directories (``<topic>-<n>``; ``-delete``/``-future`` skipped) of each
+        online log dir; a dir that cannot be read goes offline. The same partition in two
+        dirs refuses the start, as Kafka does."""
+        out: dict[Path, list[TopicPartition]] = {}
+        seen: dict[TopicPartition, Path] = {}
+        for d in self.log_dirs.online:
+            try:
+                entries = sorted(d.iterdir()) if d.is_dir() else []
+                found = [
+                    tp
+                    for entry in entries
+                    if entry.is_dir() and (tp := parse_partition_dir(entry.name)) is not None
+                ]
+            except OSError as exc:
+                self.handle_log_dir_failure(d, f"cannot read the log dir: {exc}")
+                continue
+            for tp in found:
+                if tp in seen:
+                    raise KafkaError(
+                        ErrorCode.KAFKA_STORAGE_ERROR,
+                        f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                        f"{seen[tp]} and {d}. It is likely because a log directory failure "
+                        "happened while the broker was replacing current replica with future "
+                        "replica. Recover the broker from this failure by manually deleting one "
+                        "of the two directories for this partition.",
+                    )
+                seen[tp] = d
+            out[d] = found
+        return out
+
+    def _read_checkpoint(self, name: str, log_dir: Path | None = None) -> dict[TopicPartition, int]:
+        """A log dir's checkpoint; a corrupt one is reset (as Kafka: recovery from 0)."""
         try:
-            return ckpt.read_offset_checkpoint(self.log_dir / name)
+            return ckpt.read_offset_checkpoint((log_dir or self.log_dir) / name)
         except ckpt.CorruptCheckpointError as exc:
             log.warning("corrupt checkpoint file ignored", file=name, error=str(exc))
             return {}
 
     async def load_logs(
-        self, topic_overrides: Mapping[str, Mapping[str, str]], clean_shutdown: bool
+        self,
+        topic_overrides: Mapping[str, Mapping[str, str]],
+        clean_shutdown: bool,
+        clean_dirs: Collection[Path] | None = None,
     ) -> int:
-        """Open every partition found on disk (recovering it unless the shutdown was clean).
+        """Open every partition found in the online log dirs, each dir with its own checkpoints
+        (recovering unless the shutdown was clean: ``clean_dirs`` says it per dir, else
+        ``clean_shutdown`` for all). A dir whose logs cannot be read goes offline.
 
         ``topic_overrides``: the topic config overrides from ZooKeeper, by topic. The logs
         get no role until the controller sends UpdatePartitions.
         """
-        recovery_points = self._read_checkpoint(ckpt.RECOVERY_POINT_CHECKPOINT)
-        high_watermarks = self._read_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT)
-        log_starts = self._read_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT)
-        found = self.scan_log_dir()
+        count = 0
+        for d, found in self.scan_log_dirs().items():
+            clean = clean_shutdown if clean_dirs is None else d in clean_dirs
+            try:
+                count += await self._load_dir(d, found, topic_overrides, clean)
+            except OSError as exc:
+                self.handle_log_dir_failure(d, f"cannot load its logs: {exc}")
+        return count
+
+    async def _load_dir(
+        self,
+        log_dir: Path,
+        found: list[TopicPartition],
+        topic_overrides: Mapping[str, Mapping[str, str]],
+        clean_shutdown: bool,
+    ) -> int:
+        recovery_points = self._read_checkpoint(ckpt.RECOVERY_POINT_CHECKPOINT, log_dir)
+        high_watermarks = self._read_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT, log_dir)
+        log_starts = self._read_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT, log_dir)
+
+        self._topic_overrides.update({t: dict(o) for t, o in topic_overrides.items()})
 
         async def load(tp: TopicPartition) -> None:
             topic, partition = tp
@@ -233,7 +293,7 @@ class ReplicaManager:
             started = time.monotonic()
             opened = await asyncio.to_thread(
                 self.backend.open,
-                self.log_dir / partition_dir_name(topic, partition),
+                log_dir / partition_dir_name(topic, partition),
                 topic,
                 partition,
                 config,
@@ -242,10 +302,14 @@ class ReplicaManager:
                 clean_shutdown=clean_shutdown,
                 log_start_offset=log_starts.get(tp),
             )
+            if log_dir in self.log_dirs.offline:  # another log of the dir failed meanwhile
+                await asyncio.to_thread(_close_quietly, [opened])
+                return
             hw = high_watermarks.get(tp, 0)
             opened.high_watermark = min(max(hw, opened.log_start_offset), opened.log_end_offset)
             p = self._new_partition(topic, partition, opened, config, self.backend.topic_id(opened))
             self.hosted[tp] = Hosted(p, opened)
+            self.log_dirs.assign(tp, log_dir)
             log.info(
                 "loaded log",
                 topic=topic,
@@ -334,9 +398,12 @@ class ReplicaManager:
             )
             return ErrorCode.STALE_CONTROLLER_EPOCH
         config = effective_config(dict(state.config), self.broker_defaults)
+        self._topic_overrides[state.topic] = dict(state.config)
         topic_id = bytes(state.topic_id) or None
         if hosted is None:
-            hosted = await self._create(state.topic, state.partition, config, topic_id)
+            hosted = await self._create(
+                state.topic, state.partition, config, topic_id, state.is_new
+            )
         else:
             self._refresh(hosted, config, topic_id)
         p = hosted.partition
@@ -397,19 +464,32 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     async def _create(
-        self, topic: str, partition: int, config: dict[str, Any], topic_id: bytes | None
+        self,
+        topic: str,
+        partition: int,
+        config: dict[str, Any],
+        topic_id: bytes | None,
+        is_new: bool = True,
     ) -> Hosted:
-        opened = await asyncio.to_thread(
-            self.backend.open,
-            self.log_dir / partition_dir_name(topic, partition),
-            topic,
-            partition,
-            config,
-            topic_id=topic_id,
-            recovery_point=0,
-            clean_shutdown=False,
-            log_start_offset=None,
-        )
+        log_dir = self._dir_for_new_replica((topic, partition), is_new)
+        try:
+            opened = await asyncio.to_thread(
+                self.backend.open,
+                log_dir / partition_dir_name(topic, partition),
+                topic,
+                partition,
+                config,
+                topic_id=topic_id,
+                recovery_point=0,
+                clean_shutdown=False,
+                log_start_offset=None,
+            )
+        except OSError as exc:
+            self.handle_log_dir_failure(log_dir, f"cannot create {topic}-{partition}: {exc}")
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"
+            ) from None
+        self.log_dirs.assign((topic, partition), log_dir)
         p = self._new_partition(
             topic, partition, opened, config, self.backend.topic_id(opened) or topic_id
         )
@@ -419,6 +499,52 @@ class ReplicaManager:
             "created log", topic=topic, partition=partition, log_end_offset=opened.log_end_offset
         )
         return hosted
+
+    def _dir_for_new_replica(self, key: TopicPartition, is_new: bool) -> Path:
+        """Kafka's getOrCreateLog: a replica of an offline dir is not created elsewhere, nor a
+        replica the controller does not call new while a dir is offline (it may be there)."""
+        if self.log_dirs.is_offline(key) or (self.log_dirs.offline and not is_new):
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot create the log of {key[0]}-{key[1]}: log dir(s) "
+                f"{', '.join(map(str, self.log_dirs.offline))} offline",
+            )
+        return self.log_dirs.next_dir()
+
+    # ---- log dir failures (KIP-112) -------------------------------------------------------
+    def report_io_error(self, topic: str, partition: int, exc: OSError) -> None:
+        """An I/O error on a partition's log: its whole log dir goes offline."""
+        d = self.log_dirs.dir_of.get((topic, partition))
+        if d is not None:
+            self.handle_log_dir_failure(d, f"I/O error on {topic}-{partition}: {exc}")
+
+    def handle_log_dir_failure(self, log_dir: Path, reason: str) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: every replica of ``log_dir`` stops being
+        served (requests get KAFKA_STORAGE_ERROR), fetchers stop, logs are closed; the node
+        reports it (``on_log_dir_failure``) so the controller re-leads them elsewhere."""
+        gone = self.log_dirs.mark_offline(log_dir, reason)
+        if gone is None:
+            return
+        log.error(
+            f"Stopping serving replicas in dir {log_dir}",
+            log_dir=str(log_dir),
+            reason=reason,
+            partitions=[f"{t}-{p}" for t, p in gone[:50]],
+            count=len(gone),
+        )
+        if self.fetchers is not None:
+            self.fetchers.unfollow(gone)
+        logs: list[ManagedLog] = []
+        for key in gone:
+            hosted = self.hosted.pop(key, None)
+            if hosted is not None:
+                hosted.partition.stop()
+                logs.append(hosted.log)
+            self.on_state_change(key)
+        if logs:
+            asyncio.get_running_loop().run_in_executor(None, _close_quietly, logs)
+        if self.on_log_dir_failure is not None:
+            self.on_log_dir_failure(log_dir, reason)
 
     def _refresh(self, hosted: Hosted, config: dict[str, Any], topic_id: bytes | None) -> None:
         p = hosted.partition
@@ -435,6 +561,21 @@ class ReplicaManager:
             hosted.log.update_config(self.backend.make_config(config))
             p.config = config
             log.info("topic config updated", topic=p.topic, partition=p.partition)
+
+    def set_broker_defaults(self, defaults: Mapping[str, Any]) -> None:
+        """New broker-level topic defaults (dynamic broker configs): every hosted partition's
+        configuration is recomputed and applied without a restart."""
+        if dict(defaults) == self.broker_defaults:
+            return
+        self.broker_defaults = dict(defaults)
+        for (topic, _), hosted in list(self.hosted.items()):
+            overrides = self._topic_overrides.get(topic, {})
+            try:
+                config = effective_config(overrides, self.broker_defaults)
+            except KafkaError:
+                config = effective_config({}, self.broker_defaults)
+            self._refresh(hosted, config, None)
+        log.info("broker topic defaults updated", partitions=len(self.hosted))
 
     async def stop_replicas(self, req: pb.StopReplicasRequest) -> pb.StopReplicasResponse:
         """StopReplica: stop serving the partitions, and delete their logs if asked."""
@@ -457,6 +598,8 @@ class ReplicaManager:
         key = (sr.topic, sr.partition)
         hosted = self.hosted.get(key)
         if hosted is None:
+            if delete:  # an offline replica's files stay on the failed disk
+                self.log_dirs.offline_partitions.discard(key)
             return ErrorCode.NONE
         p = hosted.partition
         if (
@@ -476,6 +619,9 @@ class ReplicaManager:
         p.stop()
         if delete:
             del self.hosted[key]
+            self.log_dirs.forget(key)
+            if not any(t == sr.topic for t, _ in self.hosted):
+                self._topic_overrides.pop(sr.topic, None)
             self.on_state_change(key)
             await asyncio.to_thread(hosted.log.delete)
             log.info("deleted replica", topic=sr.topic, partition=sr.partition)
@@ -489,11 +635,14 @@ class ReplicaManager:
         """Run ``job`` over every hosted log in one worker thread (a log deleted meanwhile is
         closed: the engine refuses the job and it is skipped)."""
         logs = [(key, h.log) for key, h in self.hosted.items()]
+        io_errors: list[tuple[TopicPartition, OSError]] = []
 
         def run_all() -> None:
             for (topic, partition), lg in logs:
                 try:
                     job(lg)
+                except OSError as exc:
+                    io_errors.append(((topic, partition), exc))
                 except KafkaError as exc:
                     if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
                         log.warning(
@@ -503,35 +652,43 @@ class ReplicaManager:
                     log.exception(f"{what} failed", topic=topic, partition=partition)
 
         await asyncio.to_thread(run_all)
+        for (topic, partition), exc in io_errors:
+            self.report_io_error(topic, partition, exc)
 
     async def run_retention(self) -> None:
         now = self.clock()
         await self._each_log(lambda lg: lg.delete_retained_segments(now), "retention")
 
-    async def run_flush(self) -> None:
+    async def run_flush(self, max_unflushed_ms: int = LONG_MAX) -> None:
+        """The background flush (``Log.maybe_flush``): rolled segments, flush.ms /
+        flush.messages, and logs unflushed for ``max_unflushed_ms``."""
         now = self.clock()
-        await self._each_log(lambda lg: lg.maybe_flush(now), "flush")
+        await self._each_log(lambda lg: lg.maybe_flush(now, max_unflushed_ms), "flush")
 
     def _offsets(self, get: Callable[[ManagedLog], int]) -> dict[TopicPartition, int]:
         return {key: get(h.log) for key, h in self.hosted.items()}
 
+    async def _write_checkpoint(self, name: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """``name`` in every online log dir, each with its own partitions; a dir where it
+        cannot be written goes offline (Kafka's checkpoint failure handling)."""
+        for d in self.log_dirs.online:
+            mine = {k: v for k, v in offsets.items() if self.log_dirs.dir_of.get(k) == d}
+            try:
+                await asyncio.to_thread(ckpt.write_offset_checkpoint, d / name, mine)
+            except OSError as exc:
+                self.handle_log_dir_failure(d, f"cannot write {name}: {exc}")
+
     async def checkpoint_recovery_points(self) -> None:
         offsets = self._offsets(lambda lg: lg.recovery_point)
-        await asyncio.to_thread(
-            ckpt.write_offset_checkpoint, self.log_dir / ckpt.RECOVERY_POINT_CHECKPOINT, offsets
-        )
+        await self._write_checkpoint(ckpt.RECOVERY_POINT_CHECKPOINT, offsets)
 
     async def checkpoint_high_watermarks(self) -> None:
         offsets = self._offsets(lambda lg: lg.high_watermark)
-        await asyncio.to_thread(
-            ckpt.write_offset_checkpoint, self.log_dir / ckpt.REPLICATION_OFFSET_CHECKPOINT, offsets
-        )
+        await self._write_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT, offsets)
 
     async def checkpoint_log_start_offsets(self) -> None:
         offsets = {k: v for k, v in self._offsets(lambda lg: lg.log_start_offset).items() if v > 0}
-        await asyncio.to_thread(
-            ckpt.write_offset_checkpoint, self.log_dir / ckpt.LOG_START_OFFSET_CHECKPOINT, offsets
-        )
+        await self._write_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT, offsets)
 
     async def checkpoint_all(self) -> None:
         await self.checkpoint_recovery_points()
@@ -569,7 +726,10 @@ class ReplicaManager:
 
     # ---- metrics ------------------------------------------------------------------------------
     def gauges(self) -> ReplicaGauges:
-        g = ReplicaGauges(partition_count=len(self.hosted))
+        g = ReplicaGauges(
+            partition_count=len(self.hosted),
+            log_dirs={str(d): d in self.log_dirs.offline for d in self.log_dirs.all},
+        )
         if self.fetchers is not None:
             g.replica_max_lag = self.fetchers.max_lag()
         for (topic, partition), h in list(self.hosted.items()):
@@ -592,3 +752,12 @@ class ReplicaManager:
 
     def partitions(self) -> Iterable[Partition]:
         return [h.partition for h in self.hosted.values()]
+
+
+def _close_quietly(logs: list[ManagedLog]) -> None:
+    """Close the logs of a failed dir (their files may be gone: errors are expected)."""
+    for lg in logs:
+        try:
+            lg.close()
+        except Exception as exc:  # noqa: BLE001
+            log.debug("closing a log of a failed dir", error=repr(exc))

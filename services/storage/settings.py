@@ -22,6 +22,7 @@ from services.common.topic_config import (
     TOPIC_CONFIGS,
     ConfigType,
     TopicConfigDef,
+    deprecation_warnings,
     format_value,
     parse_value,
 )
@@ -54,7 +55,7 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_dirs: str = kafka_prop(
         "/tmp/kafka-py-logs",
         "log.dirs",
-        "log directory (comma list accepted; only the first is used)",
+        "log directories, comma-separated: new replicas go to the one with the fewest partitions",
     )
     broker_rack: str | None = kafka_prop(None, "broker.rack", "rack (zone) of this node")
     log_retention_check_interval_ms: int = kafka_prop(
@@ -69,7 +70,21 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     log_flush_offset_checkpoint_interval_ms: int = kafka_prop(
         60000,
         "log.flush.offset.checkpoint.interval.ms",
-        "how often recovery points and log start offsets are checkpointed",
+        "how often recovery points are checkpointed (recovery-point-offset-checkpoint)",
+        gt=0,
+    )
+    log_flush_start_offset_checkpoint_interval_ms: int = kafka_prop(
+        60000,
+        "log.flush.start.offset.checkpoint.interval.ms",
+        "how often log start offsets are checkpointed (log-start-offset-checkpoint)",
+        gt=0,
+    )
+    log_recovery_flush_interval_ms: int = kafka_prop(
+        10000,
+        "log.recovery.flush.interval.ms",
+        "kafka-py: logs whose data stayed unflushed this long are fsynced in the background, "
+        "moving their recovery point, so a crash rescans only the recent tail (Kafka's "
+        "behaviour, fsync only at rolls, with 9223372036854775807)",
         gt=0,
     )
     replica_high_watermark_checkpoint_interval_ms: int = kafka_prop(
@@ -181,6 +196,15 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     @property
     def all_log_dirs(self) -> list[str]:
         return [d.strip() for d in self.log_dirs.split(",") if d.strip()]
+
+    def deprecation_warnings(self) -> list[str]:
+        """Deprecated settings that were set (accepted, without effect)."""
+        set_props = [
+            prop
+            for prop in BROKER_TOPIC_DEFAULTS
+            if prop.replace(".", "_") in self.model_fields_set
+        ]
+        return deprecation_warnings(set_props, broker=True)
 
     def broker_topic_defaults(self) -> dict[str, Any]:
         """Broker-level topic defaults keyed by broker property name, typed.

@@ -412,9 +412,10 @@ def unique_topic_name(hint: str) -> str:
     return f"it-{base}-{next(_topic_seq)}-{uuid.uuid4().hex[:6]}"
 
 
-def gateway_requests(cluster: Any, request: str) -> dict[int, int]:
-    """Requests of one API that gateway 0 of a ``LocalCluster`` has served: {version: count}."""
-    with urllib.request.urlopen(cluster.admin_url("gateway", 0) + "/metrics", timeout=5) as r:
+def gateway_requests(cluster: Any, request: str, gateway: int = 0) -> dict[int, int]:
+    """Requests of one API that a gateway (index) of a ``LocalCluster`` has served:
+    {version: count}."""
+    with urllib.request.urlopen(cluster.admin_url("gateway", gateway) + "/metrics", timeout=5) as r:
         text = r.read().decode()
     out: dict[int, int] = {}
     for labels, value in re.findall(

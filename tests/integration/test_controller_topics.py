@@ -530,6 +530,12 @@ async def test_alter_configs(
                         incremental=True,
                         ops=[pb.ConfigOp(key="log.retention.ms", value="1", op=0)],
                     ),
+                    pb.ConfigResourceChange(
+                        resource_type=4,
+                        name="",
+                        incremental=True,
+                        ops=[pb.ConfigOp(key="log.dirs", value="/x", op=0)],
+                    ),
                 ]
             )
         )
@@ -540,15 +546,27 @@ async def test_alter_configs(
             "The topic 'ghost' does not exist.",
         )
         assert codes[2][0] == ErrorCode.INVALID_CONFIG
-        assert codes[3] == (ErrorCode.INVALID_REQUEST, "broker configs are static in this version")
+        assert codes[3] == (0, "")  # dynamic broker config (KIP-226)
+        assert codes[4] == (
+            ErrorCode.INVALID_REQUEST,
+            "Invalid config value for resource ConfigResource(type=BROKER, name=''): "
+            "Cannot update these configs dynamically: Set(log.dirs)",
+        )
         expected = {"cleanup.policy": "delete,compact", "retention.ms": "60000"}
         assert await json_at(zk, "/config/topics/tuned") == {"version": 1, "config": expected}
-        [change] = set(await zk.get_children(layout.CONFIG_CHANGES)) - changes_before
-        assert change.startswith("config_change_") and len(change) == len("config_change_") + 10
-        assert await json_at(zk, f"{layout.CONFIG_CHANGES}/{change}") == {
-            "version": 2,
-            "entity_path": "topics/tuned",
+        assert await json_at(zk, "/config/brokers/1") == {
+            "version": 1,
+            "config": {"log.retention.ms": "1"},
         }
+        assert await zk.exists("/config/brokers/<default>") is None
+        changes = sorted(set(await zk.get_children(layout.CONFIG_CHANGES)) - changes_before)
+        assert all(
+            c.startswith("config_change_") and len(c) == len("config_change_") + 10 for c in changes
+        )
+        assert [await json_at(zk, f"{layout.CONFIG_CHANGES}/{c}") for c in changes] == [
+            {"version": 2, "entity_path": "topics/tuned"},
+            {"version": 2, "entity_path": "brokers/1"},
+        ]
         await wait_for(
             lambda: all(
                 (st := b41.latest("tuned", p)) is not None and dict(st.config) == expected

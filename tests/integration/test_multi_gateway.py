@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_support import gateway_requests, wait_for_topic
 
 from services.cli.local_cluster import LocalCluster
 from services.common.protocol import ApiKey, decode_response, encode_request
@@ -109,3 +111,55 @@ def test_produce_through_one_gateway_consume_through_the_other(two_gateways: Loc
             break
     consumer.close()
     assert seen == {f"v{i}".encode() for i in range(600)}
+
+
+def test_consumer_fetches_from_a_gateway_of_its_rack(two_gateways: LocalCluster) -> None:
+    """KIP-392: a consumer told (client.id zone hint) to use zone-a's gateway but living in
+    zone-b (client.rack) is given a preferred read replica whose broker is zone-b's gateway,
+    which it can reach, and keeps consuming from it."""
+    first = two_gateways.address("gateway", 0)
+    admin = AdminClient({"bootstrap.servers": first})
+    admin.create_topics([NewTopic("ffr", 1, 2)])["ffr"].result(30)
+    wait_for_topic(admin, "ffr", 1)
+    assert _leaders(first, "ffr", "ffr zone=zone-a") == {0}
+    producer = Producer({"bootstrap.servers": first})
+
+    def produce(start: int) -> None:
+        for i in range(start, start + 100):
+            producer.produce("ffr", value=b"%d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+    before = sum(gateway_requests(two_gateways, "FetchConsumer", gateway=1).values())
+    consumer = Consumer(
+        {
+            "bootstrap.servers": first,
+            "client.id": "ffr zone=zone-a",
+            "client.rack": "zone-b",
+            "group.id": "ffr",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign([TopicPartition("ffr", 0, OFFSET_BEGINNING)])
+    values: list[bytes] = []
+
+    def consume(total: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(values) < total and time.monotonic() < deadline:
+            for msg in consumer.consume(100, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+
+    try:
+        produce(0)
+        consume(100)
+        served_b = sum(gateway_requests(two_gateways, "FetchConsumer", gateway=1).values()) - before
+        produce(100)  # after the switch: still read, now from zone-b's gateway
+        consume(200)
+    finally:
+        consumer.close()
+    assert values == [b"%d" % i for i in range(200)]
+    assert served_b > 0, "the consumer never fetched from the gateway of its rack"
+    assert (
+        sum(gateway_requests(two_gateways, "FetchConsumer", gateway=1).values()) - before > served_b
+    )

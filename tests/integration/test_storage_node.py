@@ -325,6 +325,37 @@ def test_bad_flag_exits_2(tmp_path: Path) -> None:
     ]
 
 
+async def test_deprecated_log_message_format_version_is_accepted_with_a_warning(
+    zk_connect: str, zk: AsyncZk, tmp_path: Path, processes: list[NodeProcess]
+) -> None:
+    """Kafka 3.x accepts the deprecated broker setting (ignored: magic 2); the node starts,
+    registers and says so in its log."""
+    node = NodeProcess(
+        zk_connect, tmp_path / "logs", tmp_path / "node.out", "--log.message.format.version", "2.8"
+    )
+    processes.append(node)
+    await wait_registered(zk, node)
+    warnings = [
+        json.loads(line)
+        for line in node.output().splitlines()
+        if line.startswith("{") and '"deprecated setting"' in line
+    ]
+    assert [w["warning"].split(" is ")[0] for w in warnings] == ["log.message.format.version"]
+
+
+def test_log_message_format_version_must_be_a_version() -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "services.storage", "--broker.id", "1"]
+        + ["--log.message.format.version", "newest"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2
+    assert "Version `newest` is not a valid version" in bad.stderr
+
+
 async def test_registration_comes_back_after_session_expiry(zk_connect: str, zk: AsyncZk) -> None:
     node_zk = AsyncZk(zk_connect, session_timeout_ms=SESSION_TIMEOUT_MS)
     await node_zk.start()

@@ -443,6 +443,33 @@ def rebuild_batch(header: BatchHeader, payload: Buffer, kept: Sequence[RecordSpa
     )  # fmt: skip
 
 
+def recompress_batch(buf: Buffer, header: BatchHeader, codec: int) -> bytes:
+    """``header``'s batch with its records section re-encoded with ``codec`` (Kafka's
+    LogValidator when a topic's compression.type differs from the batch's codec).
+
+    The records' bytes are kept as they are (keys, values, headers, timestamp and offset
+    deltas), and so are the header's producer id, epoch, base sequence, transactional flag,
+    timestamp type, base/max timestamps, base offset and leader epoch; the CRC is recomputed.
+    As Kafka requires of a batch it rewrites, inner offset deltas must run 0..n-1
+    (INVALID_RECORD otherwise); a malformed record raises CORRUPT_MESSAGE.
+    """
+    payload = records_payload(buf, header)
+    for i, span in enumerate(scan_records(payload, header)):
+        if span.offset - header.base_offset != i:
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD,
+                f"inner record {i} of the batch has offset delta "
+                f"{span.offset - header.base_offset}: offsets must be incremental",
+            )
+    attributes = (header.attributes & ~COMPRESSION_MASK) | (codec & COMPRESSION_MASK)
+    return _pack_batch(
+        bytes(payload), header.record_count,
+        header.base_offset, header.partition_leader_epoch, attributes, header.last_offset_delta,
+        header.base_timestamp, header.max_timestamp, header.producer_id, header.producer_epoch,
+        header.base_sequence,
+    )  # fmt: skip
+
+
 def _offset_deltas(items: Sequence[Record], base_offset: int, keep_offsets: bool) -> list[int]:
     if not keep_offsets:
         if len(items) - 1 > INT32_MAX:

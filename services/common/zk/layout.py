@@ -22,6 +22,7 @@ DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CLIENTS = "/config/clients"
@@ -49,7 +50,7 @@ PERSISTENT_PATHS = (
     CONFIG_USERS,
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
-    "/log_dir_event_notification",
+    LOG_DIR_EVENT_NOTIFICATION,
     GATEWAYS,
     CONTROLLERS,
     GROUP_COORDINATOR_IDS,
@@ -74,6 +75,11 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` (dynamic broker configs)."""
+    return f"{CONFIG_BROKERS}/{entity}"
 
 
 def partition_path(topic: str, partition: int) -> str:
@@ -124,6 +130,9 @@ def controller_json(controller_id: int) -> bytes:
     return dumps({"version": 1, "brokerid": controller_id, "timestamp": now_ms_str()})
 
 
+STATIC_CONFIGS_KEY = "kafkapy_static_configs"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """``/brokers/ids/<id>``: a storage node (internal endpoint is gRPC)."""
@@ -133,6 +142,9 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     timestamp: str = field(default_factory=now_ms_str)
+    # the node's explicitly set dynamic-capable broker configs (kafka-py key, so gateways can
+    # report STATIC_BROKER_CONFIG for this broker id; Kafka's tools ignore unknown keys)
+    static_configs: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -147,12 +159,22 @@ class BrokerRegistration:
         }
         if self.rack is not None:
             body["rack"] = self.rack
+        if self.static_configs:
+            body[STATIC_CONFIGS_KEY] = dict(self.static_configs)
         return dumps(body)
 
     @classmethod
     def from_json(cls, broker_id: int, data: bytes) -> BrokerRegistration:
         d = loads(data)
-        return cls(broker_id, d["host"], int(d["port"]), d.get("rack"), d.get("timestamp", ""))
+        static = d.get(STATIC_CONFIGS_KEY) or {}
+        return cls(
+            broker_id,
+            d["host"],
+            int(d["port"]),
+            d.get("rack"),
+            d.get("timestamp", ""),
+            tuple(sorted((str(k), str(v)) for k, v in static.items())),
+        )
 
     @property
     def address(self) -> str:

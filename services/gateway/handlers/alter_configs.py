@@ -2,14 +2,16 @@
 
 Shared with IncrementalAlterConfigs: validation of the request shape happens here (resource
 types, duplicates, null values, unknown topics); the controller validates names and values and
-writes ``/config/...``. After a topic change the answer waits (bounded) until this gateway's
-metadata cache holds what ZooKeeper now holds, so a DescribeConfigs that follows sees it.
+writes ``/config/...``. After a change the answer waits (bounded) until this gateway's
+view (metadata cache, dynamic broker configs) holds what ZooKeeper now holds, so a
+DescribeConfigs that follows sees it. A BROKER resource names a broker id (gateway and/or
+storage node, ``services.common.broker_ids``) or ``""``, the cluster-wide default.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from services.common.errors import ErrorCode
@@ -19,7 +21,11 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code, topic_name_error
-from services.gateway.handlers.visibility import wait_config_visible
+from services.gateway.handlers.configs import is_broker_id
+from services.gateway.handlers.visibility import (
+    wait_broker_config_visible,
+    wait_config_visible,
+)
 
 log = get_logger("gateway.admin")
 
@@ -85,6 +91,15 @@ async def alter(ctx: RequestContext, req: Body, build_ops: OpsBuilder, increment
                     )
                 )
                 continue
+            if name and not is_broker_id(s, int(name)):
+                results.append(
+                    _result(
+                        r,
+                        ErrorCode.INVALID_REQUEST,
+                        f"Unexpected broker id {name}: no gateway or storage node has it",
+                    )
+                )
+                continue
         else:
             results.append(
                 _result(r, ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
@@ -131,7 +146,7 @@ async def _forward(
         for _, res in changes.values():
             res.update(error_code=int(ErrorCode.UNKNOWN_SERVER_ERROR), error_message=str(exc))
         return
-    waits = []
+    waits: list[Coroutine[Any, Any, bool]] = []
     for key, (_, res) in changes.items():
         r = answers.get(key)
         if r is None:
@@ -144,8 +159,10 @@ async def _forward(
                 error_code=int(as_error_code(r.error_code)), error_message=r.error_message or None
             )
         elif key[0] == TOPIC and not validate_only:
-            waits.append(key[1])
-    await asyncio.gather(*(wait_config_visible(s, t, deadline) for t in waits))
+            waits.append(wait_config_visible(s, key[1], deadline))
+        elif key[0] == BROKER and not validate_only:
+            waits.append(wait_broker_config_visible(s, key[1], deadline))
+    await asyncio.gather(*waits)
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:

@@ -29,6 +29,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         version = req.get("client_software_version") or ""
         if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
             return error_response(req, ctx.api_version, ErrorCode.INVALID_REQUEST)
+        ctx.software.name, ctx.software.version = name, version
     return {"error_code": 0, "api_keys": _entries(ctx.versions), "throttle_time": 0}
 
 

@@ -1,9 +1,11 @@
 """Config entries as DescribeConfigs and CreateTopics (v5+) report them.
 
 Topic configs come from ``services.common.topic_config``: an override is DYNAMIC_TOPIC_CONFIG,
-otherwise the broker-level default applies (DEFAULT_CONFIG, or STATIC_BROKER_CONFIG when this
-gateway's own setting was set explicitly, which is the case for ``message.max.bytes``). Broker
-entries are the gateway's own settings plus the broker-level defaults of the topic table.
+otherwise the broker-level default applies: the cluster-wide dynamic default
+(DYNAMIC_DEFAULT_BROKER_CONFIG), this gateway's own setting when set explicitly
+(STATIC_BROKER_CONFIG, for ``message.max.bytes``) or DEFAULT_CONFIG. Broker entries are the
+dynamic broker configs (``services.common.broker_config``) resolved for one broker id, plus
+this gateway's read-only settings when the id is its own.
 """
 
 from __future__ import annotations
@@ -12,6 +14,17 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.common.broker_config import (
+    DEFAULT_ENTITY,
+    DYNAMIC_BROKER_CONFIGS,
+    GATEWAY,
+    STORAGE,
+    BrokerConfigDef,
+    Resolved,
+    default_text,
+    resolve,
+)
+from services.common.broker_ids import services_of_broker_id
 from services.common.topic_config import (
     TOPIC_CONFIGS,
     ConfigSource,
@@ -20,10 +33,14 @@ from services.common.topic_config import (
     format_value,
 )
 from services.gateway.context import GatewayServices
+from services.gateway.dynamic_config import static_configs
 from services.gateway.handlers.base import Body
 
-# Broker-level default names this gateway sets itself (broker name -> settings field).
-_GATEWAY_OWNED = {"message.max.bytes": "message_max_bytes"}
+
+def is_broker_id(s: GatewayServices, broker_id: int) -> bool:
+    """A broker id this gateway answers BROKER resources for: its own, or any registered
+    gateway or storage node (``services.common.broker_ids``)."""
+    return broker_id == s.node_id or services_of_broker_id(s.cache, broker_id).known
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,51 +55,69 @@ class ConfigEntry:
     synonyms: tuple[tuple[str, str | None, ConfigSource], ...] = ()
 
 
-def broker_default(s: GatewayServices, defn: TopicConfigDef) -> tuple[str, ConfigSource]:
-    """Value and source of the cluster-wide default of one topic config."""
-    field = _GATEWAY_OWNED.get(defn.broker_name)
-    if field is not None:
-        explicit = field in s.settings.model_fields_set
-        return (
-            format_value(getattr(s.settings, field)),
-            ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG,
-        )
-    return format_value(defn.default), ConfigSource.DEFAULT_CONFIG
+def _static(s: GatewayServices, broker_id: int, defn: BrokerConfigDef) -> Mapping[str, str]:
+    """STATIC_BROKER_CONFIG layer of broker ``broker_id`` for one config: this gateway's own
+    settings for what gateways apply, the storage node's published ones for what it applies
+    (another gateway's flags are not known here)."""
+    if GATEWAY in defn.services and broker_id == s.node_id:
+        return static_configs(s.settings)
+    reg = s.cache.brokers.get(broker_id)
+    if STORAGE in defn.services and reg is not None:
+        return dict(reg.static_configs)
+    return {}
+
+
+def _resolve(s: GatewayServices, broker_id: int | None, defn: BrokerConfigDef) -> Resolved:
+    """A broker config of ``broker_id`` (None: the cluster-wide default, as topics see it)."""
+    static: Mapping[str, str]
+    if broker_id is None:
+        per_broker: Mapping[str, str] = {}
+        default = s.broker_configs.entity(DEFAULT_ENTITY)
+        static = static_configs(s.settings) if GATEWAY in defn.services else {}
+    else:
+        per_broker, default = s.broker_configs.layers(broker_id)
+        static = _static(s, broker_id, defn)
+    return resolve(defn.name, per_broker, default, static, default_text(defn))
+
+
+def broker_default(s: GatewayServices, defn: TopicConfigDef) -> Resolved:
+    """Value, source and synonyms of the cluster-wide default of one topic config."""
+    return _resolve(s, None, DYNAMIC_BROKER_CONFIGS[defn.broker_name])
 
 
 def topic_entries(s: GatewayServices, overrides: Mapping[str, str]) -> list[ConfigEntry]:
     out = []
     for name, defn in sorted(TOPIC_CONFIGS.items()):
-        default_value, default_source = broker_default(s, defn)
+        default = broker_default(s, defn)
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        value: str | None
         if name in overrides:
             value, source = overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
             synonyms.append((name, value, source))
         else:
-            value, source = default_value, default_source
-        synonyms.append((defn.broker_name, default_value, default_source))
+            value, source = default.value, default.source
+        synonyms.extend(default.synonyms)
         out.append(ConfigEntry(name, value, source, defn.type, defn.doc, synonyms=tuple(synonyms)))
     return out
 
 
-def broker_entries(s: GatewayServices) -> list[ConfigEntry]:
+def _own_entries(s: GatewayServices) -> list[ConfigEntry]:
+    """This gateway's read-only settings (only a restart changes them)."""
     st = s.settings
     explicit = st.model_fields_set
 
-    def own(
-        name: str, field: str, value: Any, ctype: ConfigType, read_only: bool = True
-    ) -> ConfigEntry:
+    def own(name: str, field: str, value: Any, ctype: ConfigType) -> ConfigEntry:
         source = (
             ConfigSource.STATIC_BROKER_CONFIG if field in explicit else ConfigSource.DEFAULT_CONFIG
         )
         text = None if value is None else format_value(value)
         doc = type(st).model_fields[field].description or ""
         return ConfigEntry(
-            name, text, source, ctype, doc, read_only=read_only, synonyms=((name, text, source),)
+            name, text, source, ctype, doc, read_only=True, synonyms=((name, text, source),)
         )
 
     adv = s.endpoint
-    entries = [
+    return [
         own("broker.id", "node_id", st.node_id, ConfigType.INT),
         own("broker.rack", "broker_rack", st.broker_rack, ConfigType.STRING),
         own("listeners", "listeners", st.listeners, ConfigType.STRING),
@@ -97,13 +132,6 @@ def broker_entries(s: GatewayServices) -> list[ConfigEntry]:
             "auto_create_topics_enable",
             st.auto_create_topics_enable,
             ConfigType.BOOLEAN,
-        ),
-        own(
-            "message.max.bytes",
-            "message_max_bytes",
-            st.message_max_bytes,
-            ConfigType.INT,
-            read_only=False,
         ),
         own(
             "socket.request.max.bytes",
@@ -125,22 +153,37 @@ def broker_entries(s: GatewayServices) -> list[ConfigEntry]:
             ConfigType.INT,
         ),
     ]
-    taken = {e.name for e in entries}
-    for defn in sorted(TOPIC_CONFIGS.values(), key=lambda d: d.broker_name):
-        if defn.broker_name in taken:
-            continue
-        value, source = broker_default(s, defn)
+
+
+def broker_entries(s: GatewayServices, broker_id: int) -> list[ConfigEntry]:
+    """Every dynamic broker config of ``broker_id`` with its source (and, for this gateway,
+    its read-only settings too)."""
+    entries = _own_entries(s) if broker_id == s.node_id else []
+    for name, defn in sorted(DYNAMIC_BROKER_CONFIGS.items()):
+        r = _resolve(s, broker_id, defn)
         entries.append(
-            ConfigEntry(
-                defn.broker_name,
-                value,
-                source,
-                defn.type,
-                defn.doc,
-                synonyms=((defn.broker_name, value, source),),
-            )
+            ConfigEntry(name, r.value, r.source, defn.type, defn.doc, synonyms=r.synonyms)
         )
     return entries
+
+
+def default_broker_entries(s: GatewayServices) -> list[ConfigEntry]:
+    """The BROKER resource "": the cluster-wide dynamic defaults that are set (as Kafka)."""
+    out = []
+    for name, value in sorted(s.broker_configs.entity(DEFAULT_ENTITY).items()):
+        defn = DYNAMIC_BROKER_CONFIGS.get(name)
+        src = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        out.append(
+            ConfigEntry(
+                name,
+                value,
+                src,
+                defn.type if defn else ConfigType.STRING,
+                defn.doc if defn else "",
+                synonyms=((name, value, src),),
+            )
+        )
+    return out
 
 
 def describe_entries(

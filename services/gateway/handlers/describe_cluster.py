@@ -1,4 +1,5 @@
-"""DescribeCluster (v0-1): the gateways are the brokers; this gateway is "the controller"."""
+"""DescribeCluster (v0-1): the brokers of Metadata (the gateways, and storage node ids served by
+a gateway in their zone); this gateway is "the controller"."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from services.gateway.handlers.base import (
     ApiHandler,
     Body,
 )
-from services.gateway.handlers.metadata import live_gateways
+from services.gateway.handlers.metadata import client_brokers
 
 BROKERS_ENDPOINT = 1
 
@@ -35,7 +36,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         "controller_id": s.node_id,
         "brokers": [
             {"broker_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-            for _, ep in sorted(live_gateways(s).items())
+            for _, ep in sorted(client_brokers(ctx).items())
         ],
         "cluster_authorized_operations": (
             CLUSTER_OPERATIONS

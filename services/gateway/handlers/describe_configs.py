@@ -1,9 +1,10 @@
 """DescribeConfigs (v1-4) for TOPIC and BROKER resources.
 
-BROKER resources are gateways (they are the brokers clients know): this gateway's id returns
-its settings and the broker-level topic defaults; ``""`` (the cluster-wide dynamic defaults)
-returns none, as Kafka without dynamic defaults does; another id is INVALID_REQUEST, as in Kafka
-(clients send BROKER resources to that broker).
+A BROKER resource is a broker id (a gateway and/or storage node, ``services.common.broker_ids``):
+its dynamic broker configs with their sources, plus this gateway's read-only settings when the
+id is its own; ``""`` returns the cluster-wide dynamic defaults that are set, as Kafka does. Any
+gateway answers for any registered id (they share ZooKeeper's view); an unknown id is
+INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, topic_name_error
-from services.gateway.handlers.configs import broker_entries, describe_entries, topic_entries
+from services.gateway.handlers.configs import (
+    broker_entries,
+    default_broker_entries,
+    describe_entries,
+    is_broker_id,
+    topic_entries,
+)
 
 TOPIC = 2
 BROKER = 4
@@ -55,9 +62,8 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             entries = topic_entries(s, topic.config)
         elif rtype == BROKER:
             if name == "":
-                results.append(_result(res, ErrorCode.NONE, None, []))
-                continue
-            if name != str(s.node_id):
+                entries = default_broker_entries(s)
+            elif not name.isdigit() or not is_broker_id(s, int(name)):
                 results.append(
                     _result(
                         res,
@@ -67,7 +73,8 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                     )
                 )
                 continue
-            entries = broker_entries(s)
+            else:
+                entries = broker_entries(s, int(name))
         else:
             results.append(
                 _result(res, ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}", [])

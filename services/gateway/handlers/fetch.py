@@ -15,6 +15,12 @@ error answers at once. Record bytes are passed through untouched; partitions bey
 request's max_bytes (after the first one with data) are answered without records and fetched
 again.
 
+Fetch from a zone-local broker (KIP-392): a consumer whose rack_id (client.rack) names another
+zone than this gateway's is answered, for each partition with an in-sync replica whose broker
+(``routing.broker_endpoints``) is in its zone, no records and that replica's id as
+preferred_read_replica; it then fetches from a gateway in its own zone. Partitions without one
+are served here.
+
 Long polls still running when a Fetch answers are parked on the connection (fetch_park.py):
 the next Fetch takes over a node's call when it asks that node the same thing. A call that
 answered in between is used at once by either phase; a running one only by phase 2 (phase 1
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.errors import ErrorCode
@@ -35,6 +42,8 @@ from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.fetch_park import FetchKey, FetchPark, ParkedPolls, fetch_key
 from services.gateway.handlers.base import ApiHandler, Body
+from services.gateway.handlers.metadata import client_brokers
+from services.gateway.routing import preferred_read_replica
 from services.gateway.storage_errors import rpc_error_code
 
 FINAL_EPOCH = -1
@@ -50,6 +59,18 @@ def _count_out(topic: str, nbytes: int) -> None:
     if c is None:
         c = _topic_bytes[topic] = metrics.TOPIC_BYTES_OUT.labels(topic)
     c.inc(nbytes)
+
+
+def _rack_readers(
+    ctx: RequestContext, rack_id: str | None
+) -> Callable[[Sequence[int]], int] | None:
+    """When a consumer in another zone than this gateway's asks (Fetch v11+ rack_id): the
+    preferred read replica among a partition's in-sync replicas (-1: none)."""
+    own = ctx.services.endpoint.rack
+    if not rack_id or rack_id == own:
+        return None
+    brokers = client_brokers(ctx)
+    return lambda isr: preferred_read_replica(rack_id, own, isr, brokers)
 
 
 def _partition(
@@ -74,6 +95,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         return _top_level_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     cache = s.cache
     isolation = int(req.get("isolation_level", 0))
+    readers = _rack_readers(ctx, req.get("rack_id"))
     responses: list[Body] = []
     order: list[tuple[str, Body]] = []  # (topic, partition response) in request order
     by_node: dict[int, list[tuple[Any, Body]]] = {}
@@ -91,6 +113,10 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             elif info.leader < 0 or s.storage.stub(info.leader) is None:
                 res = _partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 immediate = True
+            elif readers is not None and (pref := readers(info.isr)) >= 0:
+                # KIP-392: no records here; the consumer fetches from a gateway in its zone
+                res = _partition(index, ErrorCode.NONE, *s.offsets.get(name, index))
+                res["preferred_read_replica"] = pref
             else:
                 res = _partition(index, ErrorCode.NONE, *s.offsets.get(name, index))
                 by_node.setdefault(info.leader, []).append(

@@ -6,8 +6,15 @@ that zone-aware routing makes "leader" of that partition for this client - which
 group requests. As in Kafka, the first lookup creates ``__consumer_offsets`` (through the
 controller) and is answered COORDINATOR_NOT_AVAILABLE until its shard is placed on a registered
 coordinator; clients retry. Any string is a group key, the empty one included (Kafka hashes it
-like any other: partition 0). Transactions (key type 1) answer COORDINATOR_NOT_AVAILABLE: there
-is no transaction coordinator yet. Other key types: INVALID_REQUEST for every key.
+like any other: partition 0). Other key types: INVALID_REQUEST for every key.
+
+Transactions (key type 1): there is no transaction coordinator yet, and a retriable answer
+(COORDINATOR_NOT_AVAILABLE) made ``init_transactions()`` wait out its whole timeout. The lookup
+is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED with ``TRANSACTIONS_UNSUPPORTED`` as its
+message: the one non-retriable code on which librdkafka gives up at this step (it retries every
+other one), and the answer a Kafka cluster gives a client that may not use transactional ids;
+librdkafka, the Java client, kafka-python and aiokafka all fail at once and show the message
+(docs/compatibility.md compares the candidates).
 
 Error messages as Kafka's: v0-3 carry the error's default message; v4 answers a lookup failure
 without one, and a request it rejects (an unknown key type) with the default message per key.
@@ -45,7 +52,14 @@ MESSAGES = {
     ErrorCode.UNSUPPORTED_VERSION: "The version of API is not supported.",
 }
 
-Lookup = tuple[ErrorCode, Endpoint | None]
+# Why a transactional id is refused (FindCoordinator key type 1, InitProducerId).
+TRANSACTIONS_UNSUPPORTED = (
+    "Transactions are not supported by this kafka-py cluster yet (there is no transaction "
+    "coordinator): use an idempotent producer without transactional.id"
+)
+TRANSACTIONS_REFUSED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+Lookup = tuple[ErrorCode, Endpoint | None, str | None]  # (error, coordinator, error message)
 
 
 def _entry(key: str, code: ErrorCode, node: Endpoint | None, message: str | None) -> Body:
@@ -96,16 +110,16 @@ def find_group_coordinator(ctx: RequestContext, key: str) -> Lookup:
     s = ctx.services
     if s.cache.topic(CONSUMER_OFFSETS_TOPIC) is None:
         _create_offsets_topic(s)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, None
     if s.coordinators is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, None
     route = s.coordinators.route(key)
     if route.error != ErrorCode.NONE:
-        return route.error, None
+        return route.error, None, None
     gateways = live_gateways(s)
     ids = candidates(gateways, client_zone(ctx.client_id, s.endpoint.rack))
     chosen = leader_for(topic_hash(CONSUMER_OFFSETS_TOPIC), route.partition, ids)
-    return ErrorCode.NONE, gateways[chosen]
+    return ErrorCode.NONE, gateways[chosen], None
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
@@ -116,16 +130,16 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     def lookup(key: str) -> Lookup:
         if key_type == GROUP:
             return find_group_coordinator(ctx, key)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        return TRANSACTIONS_REFUSED, None, TRANSACTIONS_UNSUPPORTED
 
     if ctx.api_version >= BATCHED_VERSION:
         entries = []
         for key in req.get("coordinator_keys") or []:
-            code, node = lookup(key)
-            entries.append(_entry(key, code, node, None))
+            code, node, message = lookup(key)
+            entries.append(_entry(key, code, node, message))
         return {"throttle_time": 0, "coordinators": entries}
-    code, node = lookup(req.get("key") or "")
-    return _single(ctx.api_version, _entry("", code, node, _default_message(code)))
+    code, node, message = lookup(req.get("key") or "")
+    return _single(ctx.api_version, _entry("", code, node, message or _default_message(code)))
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:

@@ -1,8 +1,12 @@
 """Metadata: gateways as brokers, partition leaders spread over the client's zone.
 
 Partition replica/ISR lists are the storage replica ids (so describe tools show the real
-replication); the leader is a gateway (see ``services.gateway.routing``). A partition whose
-storage leader is offline (-1 or not registered) is answered LEADER_NOT_AVAILABLE, leader -1.
+replication); the leader is a gateway (see ``services.gateway.routing``). The broker list holds
+the gateways and, under their own ids, the live storage nodes that no gateway's id names, each
+at the address of a gateway in its zone (``routing.broker_endpoints``), so every id a response
+names is a broker the client can reach; clients not known to cope with two brokers at one
+address get the gateways only (``routing.shares_addresses``). A replica that is not registered
+is only listed in ``offline_replicas``, as in Kafka. A partition whose storage leader is offline (-1 or not registered) is answered LEADER_NOT_AVAILABLE, leader -1.
 Unknown topics are auto-created through the controller when both auto.create.topics.enable and
 the request's allow_auto_topic_creation say so, then answered LEADER_NOT_AVAILABLE (clients
 retry), as Kafka does.
@@ -28,7 +32,14 @@ from services.gateway.handlers.base import (
     topic_name_error,
 )
 from services.gateway.handlers.create_topics import create_with_defaults
-from services.gateway.routing import candidates, client_zone, leader_for, topic_hash
+from services.gateway.routing import (
+    broker_endpoints,
+    candidates,
+    client_zone,
+    leader_for,
+    shares_addresses,
+    topic_hash,
+)
 
 _NONE = int(ErrorCode.NONE)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.LEADER_NOT_AVAILABLE)
@@ -42,6 +53,18 @@ def live_gateways(s: GatewayServices) -> dict[int, Endpoint]:
     merged = dict(gateways)
     merged[s.endpoint.node_id] = s.endpoint
     return merged
+
+
+def client_brokers(ctx: RequestContext) -> dict[int, Endpoint]:
+    """Every broker id this client is told of, with the gateway address that serves it: the
+    gateways, and the storage nodes unless the client cannot have two brokers at one address."""
+    s = ctx.services
+    gateways = live_gateways(s)
+    if not shares_addresses(ctx.software.name, ctx.software.version):
+        return gateways
+    return broker_endpoints(
+        gateways, {node_id: reg.rack for node_id, reg in s.cache.brokers.items()}
+    )
 
 
 def _topic_entry(topic: TopicInfo, leaders: list[int], brokers: Any) -> Body:
@@ -139,7 +162,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
         "throttle_time": 0,
         "brokers": [
             {"node_id": ep.node_id, "host": ep.host, "port": ep.port, "rack": ep.rack}
-            for _, ep in sorted(gateways.items())
+            for _, ep in sorted(client_brokers(ctx).items())
         ],
         "cluster_id": cache.cluster_id,
         "controller_id": s.endpoint.node_id,

@@ -105,7 +105,7 @@ def _max_message_bytes(s: GatewayServices, overrides: Any) -> int:
             return int(raw)
         except ValueError:
             pass
-    return s.settings.message_max_bytes
+    return s.message_max_bytes
 
 
 def _partition(index: int, code: ErrorCode, message: str | None = None) -> Body:
@@ -288,6 +288,10 @@ def _apply_answer(s: GatewayServices, node: int, items: list[_Item], answer: Any
         else:
             res["log_start_offset"] = r.log_start_offset if r.log_start_offset >= 0 else -1
             res["error_message"] = r.error_message or None
+            res["record_errors"] = [
+                {"batch_index": e.batch_index, "batch_index_error_message": e.message or None}
+                for e in r.record_errors
+            ]
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:

@@ -30,7 +30,11 @@ _NAMES: dict[str, str] = {
     "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
     "min_compaction_lag_ms": "min.compaction.lag.ms",
     "max_compaction_lag_ms": "max.compaction.lag.ms",
+    "compression_type": "compression.type",
 }
+
+# compression.type -> codec id (attribute bits 0-2); "producer" keeps the producer's codec.
+_CODECS: dict[str, int] = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
+    compression_type: str = "producer"
 
     @classmethod
     def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
@@ -72,6 +77,11 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec every stored batch must have, or None to keep the producer's."""
+        return _CODECS.get(self.compression_type)
 
     @property
     def delete_enabled(self) -> bool:
@@ -107,7 +117,7 @@ def _coerce(field_name: str, value: Any) -> Any:
         if isinstance(value, str):
             return value.strip().lower() == "true"
         return bool(value)
-    if field_name == "message_timestamp_type":
+    if field_name in ("message_timestamp_type", "compression_type"):
         return str(value)
     if field_name == "min_cleanable_dirty_ratio":
         return float(value)

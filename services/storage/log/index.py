@@ -19,6 +19,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from pathlib import Path
 
 NO_TIMESTAMP = -1
@@ -93,6 +94,11 @@ class _Index:
             os.close(self._fd)
             self._fd = None
 
+    @property
+    def handle(self) -> int | None:
+        """The descriptor open for appends (None when read-only)."""
+        return self._fd
+
     def flush(self) -> None:
         if self._fd is not None:
             os.fsync(self._fd)
@@ -165,13 +171,16 @@ class _Index:
         self._entries += 1
         self._last = (key, val)
 
-    def _truncate_to_entries(self, n: int) -> None:
-        keys, vals = self._load()
+    def truncate_to_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries (the rest of the file is zeroed or cut)."""
         n = max(0, min(n, self._entries))
-        del keys[n:]
-        del vals[n:]
+        if self._keys is None or self._vals is None:  # not loaded: no need to (e.g. recovery)
+            self._last = self._read_entry(n - 1) if n else None
+        else:
+            del self._keys[n:]
+            del self._vals[n:]
+            self._last = (self._keys[-1], self._vals[-1]) if n else None
         self._entries = n
-        self._last = (keys[-1], vals[-1]) if n else None
         if self._fd is not None:
             # zero the dropped entries so the preallocated tail stays clean
             os.ftruncate(self._fd, self.size_bytes)
@@ -180,7 +189,28 @@ class _Index:
             os.truncate(self.path, self.size_bytes)
 
     def reset(self) -> None:
-        self._truncate_to_entries(0)
+        self.truncate_to_entries(0)
+
+    def iter_file_entries(self) -> Iterator[tuple[int, int]]:
+        """Raw entries read from the file in growing chunks, first to last, without loading
+        the whole file (a crashed active segment's index is preallocated: mostly zeros)."""
+        fd = self._fd if self._fd is not None else os.open(self.path, os.O_RDONLY)
+        chunk = 256
+        try:
+            done = 0
+            while done < self._entries:
+                count = min(chunk, self._entries - done)
+                chunk = min(chunk * 4, 65536)
+                raw = os.pread(fd, count * self.ENTRY_SIZE, done * self.ENTRY_SIZE)
+                whole = len(raw) - len(raw) % self.ENTRY_SIZE
+                if not whole:
+                    return
+                keys, vals = self._parse_all(raw[:whole])
+                yield from zip(keys, vals, strict=True)
+                done += whole // self.ENTRY_SIZE
+        finally:
+            if fd != self._fd:
+                os.close(fd)
 
     def raw_entries(self) -> list[tuple[int, int]]:
         keys, vals = self._load()
@@ -244,7 +274,7 @@ class OffsetIndex(_Index):
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         keys, _ = self._load()
-        self._truncate_to_entries(bisect_left(keys, offset - self.base_offset))
+        self.truncate_to_entries(bisect_left(keys, offset - self.base_offset))
 
     def entries_list(self) -> list[tuple[int, int]]:
         """All entries as (absolute offset, position)."""
@@ -276,11 +306,19 @@ class TimeIndex(_Index):
         return _TIME_ENTRY.pack(key, val)
 
     def _parse_all(self, raw: bytes) -> tuple[array[int], array[int]]:
-        ts = array("q")
-        rel = array("i")
-        for t, r in _TIME_ENTRY.iter_unpack(raw):
-            ts.append(t)
-            rel.append(r)
+        # columns gathered with extended slices (C speed), not entry by entry
+        n = len(raw) // self.ENTRY_SIZE
+        ts_raw, rel_raw = bytearray(8 * n), bytearray(4 * n)
+        for j in range(8):
+            ts_raw[j::8] = raw[j :: self.ENTRY_SIZE]
+        for j in range(4):
+            rel_raw[j::4] = raw[8 + j :: self.ENTRY_SIZE]
+        ts, rel = array("q"), array("i")
+        ts.frombytes(ts_raw)
+        rel.frombytes(rel_raw)
+        if sys.byteorder == "little":
+            ts.byteswap()
+            rel.byteswap()
         return ts, rel
 
     @property
@@ -335,7 +373,7 @@ class TimeIndex(_Index):
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         _, vals = self._load()
-        self._truncate_to_entries(bisect_left(vals, offset - self.base_offset))
+        self.truncate_to_entries(bisect_left(vals, offset - self.base_offset))
 
     def entries_list(self) -> list[tuple[int, int]]:
         """All entries as (timestamp, absolute offset)."""

@@ -149,8 +149,10 @@ class LeaderEpochCache:
             while self._entries and self._entries[0].start_offset <= start_offset:
                 removed.append(self._entries.pop(0))
             if removed:
-                self._entries.insert(0, EpochEntry(removed[-1].epoch, start_offset))
-                self._write()
+                first = EpochEntry(removed[-1].epoch, start_offset)
+                self._entries.insert(0, first)
+                if removed != [first]:  # unchanged (the usual case at open): no rewrite
+                    self._write()
 
     def clear(self) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from services.common.errors import ErrorCode, KafkaError
@@ -23,7 +23,7 @@ from services.common.records.batch import (
     set_base_offset,
     set_log_append_time,
 )
-from services.common.records.record import iter_records, records_payload, scan_records
+from services.common.records.record import iter_records
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX, LogConfig
 from services.storage.log.leader_epoch import LeaderEpochCache
@@ -31,7 +31,9 @@ from services.storage.log.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from services.storage.log.segment import LogSegment
+from services.storage.log.recompression import needs_recompression, to_codec
+from services.storage.log.record_validation import validate_records
+from services.storage.log.segment import LogSegment, fsync_targets
 from services.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     AppendOrigin,
@@ -84,6 +86,30 @@ class UnexpectedAppendOffsetError(KafkaError):
         self.log_end_offset = log_end_offset
 
 
+@dataclass(frozen=True)
+class LogRecovery:
+    """What the recovery at open did (also logged as ``log_recovered``)."""
+
+    recovery_point: int
+    from_segment: int  # base offset of the first segment read
+    from_position: int  # where validation began in it (> 0: its fsynced prefix was skipped)
+    segments_skipped: int  # segments wholly below the recovery point, not read
+    segments_recovered: int
+    batches_recovered: int  # batches validated (CRC32C)
+    bytes_scanned: int  # bytes validated or cut
+    bytes_truncated: int
+    indexes_rebuilt: int
+
+
+@dataclass
+class _FlushPlan:
+    target: int  # the recovery point once the handles are fsynced
+    targets: list[int | Path]  # own descriptors (closed after the fsync) or files
+    sync_dir: bool  # the directory changed (segments created): fsync it too
+    truncations: int  # Log.truncations when planned
+    messages: int  # unflushed messages the flush covers
+
+
 @dataclass
 class _PendingDelete:
     deadline_ms: int
@@ -122,6 +148,8 @@ class Log:
         self._truncated_to: int | None = None  # lowest truncation since the cleaner last looked
         self.truncations = 0  # how many times the log was truncated (compaction checks it)
         self._closed = False
+        self.recovery: LogRecovery | None = None  # set by open() after an unclean shutdown
+        self.producer_state_replayed_from: int | None = None  # set when open() replays batches
         self._log = log.bind(topic=topic, partition=partition)
         self.leader_epoch_cache: LeaderEpochCache
         self.producer_state = ProducerStateManager(
@@ -266,7 +294,7 @@ class Log:
                     segment=seg.base_offset,
                     reason="missing or corrupt index, or trailing bytes",
                 )
-                truncated, _ = seg.recover()
+                truncated = seg.recover().bytes_truncated
                 if i < len(self._segments) - 1:
                     seg.offset_index.make_readonly()
                     seg.time_index.make_readonly()
@@ -308,7 +336,14 @@ class Log:
         )
 
     def _recover(self, recovery_point: int) -> int:
-        """Recover every segment from the one holding ``recovery_point``; returns that base offset."""
+        """Recover what follows ``recovery_point`` (Kafka's LogLoader.recoverLog, batch by batch).
+
+        Segments wholly below it were fsynced and are not read. The segment holding it is
+        validated from the batch holding ``recovery_point`` on (its fsynced prefix keeps its
+        index entries; Kafka rescans that whole segment), later ones entirely. A torn or
+        corrupt batch ends the log there: the segment is cut and later segments are deleted.
+        Returns the base offset of the first segment recovered.
+        """
         segs = self._segments
         start = 0
         for i, seg in enumerate(segs):
@@ -323,33 +358,38 @@ class Log:
                 self.leader_epoch_cache.assign(epoch, h.base_offset)
                 latest_epoch = epoch
 
-        total_truncated = 0
-        total_batches = 0
-        rebuilt = 0
+        total_truncated = total_batches = bytes_scanned = rebuilt = 0
+        from_position = 0
         i = start
         while i < len(segs):
             seg = segs[i]
-            truncated, batches = seg.recover(on_batch)
+            result = seg.recover(on_batch, flushed_offset=recovery_point if i == start else None)
+            if i == start:
+                from_position = result.start_position
             rebuilt += 1
-            total_truncated += truncated
-            total_batches += batches
+            total_truncated += result.bytes_truncated
+            total_batches += result.batches
+            bytes_scanned += result.bytes_scanned
             if i < len(segs) - 1:
-                if truncated:
+                if result.bytes_truncated:
                     self._drop_segments_after(i)
                     segs = self._segments
                     break
                 seg.offset_index.make_readonly()
                 seg.time_index.make_readonly()
             i += 1
-        self._log.info(
-            "log_recovered",
-            from_segment=segs[start].base_offset if segs else 0,
+        self.recovery = LogRecovery(
             recovery_point=recovery_point,
+            from_segment=segs[start].base_offset if segs else 0,
+            from_position=from_position,
+            segments_skipped=start,
             segments_recovered=rebuilt,
             batches_recovered=total_batches,
+            bytes_scanned=bytes_scanned,
             bytes_truncated=total_truncated,
             indexes_rebuilt=rebuilt * 2,
         )
+        self._log.info("log_recovered", **asdict(self.recovery))
         return self._segments[start].base_offset if start < len(self._segments) else 0
 
     def _drop_segments_after(self, i: int) -> None:
@@ -365,6 +405,7 @@ class Log:
         psm = self.producer_state
         start = psm.load_snapshot(self.log_start_offset, self._leo)
         if start < self._leo:
+            self.producer_state_replayed_from = start
             batches = 0
             for seg_idx, seg in enumerate(self._segments):
                 nxt = (
@@ -426,20 +467,6 @@ class Log:
         )
 
     # ================================================================= append
-    def _require_keys(self, records: bytearray, headers: Sequence[BatchHeader]) -> None:
-        """Kafka's rule for compacted topics: compaction keeps the latest record of each key,
-        so a record without one is refused (INVALID_RECORD). This reads each record's key (not
-        its value or headers), which only compacted topics pay for."""
-        for h in headers:
-            if h.is_control:
-                continue
-            if any(r.key is None for r in scan_records(records_payload(records, h), h)):
-                raise KafkaError(
-                    ErrorCode.INVALID_RECORD,
-                    "Compacted topic cannot accept message without key in topic partition "
-                    f"{self.topic}-{self.partition}.",
-                )
-
     def append_as_leader(
         self,
         records: bytearray,
@@ -452,8 +479,9 @@ class Log:
         """Assign offsets (rewriting baseOffset/partitionLeaderEpoch in place) and append.
 
         ``headers`` come from ``validate_batches(records)``. Raises KafkaError for
-        MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, RECORD_LIST_TOO_LARGE, INVALID_RECORD and the
-        producer-state errors; a duplicate idempotent batch is not appended and the original
+        MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD and the producer-state errors,
+        and RecordValidationError (INVALID_RECORD / INVALID_TIMESTAMP with the failing records);
+        a duplicate idempotent batch is not appended and the original
         offsets are returned with ``duplicate=True``.
         """
         if not headers:
@@ -461,7 +489,6 @@ class Log:
         now = self._now() if now_ms is None else now_ms
         cfg = self.config
         append_time = cfg.log_append_time
-        max_diff = cfg.message_timestamp_difference_max_ms
         for h in headers:
             if h.size > cfg.max_message_bytes:
                 raise KafkaError(
@@ -471,16 +498,17 @@ class Log:
                 )
             if h.is_control and origin is AppendOrigin.CLIENT:
                 raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-            if not append_time and max_diff < LONG_MAX:
-                for ts in (h.base_timestamp, h.max_timestamp):
-                    if ts != -1 and abs(ts - now) > max_diff:
-                        raise KafkaError(
-                            ErrorCode.INVALID_TIMESTAMP,
-                            f"timestamp {ts} is out of range (now {now}, "
-                            f"message.timestamp.difference.max.ms {max_diff})",
-                        )
-        if cfg.compact_enabled and origin is AppendOrigin.CLIENT:
-            self._require_keys(records, headers)
+        validate_records(records, headers, cfg, now, f"{self.topic}-{self.partition}")
+        codec = cfg.target_codec
+        if codec is not None and needs_recompression(headers, codec):
+            records, headers = to_codec(records, headers, codec)
+            for h in headers:  # Kafka checks the rewritten batches again
+                if h.size > cfg.max_message_bytes:
+                    raise KafkaError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"record batch of {h.size} bytes in {cfg.compression_type} exceeds "
+                        f"max.message.bytes {cfg.max_message_bytes}",
+                    )
         start_pos = headers[0].position
         end_pos = headers[-1].position + headers[-1].size
         size = end_pos - start_pos
@@ -672,8 +700,12 @@ class Log:
         seg = LogSegment.create(self.dir, new_base, self.config, now)
         self._segments = [*self._segments, seg]
         self._dir_dirty = True
-        self.producer_state.update_map_end_offset(new_base)
-        self.producer_state.take_snapshot()
+        psm = self.producer_state
+        psm.update_map_end_offset(new_base)
+        psm.take_snapshot()
+        for off in psm.snapshot_offsets():  # one taken by a background flush inside the old one
+            if active.base_offset < off < new_base:
+                psm.remove_snapshot(off)
         self._pending_flush_offset = new_base
         self._log.info(
             "segment_rolled",
@@ -1069,44 +1101,112 @@ class Log:
 
     # ================================================================== flush
     def flush(self, up_to: int | None = None) -> None:
-        """fsync the segments holding offsets below ``up_to`` (default: LEO); advances recovery_point."""
+        """fsync the segments holding offsets below ``up_to`` (default: LEO); advances recovery_point.
+
+        The fsyncs run outside the log's lock (appends and reads go on meanwhile), as Kafka's
+        ``UnifiedLog.flush`` does; only the bookkeeping takes it.
+        """
         with self._lock:
             self._check_open()
-            self._flush_locked(self._leo if up_to is None else min(up_to, self._leo))
+            plan = self._plan_flush(self._leo if up_to is None else min(up_to, self._leo))
+        self._run_flush(plan)
+        with self._lock:
+            self._finish_flush(plan)
 
-    def _flush_locked(self, target: int) -> None:
+    def _plan_flush(self, target: int) -> _FlushPlan:
+        """What to fsync for offsets below ``target`` not yet flushed (under the lock)."""
+        targets: list[int | Path] = []
         if target > self.recovery_point:
             segs = self._segments
             for i, seg in enumerate(segs):
                 end = segs[i + 1].base_offset if i + 1 < len(segs) else self._leo
                 if seg.base_offset < target and end > self.recovery_point:
-                    seg.flush()
-            self.recovery_point = target
-        if self._dir_dirty:
-            files.fsync_dir(self.dir)
-            self._dir_dirty = False
-        if target >= self._leo:
-            self._unflushed_messages = 0
-        self._last_flush_ms = self._now()
+                    targets.extend(seg.flush_targets())
+        plan = _FlushPlan(
+            target,
+            targets,
+            self._dir_dirty,
+            self.truncations,
+            self._unflushed_messages if target >= self._leo else 0,
+        )
+        self._dir_dirty = False
+        return plan
 
-    def maybe_flush(self, now_ms: int | None = None) -> bool:
-        """Flush rolled segments, and everything when flush.messages / flush.ms say so."""
+    def _run_flush(self, plan: _FlushPlan) -> None:
+        """The fsyncs of a plan (no lock needed); a failed one leaves the directory dirty."""
+        targets, plan.targets = plan.targets, []
+        try:
+            fsync_targets(targets)
+            if plan.sync_dir:
+                try:
+                    files.fsync_dir(self.dir)
+                except FileNotFoundError:  # the log was deleted meanwhile
+                    pass
+        except BaseException:
+            self._dir_dirty = self._dir_dirty or plan.sync_dir
+            raise
+
+    def _finish_flush(self, plan: _FlushPlan, now_ms: int | None = None) -> None:
+        """Advance the recovery point to what was fsynced (under the lock). A truncation
+        meanwhile may have replaced what was flushed: the recovery point then stays put."""
+        if plan.truncations != self.truncations:
+            self._dir_dirty = self._dir_dirty or plan.sync_dir
+            return
+        if plan.target > self.recovery_point:
+            self.recovery_point = min(plan.target, self._leo)
+        self._unflushed_messages = max(0, self._unflushed_messages - plan.messages)
+        self._last_flush_ms = self._now() if now_ms is None else now_ms
+
+    def _flush_locked(self, target: int) -> None:
+        """Flush while holding the lock (close, flush.messages on the append path)."""
+        plan = self._plan_flush(target)
+        self._run_flush(plan)
+        self._finish_flush(plan)
+
+    def maybe_flush(self, now_ms: int | None = None, max_unflushed_ms: int = LONG_MAX) -> bool:
+        """The background flush: rolled segments (Kafka flushes each one right after its roll),
+        everything when flush.messages / flush.ms say so, and everything when data has stayed
+        unflushed for ``max_unflushed_ms`` (log.recovery.flush.interval.ms: keeps the recovery
+        point, and a crash's rescan, near the log end). The latter also snapshots the producer
+        state at the log end, so a restart replays no more than the unflushed tail either."""
         now = self._now() if now_ms is None else now_ms
         with self._lock:
             if self._closed:
                 return False
-            flushed = False
+            target: int | None = None
             if self._pending_flush_offset is not None:
-                self._flush_locked(min(self._pending_flush_offset, self._leo))
+                target = min(self._pending_flush_offset, self._leo)
                 self._pending_flush_offset = None
-                flushed = True
+            periodic = False
             if self._unflushed_messages >= self.config.flush_messages or (
                 self._leo > self.recovery_point
-                and now - self._last_flush_ms >= self.config.flush_ms
+                and now - self._last_flush_ms >= min(self.config.flush_ms, max_unflushed_ms)
             ):
-                self._flush_locked(self._leo)
-                flushed = True
-            return flushed
+                target = self._leo
+                periodic = now - self._last_flush_ms >= max_unflushed_ms
+            if target is None:
+                return False
+            plan = self._plan_flush(target)
+        self._run_flush(plan)
+        with self._lock:
+            if self._closed:
+                return True
+            self._finish_flush(plan, now)
+            if periodic and self.recovery_point == plan.target:
+                self._snapshot_producer_state()
+        return True
+
+    def _snapshot_producer_state(self) -> None:
+        """Producer-state snapshot at the log end, replacing the previous one taken inside the
+        active segment (the one at its base, written at the roll, stays). Not fsynced: a
+        snapshot is checked by its CRC when loaded and a bad one falls back to an older one."""
+        psm = self.producer_state
+        base = self._segments[-1].base_offset
+        psm.update_map_end_offset(self._leo)
+        if psm.take_snapshot(sync=False) is not None:
+            for off in psm.snapshot_offsets():
+                if base < off < self._leo:
+                    psm.remove_snapshot(off)
 
     @property
     def unflushed_messages(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.logging import get_logger
@@ -29,6 +30,32 @@ _PREFIX = struct.Struct(">qi")
 _INT32_MAX = 2**31 - 1
 SCAN_CHUNK = 64 * 1024
 RECOVERY_CHUNK = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecovery:
+    """What :meth:`LogSegment.recover` did."""
+
+    bytes_truncated: int
+    batches: int  # batches validated (CRC checked)
+    start_position: int  # where validation began: 0, or the end of the trusted flushed prefix
+    bytes_scanned: int  # bytes from there to the end of the file (validated or cut)
+
+
+@dataclass(slots=True)
+class _TrustedPrefix:
+    """State of a segment at the end of its fsynced prefix (where validation resumes)."""
+
+    next_offset: int
+    position: int = 0
+    last_index_position: int = 0
+    max_timestamp: int = NO_TIMESTAMP
+    offset_of_max_timestamp: int = -1
+    first_timestamp: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.offset_of_max_timestamp < 0:
+            self.offset_of_max_timestamp = self.next_offset
 
 
 class LogSegment:
@@ -284,24 +311,38 @@ class LogSegment:
         return None
 
     # --------------------------------------------------------------- recovery
-    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> tuple[int, int]:
-        """Re-validate every batch, rebuild both indexes, cut the invalid tail.
+    def recover(
+        self,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+        *,
+        flushed_offset: int | None = None,
+    ) -> SegmentRecovery:
+        """Re-validate the batches (framing, magic, CRC32C over each batch, offsets), rebuild
+        both indexes from the batch positions, cut the invalid tail.
 
-        Returns (bytes truncated, batches recovered). ``on_batch`` sees every valid header
-        (used to rebuild the leader-epoch cache and producer state).
+        With ``flushed_offset`` (the log's recovery point, inside this segment) the bytes below
+        it were fsynced and are trusted: their index entries are kept (the valid prefix of the
+        files), the batch holding ``flushed_offset`` is found from the last kept entry by
+        reading batch headers only, and validation starts there. ``on_batch`` sees every
+        validated header (it rebuilds the leader-epoch cache).
         """
         self.offset_index.make_writable()
         self.time_index.make_writable()
-        self.offset_index.reset()
-        self.time_index.reset()
         fd = self.fd()
         file_size = os.fstat(fd).st_size
-        valid = 0
-        last_index_entry = 0
+        self.size = file_size
+        start = _TrustedPrefix(self.base_offset)
+        if flushed_offset is not None and flushed_offset > self.base_offset:
+            start = self._trusted_prefix(flushed_offset, file_size)
+        else:
+            self.offset_index.reset()
+            self.time_index.reset()
+        valid = start.position
+        last_index_entry = start.last_index_position
         batches = 0
-        max_ts, max_ts_offset = NO_TIMESTAMP, self.base_offset
-        expected_min = self.base_offset
-        first_ts: int | None = None
+        max_ts, max_ts_offset = start.max_timestamp, start.offset_of_max_timestamp
+        expected_min = start.next_offset
+        first_ts = start.first_timestamp
         reason = ""
         buf = b""
         buf_start = 0
@@ -342,7 +383,7 @@ class LogSegment:
             if base < expected_min or not self.can_convert_offset(h.last_offset):
                 reason = f"offset {base} out of order or outside the segment"
                 break
-            if first_ts is None:
+            if valid == 0:
                 first_ts = h.max_timestamp
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
@@ -371,7 +412,50 @@ class LogSegment:
         self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         self.bytes_since_last_index_entry = valid - last_index_entry
         self._rolling_based_timestamp = first_ts
-        return truncated, batches
+        return SegmentRecovery(truncated, batches, start.position, file_size - start.position)
+
+    def _trusted_prefix(self, flushed_offset: int, file_size: int) -> _TrustedPrefix:
+        """Where validation resumes for a segment fsynced up to ``flushed_offset``.
+
+        Index entries written after the last fsync may be missing or zero (the files are
+        preallocated): only the leading entries that increase and lie below ``flushed_offset``
+        (and inside the file) are kept. From the last one, batch headers (no CRC: the bytes
+        were fsynced) lead to the first batch holding an offset >= ``flushed_offset``.
+        """
+        oi, ti = self.offset_index, self.time_index
+        keep = 0
+        prev_rel, prev_pos = -1, 0
+        for rel, pos in oi.iter_file_entries():
+            if rel <= prev_rel or pos <= prev_pos or pos >= file_size:
+                break
+            if self.base_offset + rel >= flushed_offset:
+                break
+            keep += 1
+            prev_rel, prev_pos = rel, pos
+        oi.truncate_to_entries(keep)
+        keep = 0
+        prev_ts, prev_off = -1, -1
+        for ts, rel in ti.iter_file_entries():
+            # ts <= 0 also stops at a zeroed (preallocated, never written) first entry
+            if ts <= max(prev_ts, 0) or rel < prev_off or self.base_offset + rel >= flushed_offset:
+                break
+            keep += 1
+            prev_ts, prev_off = ts, rel
+        ti.truncate_to_entries(keep)
+        last = oi.last_entry
+        position = last[1] if last else 0
+        out = _TrustedPrefix(self.base_offset, position, position)
+        out.max_timestamp, out.offset_of_max_timestamp = ti.last_entry
+        for h in self.iter_headers(position, file_size):
+            if h.last_offset >= flushed_offset or h.base_offset < out.next_offset:
+                break
+            if out.first_timestamp is None and h.position == 0:
+                out.first_timestamp = h.max_timestamp
+            if h.max_timestamp > out.max_timestamp:
+                out.max_timestamp, out.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            out.position = h.position + h.size
+            out.next_offset = h.next_offset
+        return out
 
     # ------------------------------------------------------------- truncation
     def truncate_to(self, offset: int, now_ms: int) -> int:
@@ -422,10 +506,21 @@ class LogSegment:
             self._reserved_to = self.size
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        fsync_targets(self.flush_targets())
+
+    def flush_targets(self) -> list[int | Path]:
+        """What to fsync for this segment, usable outside the log's lock: duplicates of the
+        open descriptors (a concurrent close or rename cannot redirect them; the caller closes
+        them, ``fsync_targets`` does), the paths of the files not open (written by an earlier
+        process, or an index closed at its roll), opened one at a time when synced."""
+        out: list[int | Path] = []
+        for fd, path in (
+            (self._fd, self.log_path),
+            (self.offset_index.handle, self.offset_index.path),
+            (self.time_index.handle, self.time_index.path),
+        ):
+            out.append(os.dup(fd) if fd is not None else path)
+        return out
 
     def close(self) -> None:
         self.on_become_inactive()
@@ -485,6 +580,32 @@ class LogSegment:
             files.txn_index_file(self.dir, self.base_offset),
         ):
             p.unlink(missing_ok=True)
+
+
+def fsync_targets(targets: list[int | Path]) -> None:
+    """fsync each descriptor (then close it) or file (opened for it; a file gone meanwhile, e.g.
+    a deleted segment, needs none). Every descriptor is closed even when an fsync fails."""
+    error: OSError | None = None
+    for target in targets:
+        try:
+            if isinstance(target, int):
+                try:
+                    os.fsync(target)
+                finally:
+                    os.close(target)
+            else:
+                try:
+                    fd = os.open(target, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _header_at(buf: bytes, offset: int, position: int) -> BatchHeader:

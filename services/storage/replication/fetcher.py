@@ -390,6 +390,8 @@ class ReplicaFetcher:
                 self._retry_later(s, ErrorCode.UNKNOWN_SERVER_ERROR, "append")
             except KafkaError as exc:
                 self._retry_later(s, exc.code, "append")
+            except OSError as exc:  # the replica's disk failed: its log dir goes offline
+                self.rm.report_io_error(r.topic, r.partition, exc)
 
     def _apply(self, s: FetchState, r: FetchResult) -> None:
         code = _code(r.error_code)

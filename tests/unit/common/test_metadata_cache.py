@@ -65,6 +65,23 @@ def test_removal_topic_ids_and_listeners() -> None:
     assert parse_topic_id("not-an-id") is None
 
 
+def test_listeners_hear_of_a_removal_whose_assignment_went_first() -> None:
+    """Deleting a topic removes /brokers/topics/<t> (its data watch fires) and the name (the
+    children watch): in either order, listeners hear of it once."""
+    cache = MetadataCache()
+    removed: list[str] = []
+    cache.on_topic_removed(removed.append)
+    cache.apply_topic_names(["t"])
+    cache.apply_assignment("t", layout.topic_assignment_json({0: [1]}, None))
+    cache.apply_partition_state("t", 0, _state(1))
+    cache.apply_topic_config("t", None)
+    assert cache.topic("t") is not None
+    cache.apply_assignment("t", None)
+    assert cache.topic("t") is None and removed == []
+    cache.apply_topic_names([])
+    assert removed == ["t"]
+
+
 async def test_wait_for_wakes_on_change() -> None:
     cache = MetadataCache()
     waiter = asyncio.create_task(cache.wait_for(lambda: cache.controller_id == 3, 5.0))

@@ -5,6 +5,7 @@ import pytest
 from services.common.errors import ErrorCode, KafkaError
 from services.common.topic_config import (
     TOPIC_CONFIGS,
+    deprecation_warnings,
     effective_config,
     format_value,
     validate_overrides,
@@ -49,3 +50,21 @@ def test_invalid_overrides(overrides: dict[str, str], fragment: str) -> None:
 
 def test_every_config_has_a_broker_name() -> None:
     assert all(d.broker_name for d in TOPIC_CONFIGS.values())
+
+
+def test_message_format_version_is_accepted_deprecated() -> None:
+    """Kafka 3.x accepts it (any MetadataVersion string) and ignores it for magic 2."""
+    for value in ("0.10.0-IV1", "2.8", "3.0-IV1", "0.8.2", "3.7"):
+        assert validate_overrides({"message.format.version": value}) == {
+            "message.format.version": value
+        }
+    for value in ("latest", "3", "3.0-IV", ""):
+        with pytest.raises(KafkaError) as e:
+            validate_overrides({"message.format.version": value})
+        assert e.value.code == ErrorCode.INVALID_CONFIG
+        assert f"Version `{value}` is not a valid version" in e.value.message
+    assert effective_config({})["message.format.version"] == "3.0-IV1"
+    (warning,) = deprecation_warnings(["retention.ms", "message.format.version"])
+    assert warning.startswith("message.format.version is deprecated")
+    assert deprecation_warnings(["log.message.format.version"], broker=True)
+    assert deprecation_warnings(["message.format.version"], broker=True) == []

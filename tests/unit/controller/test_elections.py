@@ -66,3 +66,22 @@ def test_imbalance_is_measured_per_preferred_broker_against_the_percentage() -> 
     assert sorted(imbalanced_partitions(leadership, 0)) == [("a", 8), ("a", 9), ("b", 9)]
     # a leaderless partition counts as led elsewhere
     assert imbalanced_partitions({("c", 0): ([3, 1], NO_LEADER)}, 10) == [("c", 0)]
+
+
+def test_a_replica_in_a_failed_log_dir_is_not_live_for_its_partition() -> None:
+    """KIP-112: an offline replica leaves the ISR and cannot lead; the broker's other replicas
+    are unaffected."""
+    from services.common.zk.layout import BrokerRegistration
+    from services.controller.model import ControllerContext, LiveBroker
+
+    ctx = ControllerContext(1, 0)
+    ctx.brokers = {b: LiveBroker(BrokerRegistration(b, "h", 1, None), b) for b in (0, 1, 2)}
+    ctx.offline_replicas[0] = {("t", 1)}
+    assert ctx.live_for("t", 0) == {0, 1, 2}
+    assert ctx.live_for("t", 1) == {1, 2}
+    assert next_leader_isr([0, 1, 2], 0, [0, 1, 2], ctx.live_for("t", 1), False) == LeaderIsr(
+        1, (1, 2)
+    )
+    assert next_leader_isr([1, 0, 2], 1, [1, 0, 2], ctx.live_for("t", 1), False) == LeaderIsr(
+        1, (1, 2)
+    )

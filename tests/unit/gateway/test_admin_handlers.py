@@ -356,12 +356,15 @@ async def test_describe_configs_topic_and_broker() -> None:
             },
             {"resource_type": 4, "resource_name": "", "configuration_keys": None},
             {"resource_type": 4, "resource_name": "2", "configuration_keys": None},
+            # storage node 11: Metadata lists it as a broker served by a gateway
+            {"resource_type": 4, "resource_name": "11", "configuration_keys": ["broker.rack"]},
         ],
         "include_synonyms": True,
         "include_documentation": True,
     }
     resp = await describe_configs.handle(context(svc, ApiKey.DESCRIBE_CONFIGS, 4), req)
-    full, some, unknown, broker, default, other = resp["results"]
+    full, some, unknown, broker, default, other, storage = resp["results"]
+    assert storage["error_code"] == 0 and storage["configs"][0]["name"] == "broker.rack"
     assert len(full["configs"]) == len(TOPIC_CONFIGS)
     by_name = {c["name"]: c for c in some["configs"]}
     assert set(by_name) == {"retention.ms", "max.message.bytes"}

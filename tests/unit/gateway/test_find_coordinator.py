@@ -174,7 +174,10 @@ async def test_transaction_and_unknown_key_types(version: int) -> None:
     _register(cache, 5)
     svc = _svc(cache)
     txn = await _find(svc, version, "txn-1", key_type=1)
-    assert txn["error_code"] == NOT_AVAILABLE and txn["node_id"] == -1
+    # not retriable, so that init_transactions() fails at once, and says why
+    assert txn["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert txn["node_id"] == -1
+    assert txn["error_message"] == find_coordinator.TRANSACTIONS_UNSUPPORTED
     bad = await _find(svc, version, "g", key_type=2)
     assert bad["error_code"] == ErrorCode.INVALID_REQUEST and bad["node_id"] == -1
     assert bad["error_message"] == find_coordinator.MESSAGES[ErrorCode.INVALID_REQUEST]

@@ -11,6 +11,7 @@ from services.common.metadata_cache import MetadataCache, parse_topic_id
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk import layout
+from services.gateway.context import RequestContext
 from services.gateway.handlers import metadata
 
 from .fakes import (
@@ -36,12 +37,21 @@ def _cache() -> MetadataCache:
     return cache
 
 
+def _java(ctx: RequestContext) -> RequestContext:
+    """A client that said who it is (ApiVersions v3) and keys brokers by id."""
+    ctx.software.name, ctx.software.version = "apache-kafka-java", "3.9.0"
+    return ctx
+
+
 async def test_all_topics_with_states() -> None:
     svc = services(_cache())
-    resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), {"topics": None})
+    resp = await metadata.handle(_java(context(svc, ApiKey.METADATA, 12)), {"topics": None})
     assert resp["cluster_id"] == "clu-1"
     assert resp["controller_id"] == 1
-    assert resp["brokers"] == [{"node_id": 1, "host": "127.0.0.1", "port": 9001, "rack": "z1"}]
+    # the gateway, and the live storage nodes under their own ids at a gateway's address (none
+    # is in their zones z11, z12: the only gateway); 13 is offline, so not a broker
+    gw = {"host": "127.0.0.1", "port": 9001, "rack": "z1"}
+    assert resp["brokers"] == [{"node_id": n, **gw} for n in (1, 11, 12)]
     topics = {t["name"]: t for t in resp["topics"]}
     assert list(topics) == ["__consumer_offsets", "a", "b"]
     assert topics["__consumer_offsets"]["is_internal"] is True
@@ -150,7 +160,9 @@ async def test_topic_by_id_and_self_listed_when_unregistered() -> None:
     resp = await metadata.handle(context(svc, ApiKey.METADATA, 12), req)
     assert [t["name"] for t in resp["topics"]] == ["a", None]
     assert resp["topics"][1]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
-    assert [b["node_id"] for b in resp["brokers"]] == [1]
+    assert [b["node_id"] for b in resp["brokers"]] == [1]  # a client that did not say who it is
+    resp = await metadata.handle(_java(context(svc, ApiKey.METADATA, 12)), req)
+    assert [b["node_id"] for b in resp["brokers"]] == [1, 11, 12]
     assert resp["brokers"][0]["port"] == 9092  # this gateway's advertised endpoint
 
 

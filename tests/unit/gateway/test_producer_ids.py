@@ -72,7 +72,7 @@ async def test_init_producer_id_handler() -> None:
     resp = await init_producer_id.handle(ctx, {**base, "producer_id": 42, "producer_epoch": -1})
     assert resp["error_code"] == ErrorCode.INVALID_REQUEST
     resp = await init_producer_id.handle(ctx, {**base, "transactional_id": "tx"})
-    assert resp["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert resp["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # not retriable
     assert resp["producer_id"] == -1
     resp = await init_producer_id.handle(ctx, {**base, "transactional_id": ""})
     assert resp["error_code"] == ErrorCode.INVALID_REQUEST

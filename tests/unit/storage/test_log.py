@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from services.common.errors import ErrorCode, KafkaError
-from services.common.records.batch import crc_ok, iter_headers, parse_header, validate_batches
+from services.common.records.batch import (
+    compute_crc,
+    crc_ok,
+    iter_headers,
+    parse_header,
+    validate_batches,
+)
 from services.common.records.compression import Codec
 from services.common.records.record import Record, build_batch, iter_batch_records
 from services.storage.log import (
@@ -18,6 +24,7 @@ from services.storage.log import (
     LogConfig,
     UnexpectedAppendOffsetError,
 )
+from services.storage.log.record_validation import RecordValidationError
 
 NOW = 1_700_000_000_000
 TOPIC_ID = bytes(range(16))
@@ -216,7 +223,7 @@ def test_append_validation_errors(tmp_path: Path) -> None:
     with pytest.raises(KafkaError) as e:
         append(log, make_batch(1, size=300))
     assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(RecordValidationError) as e:
         append(log, make_batch(1, ts=NOW - 5000))
     assert e.value.code == ErrorCode.INVALID_TIMESTAMP
     many = bytearray(b"".join(make_batch(1, size=100) for _ in range(10)))
@@ -250,17 +257,70 @@ def test_compacted_topic_refuses_records_without_key(
     keyed = [Record(timestamp=NOW, key=b"k%d" % i, value=b"v") for i in range(3)]
     ok = bytearray(build_batch(keyed, compression=codec))
     mixed = bytearray(build_batch([*keyed, Record(timestamp=NOW, value=b"v")], compression=codec))
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(RecordValidationError) as e:
         append(log, bytearray(ok + mixed))
     assert e.value.code == ErrorCode.INVALID_RECORD
+    why = "Compacted topic cannot accept message without key in topic partition orders-0"
+    assert e.value.record_errors == [(3, why)]  # the keyless record's index in its batch
     assert e.value.message == (
-        "Compacted topic cannot accept message without key in topic partition orders-0."
+        "One or more records have been rejected due to 1 record errors in total, and only "
+        f"showing the first three errors at most: [RecordError(batchIndex=3, message='{why}')]"
     )
     assert log.log_end_offset == 0
     assert append(log, ok).last_offset == 2
     # tombstones (a key and no value) are what compaction is for
     tombstone = bytearray(build_batch([Record(timestamp=NOW, key=b"k1", value=None)]))
     assert append(log, tombstone).first_offset == 3
+
+
+def test_every_failing_record_is_reported_with_its_index(tmp_path: Path) -> None:
+    """KIP-467: all failing records of the batch, by index; nothing of the batch is appended."""
+    log = open_log(tmp_path, cleanup_policy=("compact",))
+    recs = [
+        Record(timestamp=NOW, key=None if i % 10 == 0 else b"k%d" % i, value=b"v")
+        for i in range(100)
+    ]
+    with pytest.raises(RecordValidationError) as e:
+        append(log, bytearray(build_batch(recs, compression=Codec.LZ4)))
+    assert e.value.code == ErrorCode.INVALID_RECORD
+    assert [i for i, _ in e.value.record_errors] == list(range(0, 100, 10))
+    assert "due to 10 record errors in total" in e.value.message
+    assert e.value.message.count("RecordError(") == 3  # Kafka shows the first three
+    assert log.log_end_offset == 0
+
+
+def test_timestamps_are_checked_per_record(tmp_path: Path) -> None:
+    """Every record's CreateTime, not just the batch's first and largest, as LogValidator;
+    a timestamp error makes the whole answer INVALID_TIMESTAMP, even next to a keyless record."""
+    log = open_log(tmp_path, cleanup_policy=("compact",), message_timestamp_difference_max_ms=1000)
+    # record 1 is older than the first one, so the batch header (first and max) hides it
+    recs = [
+        Record(timestamp=NOW, key=b"a", value=b"v"),
+        Record(timestamp=NOW - 5000, key=b"b", value=b"v"),
+        Record(timestamp=NOW, key=None, value=b"v"),
+        Record(timestamp=NOW + 1000, key=b"d", value=b"v"),  # the bound itself is allowed
+    ]
+    with pytest.raises(RecordValidationError) as e:
+        append(log, bytearray(build_batch(recs)))
+    assert e.value.code == ErrorCode.INVALID_TIMESTAMP
+    assert e.value.message == "One or more records have been rejected due to invalid timestamp"
+    assert [i for i, _ in e.value.record_errors] == [1, 2]
+    assert e.value.record_errors[0][1] == (
+        f"Timestamp {NOW - 5000} of message with offset 1 is out of range. "
+        f"The timestamp should be within [{NOW - 1000}, {NOW + 1000}]"
+    )
+    assert log.log_end_offset == 0
+
+
+def test_producers_may_not_claim_log_append_time(tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    claimed = bytearray(build_batch([Record(timestamp=NOW, value=b"v")] * 2))
+    struct.pack_into(">h", claimed, 21, struct.unpack_from(">h", claimed, 21)[0] | 0x08)
+    struct.pack_into(">I", claimed, 17, compute_crc(claimed, 0, len(claimed)))
+    with pytest.raises(RecordValidationError) as e:
+        append(log, claimed)
+    assert e.value.code == ErrorCode.INVALID_TIMESTAMP
+    assert [i for i, _ in e.value.record_errors] == [0, 1]
 
 
 def test_keyless_records_go_into_delete_policy_topics(tmp_path: Path) -> None:

@@ -154,7 +154,7 @@ class FakeLog:
         self.retention_runs += 1
         return 0
 
-    def maybe_flush(self, now_ms: int) -> bool:
+    def maybe_flush(self, now_ms: int, max_unflushed_ms: int = 0) -> bool:
         return False
 
     def flush(self) -> None:
@@ -861,3 +861,24 @@ async def test_delete_records_times_out_or_fails_with_leadership(engine_rm: Repl
     await order(rm, state(epoch=2, leader=2, isr=(ME, 2), replicas=(ME, 2)))
     [r] = await asyncio.wait_for(waiting, 1.0)
     assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_set_broker_defaults_refreshes_partitions(tmp_path: Path) -> None:
+    """New broker-level topic defaults (dynamic broker configs) reach every hosted partition's
+    log without a restart; topic overrides still win."""
+    rm = ReplicaManager(
+        ME,
+        tmp_path,
+        {"log.retention.ms": 604800000},
+        backend=FakeBackend(),  # type: ignore[arg-type]
+        metrics=StorageMetrics(CollectorRegistry()),
+    )
+    await order(rm, state("plain", 0), state("pinned", 0, config={"retention.ms": "1234"}))
+    plain, pinned = rm.get("plain", 0), rm.get("pinned", 0)
+    assert plain is not None and pinned is not None
+    assert plain.log.config["retention.ms"] == 604800000
+    rm.set_broker_defaults({"log.retention.ms": 1000, "min.insync.replicas": 2})
+    assert plain.log.config["retention.ms"] == 1000  # pushed to the log
+    assert plain.min_insync_replicas == 2
+    assert pinned.log.config["retention.ms"] == 1234  # the topic override wins
+    assert pinned.min_insync_replicas == 2

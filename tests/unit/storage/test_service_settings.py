@@ -114,3 +114,13 @@ def test_log_dirs_first_is_used() -> None:
     s = load("--broker.id", "1", "--log.dirs", "/a/b, /c/d")
     assert str(s.log_dir) == "/a/b"
     assert s.all_log_dirs == ["/a/b", "/c/d"]
+
+
+def test_log_message_format_version_is_accepted_with_a_warning() -> None:
+    s = load("--broker.id", "1", "--log.message.format.version", "2.8")
+    assert s.broker_topic_defaults()["log.message.format.version"] == "2.8"
+    (warning,) = s.deprecation_warnings()
+    assert "log.message.format.version is deprecated" in warning
+    assert load("--broker.id", "1").deprecation_warnings() == []
+    with pytest.raises(ConfigError, match="log.message.format.version"):
+        load("--broker.id", "1", "--log.message.format.version", "newest")
