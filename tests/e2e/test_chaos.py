@@ -56,19 +56,19 @@ def test_mixed_faults_lose_nothing_and_the_cluster_heals(
     chaos_cluster: LocalCluster, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     seed = int(os.environ.get("KAFKAPY_CHECKER_SEED") or random.randrange(1 << 30))
-    checker = Checker(
+    with Checker(
         chaos_cluster, "chaos", evidence=evidence_dir(tmp_path, request.node.name), seed=seed
-    )
-    checker.create_topic(partitions=6, config={"min.insync.replicas": "2"})
-    checker.start()
-    schedule = Schedule.mixed(
-        seed,
-        checker.layout(),
-        duration=FAULT_SECONDS,
-        session_timeout_s=SESSION_TIMEOUT_MS / 1000,
-        zookeeper_pauses=3,
-    )
-    nemesis = checker.run_schedule(schedule)
-    outcome = checker.finish(heal=nemesis.heal)
+    ) as checker:
+        checker.create_topic(partitions=6, config={"min.insync.replicas": "2"})
+        checker.start()
+        schedule = Schedule.mixed(
+            seed,
+            checker.layout(),
+            duration=FAULT_SECONDS,
+            session_timeout_s=SESSION_TIMEOUT_MS / 1000,
+            zookeeper_pauses=3,
+        )
+        nemesis = checker.run_schedule(schedule)
+        outcome = checker.finish(heal=nemesis.heal)
     assert outcome.fault_seconds >= FAULT_SECONDS
     outcome.assert_ok()

@@ -5,15 +5,21 @@ services' leadership lines."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.checker import FAULT_CLASSES, SAFETY, Schedule, check, encode_value
+from services.cli.local_cluster import LocalCluster
+from tests.e2e.checker import FAULT_CLASSES, SAFETY, Checker, Schedule, check, encode_value
 from tests.e2e.checker.history import FinalRead, History
 from tests.e2e.checker.liveness import LivenessResult
+from tests.e2e.checker.monitor import stopped
 from tests.e2e.checker.report import Outcome
 from tests.e2e.checker.timeline import Timeline, service_events
+from tests.integration.kafka_support import wait_for
 
 T = "t"
 
@@ -165,13 +171,18 @@ def test_group_commit_lost_fires_when_the_committed_offset_went_back() -> None:
 def test_outcome_assert_ok_names_the_failures_and_prints_the_table() -> None:
     log = {0: [v("a", 0), v("a", 1)], 1: [v("a", 2)]}
     h = history(CLEAN_ACKS, log, log)
-    live = [LivenessResult("one acting controller", False, "/controller=0 count={0: 0, 1: 0}")]
+    live = [
+        LivenessResult("one acting controller", False, "/controller=0 count={0: 0, 1: 0}"),
+        LivenessResult("a controller acted", True, "longest gap 2.5s", 2.5, measure=True),
+        LivenessResult("every partition led", True, "12 partitions", 1.25),
+    ]
     outcome = Outcome(check(h), live, h, seed=7)
     with pytest.raises(AssertionError) as err:
         outcome.assert_ok()
     text = str(err.value)
     assert "{'lost': 1}" in text and "one acting controller" in text and "seed 7" in text
     assert "b:000000000 acked at t/0@2, not in the final log" in text
+    assert "longest gap 2.5s" in text and "after 1.2s" in text and "12 partitions" not in text
     Outcome(check(history(CLEAN_ACKS, CLEAN_LOG, CLEAN_LOG)), [], h).assert_ok()
 
 
@@ -182,8 +193,12 @@ def test_the_mixed_schedule_is_seeded_complete_and_long_enough() -> None:
     a = Schedule.mixed(42, LAYOUT, duration=90, session_timeout_s=3, zookeeper_pauses=3)
     assert a == Schedule.mixed(42, LAYOUT, duration=90, session_timeout_s=3, zookeeper_pauses=3)
     assert a != Schedule.mixed(43, LAYOUT, duration=90, session_timeout_s=3, zookeeper_pauses=3)
-    assert {(f.action, f.role) for f in a.faults} == set(FAULT_CLASSES)
-    zk = [f for f in a.faults if f.role == "zookeeper"]
+    required = [f for f in a.faults if f.required]
+    assert {(f.action, f.role) for f in required if f.action != "restart"} == {
+        c for c in FAULT_CLASSES if c[0] != "restart"
+    }
+    assert sum(f.action == "restart" for f in required) == 1
+    zk = [f for f in required if f.role == "zookeeper"]
     assert len(zk) >= 3 and all(f.hold > 3 for f in zk)
     assert a.span >= 90
     starts = [f.at for f in a.faults]
@@ -200,6 +215,7 @@ def test_service_events_keep_leadership_lines_and_warnings(tmp_path: Path) -> No
     lines = [
         {"event": "became leader", "topic": "t", "partition": 0, "timestamp": stamp},
         {"event": "fetched", "timestamp": stamp},
+        {"event": "shard 3 of __consumer_offsets moved from 0 to 1, epoch 2", "timestamp": stamp},
         {"event": "something odd", "level": "warning", "timestamp": stamp},
         {"event": "log_truncated", "offset": 7, "timestamp": "garbage"},
     ]
@@ -210,3 +226,29 @@ def test_service_events_keep_leadership_lines_and_warnings(tmp_path: Path) -> No
     texts = [e.text for e in events]
     assert texts == ['became leader topic="t" partition=0', "[warning] something odd"]
     assert all(e.source == "storage-0" for e in events)
+
+
+def test_the_monitor_sees_a_stopped_process() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_for("the process to stop", lambda: stopped(proc.pid), 5, 0.01)
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_for("the process to run again", lambda: not stopped(proc.pid), 5, 0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not stopped(proc.pid) and not stopped(None)
+
+
+def test_a_run_failing_before_finish_still_leaves_its_evidence(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster", gateway_port=0, zk_port=0)  # never started
+    with pytest.raises(ValueError, match="boom"):
+        with Checker(cluster, "t", evidence=tmp_path / "ev") as checker:
+            checker.fault("kill -9 storage-0")
+            raise ValueError("boom")
+    assert (tmp_path / "ev" / "ABORTED.txt").read_text() == "ValueError: boom\n"
+    timeline = (tmp_path / "ev" / "timeline.txt").read_text()
+    assert "FAULT kill -9 storage-0" in timeline and "ABORT: ValueError: boom" in timeline
+    assert (tmp_path / "ev" / "history" / "writes.jsonl").exists()

@@ -4,16 +4,19 @@ A run::
 
     from tests.e2e.checker import Checker, Schedule, evidence_dir
 
-    checker = Checker(cluster, "chaos", evidence=evidence_dir(tmp_path, "chaos"))
-    checker.create_topic(partitions=6, config={"min.insync.replicas": "2"})
-    checker.start()                                   # writers + consumer group
-    nemesis = checker.run_schedule(Schedule.mixed(seed, checker.layout(), duration=90))
-    outcome = checker.finish(heal=nemesis.heal)       # prints the summary table
+    with Checker(cluster, "chaos", evidence=evidence_dir(tmp_path, "chaos")) as checker:
+        checker.create_topic(partitions=6, config={"min.insync.replicas": "2"})
+        checker.start()                               # writers, consumer group, monitor
+        nemesis = checker.run_schedule(Schedule.mixed(seed, checker.layout(), duration=90))
+        outcome = checker.finish(heal=nemesis.heal)   # prints the summary table
     outcome.assert_ok()                               # 0 of every safety verdict, all live
 
 Your own faults (ElectLeaders, a partition reassignment...) go between ``start()`` and
-``finish()`` instead of (or besides) ``run_schedule``; ``checker.note("what I did")`` puts each
-on the timeline. ``Checker(writers=[("c0", "confluent-kafka", 300.0), ...])`` picks the
+``finish()`` instead of (or besides) ``run_schedule``: ``checker.fault("kill -9 storage-1")``
+lists each in the summary and the timeline, ``checker.note("...")`` any other step. The
+``with`` block writes the evidence even when the test fails before ``finish()``. While the
+workload runs a monitor samples which controller acts; ``finish(max_controller_gap=12)``
+fails liveness when none acted for longer while ZooKeeper was running. ``Checker(writers=[("c0", "confluent-kafka", 300.0), ...])`` picks the
 producers (``"confluent-kafka"``, ``"kafka-python"``, ``"aiokafka"``), ``group=None`` drops the
 consumer group. ``outcome.verdicts["duplicate"].anomalies`` etc. hold the details.
 
@@ -27,6 +30,7 @@ Modules, one job each:
 - ``nemesis``  — ``Fault``/``Schedule`` (seeded: kill -9, SIGSTOP/SIGCONT, SIGTERM + restart of
   any service, the active controller from ``/controller``, ZooKeeper paused past the session
   timeout) and the ``Nemesis`` that applies it, supervising the cluster between faults.
+- ``monitor``  — during the run: which controller acts, sampled twice a second.
 - ``liveness`` — after the heal: every process up, exactly one acting controller, every
   partition led with a full ISR, every coordinator shard placed (plus, in ``Checker``: writers
   acked after the heal, the group read to the end and can commit, the final reads completed).

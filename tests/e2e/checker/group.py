@@ -146,10 +146,17 @@ class ConsumerGroup:
             m.start()
 
     def stop(self) -> None:
+        """Stop every member; the first member's crash, if any, is raised after all stopped."""
         for m in self.members:
             m._halt.set()
+        crash: RuntimeError | None = None
         for m in self.members:
-            m.stop()
+            try:
+                m.stop()
+            except RuntimeError as exc:
+                crash = crash or exc
+        if crash is not None:
+            raise crash
 
     @property
     def read(self) -> int:

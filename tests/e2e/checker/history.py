@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +51,8 @@ class Write:
     outcome: str = UNKNOWN
     offset: int | None = None
     error: str | None = None
+    sent_at: float = 0.0  # wall clock of the send, and of the delivery report (0: none yet)
+    answered_at: float = 0.0
 
     @property
     def value(self) -> bytes:
@@ -115,7 +118,7 @@ class History:
 
     # ---- writers --------------------------------------------------------------------
     def sent(self, writer: str, seq: int, topic: str, partition: int) -> Write:
-        w = Write(writer, seq, topic, partition)
+        w = Write(writer, seq, topic, partition, sent_at=time.time())
         with self._lock:
             self.writes[w.value] = w
         return w
@@ -126,6 +129,7 @@ class History:
         """A delivery report: ``offset`` when acknowledged, else ``error``."""
         with self._lock:
             w = self.writes[value]
+            w.answered_at = time.time()
             if error is None:
                 w.outcome, w.offset, w.partition = ACKED, offset, partition
             else:

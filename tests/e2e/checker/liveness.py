@@ -10,9 +10,7 @@ answers (ok, detail); the detail at the deadline is the evidence of a failure.
 from __future__ import annotations
 
 import json
-import re
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,13 +21,13 @@ from services.cli.local_cluster import LocalCluster
 from services.common.zk.layout import (
     BROKER_IDS,
     BROKER_TOPICS,
+    CONSUMER_OFFSETS_TOPIC,
     CONTROLLER,
     GROUP_COORDINATOR_IDS,
     GROUP_COORDINATOR_SHARDS,
     ShardMap,
 )
-
-_ACTIVE = re.compile(r"^kafka_controller_kafkacontroller_activecontrollercount (\S+)$", re.M)
+from tests.e2e.checker.monitor import acting_controllers
 
 
 @dataclass(slots=True)
@@ -37,7 +35,8 @@ class LivenessResult:
     name: str
     ok: bool
     detail: str = ""
-    seconds: float | None = None  # time from the heal until it held
+    seconds: float | None = None  # time from the heal until it held (or the measure)
+    measure: bool = False  # ``seconds`` is a measured quantity, shown with the detail
 
 
 Check = Callable[[LocalCluster, KazooClient], tuple[bool, str]]
@@ -49,25 +48,13 @@ def processes_running(cluster: LocalCluster, zk: KazooClient) -> tuple[bool, str
 
 
 def one_acting_controller(cluster: LocalCluster, zk: KazooClient) -> tuple[bool, str]:
-    active: dict[int, str] = {}
-    for p in cluster.processes():
-        if p.role != "controller":
-            continue
-        try:
-            with urllib.request.urlopen(
-                cluster.admin_url("controller", p.index) + "/metrics", timeout=3
-            ) as r:
-                m = _ACTIVE.search(r.read().decode())
-            active[p.index] = m.group(1) if m else "?"
-        except OSError as exc:
-            active[p.index] = f"unreachable ({exc.__class__.__name__})"
+    acting, seen = acting_controllers(cluster, timeout=3)
     try:
         holder = json.loads(zk.get(CONTROLLER)[0])["brokerid"]
     except NoNodeError:
         holder = None
-    acting = [i for i, v in active.items() if v in ("1.0", "1")]
     ok = len(acting) == 1 and acting[0] == holder
-    return ok, f"/controller={holder} activecontrollercount={active}"
+    return ok, f"/controller={holder} activecontrollercount {seen}"
 
 
 def partitions_led_with_full_isr(cluster: LocalCluster, zk: KazooClient) -> tuple[bool, str]:
@@ -94,10 +81,12 @@ def partitions_led_with_full_isr(cluster: LocalCluster, zk: KazooClient) -> tupl
 
 
 def shards_placed(cluster: LocalCluster, zk: KazooClient) -> tuple[bool, str]:
+    if not zk.exists(f"{BROKER_TOPICS}/{CONSUMER_OFFSETS_TOPIC}"):
+        return True, "no group used yet: no __consumer_offsets, nothing to place"
     try:
         shard_map = ShardMap.from_json(zk.get(GROUP_COORDINATOR_SHARDS)[0])
     except NoNodeError:
-        return False, "no shard map"
+        return False, "__consumer_offsets exists but no shard map"
     live = {int(c) for c in zk.get_children(GROUP_COORDINATOR_IDS)}
     orphans = sorted(p for p, s in shard_map.shards.items() if s.owner not in live)
     missing = sorted(set(range(shard_map.partitions)) - set(shard_map.shards))

@@ -7,10 +7,11 @@ from ZooKeeper's ``/controller`` when the fault starts). ``Schedule.mixed(seed, 
 every fault class at least once (ZooKeeper pauses past the session timeout several times) and
 fills the rest of the duration with random ones; the same seed gives the same schedule.
 
-The ``Nemesis`` thread applies one fault at a time and notes each step in the timeline.
-Between faults it runs the LocalCluster's ``Supervisor`` (what ``kafka-py cluster up`` does),
+The ``Nemesis`` thread applies one fault at a time and notes each step in the timeline. A
+restart does not wait for readiness (the next fault may hit a process still starting; the
+timeline notes when it became ready). Between faults it runs the LocalCluster's ``Supervisor`` (what ``kafka-py cluster up`` does),
 so a process that exits by itself is restarted and the exit is recorded as an
-``unexpected exit``. ``heal()`` resumes and restarts everything.
+``unexpected exit``. ``heal()`` resumes and restarts everything and waits until it is ready.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from services.cli.local_cluster import ZOOKEEPER, LocalCluster, LocalClusterError
+from services.cli.probes import http_ready, kafka_answers
 from services.cli.supervisor import Supervisor, split_name
 from tests.e2e.checker.timeline import Timeline
 
 KILL, PAUSE, RESTART = "kill", "pause", "restart"
 ACTIVE = "active"
+ANY = "*"  # a class's role drawn from the services when the schedule is made
 _VERBS = {KILL: "kill -9", PAUSE: "SIGSTOP", RESTART: "SIGTERM"}
 SERVICES = ("storage", "controller", "gateway", "group_coordinator")
 #: every fault class of the mixed schedule: (action, role)
@@ -36,9 +39,7 @@ FAULT_CLASSES: tuple[tuple[str, str], ...] = (
     *((KILL, r) for r in SERVICES),
     *((PAUSE, r) for r in SERVICES),
     (PAUSE, ZOOKEEPER),
-    (RESTART, "storage"),
-    (RESTART, "controller"),
-    (RESTART, "gateway"),
+    (RESTART, ANY),
 )
 
 
@@ -49,6 +50,7 @@ class Fault:
     role: str
     target: str  # a process index, or "active" (controllers)
     hold: float  # seconds down (kill, restart) or stopped (pause)
+    required: bool = True  # False: a filler the nemesis drops once the schedule's time is up
 
     @property
     def kind(self) -> str:
@@ -65,6 +67,7 @@ class Fault:
 class Schedule:
     seed: int
     faults: list[Fault] = field(default_factory=list)
+    duration: float = 0.0  # the nemesis skips faults not required once this much time passed
 
     @property
     def span(self) -> float:
@@ -72,7 +75,11 @@ class Schedule:
         return max((f.at + f.hold for f in self.faults), default=0.0)
 
     def as_json(self) -> dict[str, object]:
-        return {"seed": self.seed, "faults": [asdict(f) for f in self.faults]}
+        return {
+            "seed": self.seed,
+            "duration": self.duration,
+            "faults": [asdict(f) for f in self.faults],
+        }
 
     @classmethod
     def mixed(
@@ -84,15 +91,17 @@ class Schedule:
         session_timeout_s: float = 3.0,
         zookeeper_pauses: int = 3,
         classes: tuple[tuple[str, str], ...] = FAULT_CLASSES,
-        gap: tuple[float, float] = (1.5, 3.0),
-        hold: tuple[float, float] = (1.0, 5.0),
+        gap: tuple[float, float] = (1.0, 2.5),
+        hold: tuple[float, float] = (1.0, 3.5),
     ) -> Schedule:
-        """Every class in ``classes`` once, ZooKeeper paused past ``session_timeout_s``
-        ``zookeeper_pauses`` times (1.3-2.5x the timeout), in a seeded order, then random
-        classes until the faults span ``duration`` seconds. ``layout``: role -> process
-        count (a class whose role has no process is left out)."""
+        """Every class in ``classes`` once (``ANY`` role: one drawn from the services),
+        ZooKeeper paused past ``session_timeout_s`` ``zookeeper_pauses`` times (1.3-2.5x the
+        timeout), in a seeded order; then random classes (not required) until the faults
+        span ``duration`` seconds. ``layout``: role -> process count (a class whose role has
+        no process is left out)."""
         rnd = random.Random(seed)
-        usable = [c for c in classes if c[1] == ZOOKEEPER or layout.get(c[1], 0) > 0]
+        live = [r for r in SERVICES if layout.get(r, 0) > 0]
+        usable = [c for c in classes if c[1] in (ZOOKEEPER, ANY) or c[1] in live]
         todo = list(usable)
         todo += [(PAUSE, ZOOKEEPER)] * max(0, zookeeper_pauses - todo.count((PAUSE, ZOOKEEPER)))
         rnd.shuffle(todo)
@@ -100,7 +109,10 @@ class Schedule:
         at = rnd.uniform(*gap)
         end = 0.0  # where the last fault ends
         while todo or end < duration:
+            required = bool(todo)
             action, role = todo.pop() if todo else rnd.choice(usable)
+            if role == ANY:
+                role = rnd.choice(live)
             if role == ZOOKEEPER:
                 held = session_timeout_s * rnd.uniform(1.3, 2.5)
                 target = "0"
@@ -111,10 +123,10 @@ class Schedule:
                     if role == "controller" and rnd.random() < 0.8
                     else str(rnd.randrange(layout[role]))
                 )
-            faults.append(Fault(round(at, 2), action, role, target, round(held, 2)))
+            faults.append(Fault(round(at, 2), action, role, target, round(held, 2), required))
             end = at + held
             at = end + rnd.uniform(*gap)
-        return cls(seed, faults)
+        return cls(seed, faults, duration)
 
 
 class Nemesis:
@@ -140,6 +152,7 @@ class Nemesis:
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self._crash: BaseException | None = None
+        self._starting: dict[str, float] = {}  # restarted, not ready yet: name -> when
         self.started_at = 0.0
         self.ended_at = 0.0
 
@@ -169,12 +182,17 @@ class Nemesis:
                     left = self.started_at + fault.at - time.monotonic()
                     if left <= 0:
                         break
-                    self.supervisor.tick()
+                    self._tick()
                     self._halt.wait(min(left, 0.5))
                 if self._halt.is_set():
                     return
+                elapsed = time.monotonic() - self.started_at
+                if not fault.required and elapsed >= self.schedule.duration:
+                    self.timeline.note("nemesis", f"time is up: skip {fault.describe()}")
+                    continue
                 self._apply(fault)
-            self.supervisor.tick()
+                self._poll_starting()
+            self._tick()
         except BaseException as exc:  # noqa: BLE001 - surfaced by join()
             self._crash = exc
             self.timeline.note("nemesis", f"crashed: {exc!r}")
@@ -231,21 +249,46 @@ class Nemesis:
         self._halt.wait(fault.hold)
         self._restart(fault.role, index)
 
-    def _restart(self, role: str, index: int) -> None:
+    def _restart(self, role: str, index: int, *, wait: bool = False) -> None:
+        """Start a process again. Without ``wait`` the nemesis goes on while it starts (the
+        next fault may hit it starting up); ``_poll_starting`` notes when it is ready."""
         name = ZOOKEEPER if role == ZOOKEEPER else f"{role}-{index}"
         started = time.monotonic()
         try:
-            self.cluster.start_process(role, index, timeout=self.restart_timeout)
+            self.cluster.start_process(role, index, timeout=self.restart_timeout, wait=wait)
         except LocalClusterError as exc:
             self.timeline.note("nemesis", f"restart of {name} failed: {exc.one_line()}")
             return
-        self.timeline.note(
-            "nemesis", f"{name} restarted, ready in {time.monotonic() - started:.1f}s"
-        )
+        if wait or role == ZOOKEEPER:  # start_process waits for ZooKeeper anyway
+            took = time.monotonic() - started
+            self.timeline.note("nemesis", f"{name} restarted, ready in {took:.1f}s")
+        else:
+            self.timeline.note("nemesis", f"{name} restarting")
+            self._starting[name] = started
+
+    def _poll_starting(self) -> None:
+        """Note the processes restarted without waiting that became ready (or died)."""
+        if not self._starting:
+            return
+        info = {p.name: p for p in self.cluster.processes()}
+        for name, started in list(self._starting.items()):
+            p = info[name]
+            if not p.running:
+                del self._starting[name]  # the supervisor takes it from here
+                self.timeline.note("nemesis", f"{name} exited while starting")
+            elif _ready(self.cluster.host, p.role, p.port, p.admin_port):
+                del self._starting[name]
+                took = time.monotonic() - started
+                self.timeline.note("nemesis", f"{name} ready {took:.1f}s after its restart")
+
+    def _tick(self) -> None:
+        self._poll_starting()
+        self.supervisor.tick()
 
     # ---- heal -----------------------------------------------------------------------
-    def heal(self) -> None:
-        """SIGCONT every process and restart every one that is down (ZooKeeper first)."""
+    def heal(self, timeout: float | None = None) -> None:
+        """SIGCONT every process, restart every one that is down (ZooKeeper first) and wait
+        until every restarted process is ready (up to ``timeout``, default restart_timeout)."""
         self.stop()
         self.timeline.note("nemesis", "HEAL: resume and restart everything")
         for name in self.cluster.pids():
@@ -256,3 +299,16 @@ class Nemesis:
             role, index = split_name(name)
             self.timeline.note("nemesis", f"{name} is down at the heal")
             self._restart(role, index)
+        deadline = time.monotonic() + (timeout or self.restart_timeout)
+        while self._starting and time.monotonic() < deadline:
+            self._poll_starting()
+            time.sleep(0.2)
+        for name in self._starting:
+            self.timeline.note("nemesis", f"{name} still not ready at the end of the heal")
+
+
+def _ready(host: str, role: str, port: int, admin_port: int | None) -> bool:
+    """LocalCluster's own readiness test: /readyz, and a Kafka answer from a gateway."""
+    if admin_port is None or not http_ready(host, admin_port, "/readyz", timeout=1.0):
+        return False
+    return role != "gateway" or kafka_answers(host, port, timeout=1.0)

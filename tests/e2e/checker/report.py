@@ -39,6 +39,7 @@ class Outcome:
     liveness: list[LivenessResult]
     history: History
     faults: list[tuple[Fault, str]] = field(default_factory=list)
+    own_faults: list[str] = field(default_factory=list)  # applied by the test itself
     unexpected_exits: list[str] = field(default_factory=list)
     seed: int | None = None
     fault_seconds: float = 0.0
@@ -68,25 +69,29 @@ class Outcome:
     def table(self) -> str:
         counts = self.history.counts()
         lines = [
-            f"checker summary: seed {self.seed}, {len(self.faults)} faults over "
+            f"checker summary: seed {self.seed}, {len(self.faults) + len(self.own_faults)} "
+            f"faults over "
             f"{self.fault_seconds:.0f}s; writes: {counts['acked']} acked, {counts['failed']} "
             f"failed, {counts['unknown']} unknown; group: {len(self.history.reads)} reads, "
             f"{sum(c.ok for c in self.history.commits)} commits acked",
-            f"{'verdict':<34} {'count':>7} {'checked':>9}  first example",
-            "-" * 100,
+            f"{'verdict':<42} {'count':>7} {'checked':>9}  first example",
+            "-" * 110,
         ]
         for v in self.verdicts.values():
             example = v.anomalies[0].detail if v.anomalies else ""
-            lines.append(f"{v.name:<34} {v.count:>7} {v.checked:>9}  {example[:160]}")
-        lines.append("-" * 100)
+            lines.append(f"{v.name:<42} {v.count:>7} {v.checked:>9}  {example[:160]}")
+        lines.append("-" * 110)
         for r in self.liveness:
-            took = f"after {r.seconds:.1f}s" if r.ok and r.seconds is not None else ""
+            timed = r.ok and r.seconds is not None and not r.measure
+            took = f"after {r.seconds:.1f}s" if timed else ""
+            detail = r.detail if not r.ok or r.measure else ""
             lines.append(
-                f"{'live: ' + r.name:<34} {'ok' if r.ok else 'FAILED':>7} {took:>9}  "
-                f"{'' if r.ok else r.detail[:300]}"
+                f"{'live: ' + r.name:<42} {'ok' if r.ok else 'FAILED':>7} {took:>9}  {detail[:300]}"
             )
-        kinds = Counter(f.kind for f, _ in self.faults)
-        lines.append("faults: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+        kinds = Counter(f.kind for f, _ in self.faults) + Counter(self.own_faults)
+        lines.append(
+            "faults: " + (", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none")
+        )
         if self.unexpected_exits:
             lines.append(
                 f"unexpected exits ({len(self.unexpected_exits)}): "

@@ -3,6 +3,8 @@ between, ended by a heal, liveness checks, two independent full reads and the ve
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,10 +17,11 @@ from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker.group import ConsumerGroup
 from tests.e2e.checker.history import TP, History
 from tests.e2e.checker.liveness import LivenessResult, wait_live
+from tests.e2e.checker.monitor import ControllerMonitor
 from tests.e2e.checker.nemesis import Nemesis, Schedule
 from tests.e2e.checker.reads import confluent_read, kafka_python_read
 from tests.e2e.checker.report import Outcome
-from tests.e2e.checker.timeline import Timeline
+from tests.e2e.checker.timeline import Timeline, write_timeline
 from tests.e2e.checker.verdicts import check
 from tests.e2e.checker.workload import WRITERS, Writer
 from tests.integration.kafka_support import wait_for_topic
@@ -42,8 +45,10 @@ class Checker:
         outcome = checker.finish(heal=nemesis.heal)
         outcome.assert_ok()
 
-    Faults of your own go between ``start()`` and ``finish()``; call ``checker.note(text)``
-    for each so the timeline shows them.
+    Faults of your own go between ``start()`` and ``finish()``; call ``checker.fault(text)``
+    for each (``checker.note(text)`` for other steps) so the summary and the timeline show them.
+    Used as ``with Checker(...) as checker:``, a test that fails before ``finish()`` still
+    leaves its timeline, history and service logs in the evidence directory (``abort``).
     """
 
     def __init__(
@@ -56,6 +61,7 @@ class Checker:
         writer_config: Mapping[str, Mapping[str, Any]] | None = None,
         group: str | None = "checker-group",
         group_members: int = 2,
+        group_config: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
         self.cluster = cluster
@@ -70,9 +76,48 @@ class Checker:
         self.writers: list[Writer] = []
         self.group_name = group
         self.group_members = group_members
+        self.group_config = dict(group_config or {})
         self.group: ConsumerGroup | None = None
         self.nemesis: Nemesis | None = None
         self._schedule: Schedule | None = None
+        self.own_faults: list[str] = []
+        self._started_at = time.monotonic()
+        self.monitor = ControllerMonitor(cluster, self.timeline)
+        self._finished = False
+
+    # ---- as a context: evidence even when the test fails before finish() -------------
+    def __enter__(self) -> Checker:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc is not None and not self._finished:
+            self.abort(f"{exc_type.__name__ if exc_type else 'error'}: {exc}")
+
+    def abort(self, why: str) -> None:
+        """Stop everything without judging and write what was recorded (timeline, history,
+        service logs) to the evidence directory."""
+        self.note(f"ABORT: {why}")
+        self.monitor.stop()
+        if self.nemesis is not None:
+            self.nemesis.stop()
+        for w in self.writers:
+            with contextlib.suppress(Exception):
+                w.stop(flush_timeout=5)
+        if self.group is not None:
+            with contextlib.suppress(Exception):
+                self.group.stop()
+        if self.evidence is not None:
+            self.evidence.mkdir(parents=True, exist_ok=True)
+            (self.evidence / "ABORTED.txt").write_text(why + "\n")
+            write_timeline(self.evidence / "timeline.txt", self.timeline, self.cluster.logs_dir)
+            self.history.dump(self.evidence / "history")
+            if self.cluster.logs_dir.exists():
+                shutil.copytree(
+                    self.cluster.logs_dir, self.evidence / "service-logs", dirs_exist_ok=True
+                )
+            print(f"\nchecker aborted ({why}); evidence: {self.evidence}")  # noqa: T201
 
     # ---- set-up ---------------------------------------------------------------------
     def layout(self) -> dict[str, int]:
@@ -105,12 +150,18 @@ class Checker:
     def note(self, text: str, source: str = "test") -> None:
         self.timeline.note(source, text)
 
+    def fault(self, text: str) -> None:
+        """Record a fault the test applied itself (listed in the summary and the timeline)."""
+        self.own_faults.append(text)
+        self.timeline.note("nemesis", f"FAULT {text}")
+
     # ---- the run --------------------------------------------------------------------
     def start(self) -> None:
         """Start the writers and the consumer group."""
         if not self.partitions:
             raise ValueError("create_topic() or use_topic() first")
         bootstrap = self.cluster.bootstrap
+        self._started_at = time.monotonic()
         for name, client, rate in self._writer_specs:
             w = WRITERS[client](
                 name,
@@ -132,8 +183,10 @@ class Checker:
                 self.history,
                 self.timeline,
                 members=self.group_members,
+                config=self.group_config,
             )
             self.group.start()
+        self.monitor.start()
         self.note(f"workload started: {len(self.writers)} writers, {self.group_members} members")
 
     def run_schedule(self, schedule: Schedule) -> Nemesis:
@@ -155,16 +208,32 @@ class Checker:
         progress_timeout: float = 20.0,
         drain_timeout: float = 60.0,
         read_timeout: float = 60.0,
+        max_controller_gap: float = 12.0,
     ) -> Outcome:
-        """Heal, check liveness, stop the workload, read everything twice, judge, report."""
+        """Heal, check liveness, stop the workload, read everything twice, judge, report.
+
+        ``max_controller_gap``: the longest time without an acting controller, while
+        ZooKeeper ran, allowed between ``start()`` and the heal (the monitor's samples). The
+        default, 4 sessions of the local cluster's 3 s, covers what a fault explains: the
+        active controller stopped or killed until its session expires and the standby is
+        elected, or both controllers hit one after the other; a longer gap is a controller
+        that did not come back (issue 12 §1)."""
+        self._finished = True
         healed_at = time.monotonic()
+        self.monitor.stop()
         if heal is not None:
             heal()
         self.note("heal done; checking liveness")
-        liveness = wait_live(self.cluster, healed_at, liveness_timeout)
+        liveness = [self._controller_gaps(max_controller_gap)]
+        liveness += wait_live(self.cluster, healed_at, liveness_timeout)
         liveness.append(self._writers_progress(healed_at, progress_timeout))
         for w in self.writers:
-            w.stop()
+            try:
+                w.stop()
+            except RuntimeError as exc:  # a crashed writer is a finding, not the end of the run
+                liveness.append(
+                    LivenessResult(f"writer {w.name} ran to the end", False, repr(exc.__cause__))
+                )
         self.note("writers stopped")
         liveness += self._drain_group(drain_timeout)
         reads = [
@@ -185,9 +254,14 @@ class Checker:
             liveness=liveness,
             history=self.history,
             faults=list(self.nemesis.applied) if self.nemesis else [],
+            own_faults=list(self.own_faults),
             unexpected_exits=list(self.nemesis.unexpected_exits) if self.nemesis else [],
             seed=self.seed,
-            fault_seconds=(self.nemesis.ended_at - self.nemesis.started_at) if self.nemesis else 0,
+            fault_seconds=(
+                self.nemesis.ended_at - self.nemesis.started_at
+                if self.nemesis
+                else healed_at - self._started_at
+            ),
             writers={w.name: w.client for w in self.writers},
         )
         if self.evidence is not None:
@@ -201,6 +275,20 @@ class Checker:
         return outcome
 
     # ---- phases of finish -----------------------------------------------------------
+    def _controller_gaps(self, bound: float) -> LivenessResult:
+        gap = self.monitor.longest_gap()
+        name = f"a controller acted (gaps <= {bound:g}s)"
+        if gap is None:
+            return LivenessResult(
+                name, True, f"no gap in {self.monitor.samples} samples", measure=True
+            )
+        stamp = time.strftime("%H:%M:%S", time.gmtime(gap.start))
+        detail = (
+            f"longest gap {gap.zk_up:.1f}s with ZooKeeper running ({gap.seconds:.1f}s in all) "
+            f"from {stamp} UTC; {len(self.monitor.gaps)} gaps in {self.monitor.samples} samples"
+        )
+        return LivenessResult(name, gap.zk_up <= bound, detail, gap.zk_up, measure=True)
+
     def _writers_progress(self, since: float, timeout: float) -> LivenessResult:
         """Every writer gets new acknowledgements after the heal."""
         base = {w.name: w.acks for w in self.writers}
@@ -220,17 +308,23 @@ class Checker:
         if self.group is None:
             return []
         started = time.monotonic()
-        ends = self._end_offsets()
-        caught = self.group.wait_caught_up(ends, self.history, timeout)
-        self.group.stop()
+        out: list[LivenessResult] = []
+        try:
+            ends = self._end_offsets()
+        except KafkaException as exc:
+            caught, detail = False, f"no end offsets: {exc.args[0]}"
+        else:
+            caught = self.group.wait_caught_up(ends, self.history, timeout)
+            detail = "" if caught else f"ends {ends}, read {self.group.read} in {timeout:.0f}s"
+        try:
+            self.group.stop()
+        except RuntimeError as exc:
+            out.append(LivenessResult("group members ran to the end", False, repr(exc.__cause__)))
         self.note("group stopped")
-        drained = LivenessResult(
-            "group read to the end",
-            caught,
-            "" if caught else f"ends {ends}, read {self.group.read} in {timeout:.0f}s",
-            time.monotonic() - started if caught else None,
-        )
-        return [drained, self._group_commits(timeout)]
+        took = time.monotonic() - started if caught else None
+        out.append(LivenessResult("group read to the end", caught, detail, took))
+        out.append(self._group_commits(timeout))
+        return out
 
     def _end_offsets(self) -> dict[TP, int]:
         c = Consumer(

@@ -22,6 +22,9 @@ SERVICE_EVENTS = re.compile(
     r"recover|register|offline|stopp|shutting|started|coordinator|exited",
     re.IGNORECASE,
 )
+#: kept out even though SERVICE_EVENTS matches: one line per shard on every election (the
+#: coordinators' own "Elected as the group coordinator" lines tell the same)
+SERVICE_NOISE = re.compile(r"^shard \d+ of __consumer_offsets moved")
 _SKIP_KEYS = {"timestamp", "event", "level", "service", "node_id"}
 
 
@@ -76,7 +79,8 @@ def service_events(logs_dir: Path, since: float = 0.0) -> list[Event]:
                 continue
             event = str(entry.get("event", ""))
             level = str(entry.get("level", ""))
-            if level not in ("warning", "error", "critical") and not SERVICE_EVENTS.search(event):
+            important = level in ("warning", "error", "critical")
+            if not important and (not SERVICE_EVENTS.search(event) or SERVICE_NOISE.search(event)):
                 continue
             extra = " ".join(
                 f"{k}={json.dumps(v, separators=(',', ':'))}"

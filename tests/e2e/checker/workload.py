@@ -13,6 +13,7 @@ share ``Writer``: a subclass implements ``_produce_loop``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -31,8 +32,17 @@ CONFLUENT_DEFAULTS: dict[str, object] = {
     "message.timeout.ms": 120_000,
     "retry.backoff.ms": 100,
     "topic.metadata.refresh.interval.ms": 2000,
-    "log_level": 2,  # librdkafka's connection chatter stays out of the test output
+    # librdkafka's connection chatter stays out of the test output; to see the client's side
+    # of an anomaly pass writer_config={"confluent-kafka": {"debug": "eos,msg", "log_level": 7}}
+    "log_level": 2,
 }
+
+
+def quiet_client_logs() -> None:
+    """kafka-python and aiokafka log every retry at WARNING: under faults that is thousands of
+    lines in a failed test's report. Their errors still show."""
+    for name in ("kafka", "aiokafka"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 class Writer:
@@ -61,12 +71,14 @@ class Writer:
         self.rate = rate
         self.config = dict(config or {})
         self.acks = 0  # delivery reports with an offset (progress, for liveness)
+        self.last_ack_at = 0.0  # time.monotonic() of the latest acknowledgement
         self.errors = 0
         self.incarnation = 0
         self.flush_timeout = 60.0
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"writer-{name}", daemon=True)
         self._crash: BaseException | None = None
+        quiet_client_logs()
 
     @property
     def writer_id(self) -> str:
@@ -75,6 +87,17 @@ class Writer:
 
     def start(self) -> None:
         self._thread.start()
+
+    def wait_acks(self, count: int, timeout: float = 60.0) -> float:
+        """Block until ``count`` records are acknowledged in total; returns the time taken."""
+        started = time.monotonic()
+        while self.acks < count:
+            if time.monotonic() - started > timeout or self._crash is not None:
+                raise AssertionError(
+                    f"writer {self.name}: {self.acks}/{count} acks within {timeout:g}s"
+                )
+            time.sleep(0.02)
+        return time.monotonic() - started
 
     def stop(self, flush_timeout: float = 60.0) -> None:
         """Stop sending and wait up to ``flush_timeout`` s for outstanding delivery reports
@@ -108,6 +131,7 @@ class Writer:
         self.history.delivered(value, partition, offset, error)
         if error is None:
             self.acks += 1
+            self.last_ack_at = time.monotonic()
         else:
             self.errors += 1
             if self.errors <= 5:
