@@ -135,7 +135,7 @@ class LeaderMover:
         leaders = list(before.values())
         most = max(leaders.count(n) for n in leaders)
         victim = self.rng.choice(sorted(n for n in set(leaders) if leaders.count(n) == most))
-        self.checker.note(f"kill -9 storage-{victim} (leads {most})")
+        self.checker.fault(f"kill -9 storage-{victim} (leads {most})")
         self.cluster.kill("storage", victim, signal.SIGKILL)
         self._wait(
             f"storage-{victim} leads nothing",
@@ -155,7 +155,7 @@ class LeaderMover:
         how = self.rng.choice(["ElectLeaders", "controller failover", "automatic"])
         self.how[how] = self.how.get(how, 0) + 1
         if how == "ElectLeaders":
-            self.checker.note("ElectLeaders PREFERRED")
+            self.checker.fault("ElectLeaders PREFERRED")
             futures = self.admin.elect_leaders(
                 ElectionType.PREFERRED, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
             )
@@ -164,7 +164,7 @@ class LeaderMover:
         elif how == "controller failover":
             active = self.cluster.active_controller_index(timeout=10)
             assert active is not None, "no active controller"
-            self.checker.note(f"kill -9 controller-{active} (active)")
+            self.checker.fault(f"kill -9 controller-{active} (active)")
             self.cluster.kill("controller", active, signal.SIGKILL)
             time.sleep(self.rng.uniform(0.2, 1.0))
             self.cluster.start_process("controller", active, timeout=60)
