@@ -8,6 +8,8 @@ service code never blocks the loop on ZooKeeper.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,11 +17,16 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from services.common.logging import get_logger
 from services.common.zk.layout import PERSISTENT_PATHS
 
 __all__ = ["AsyncZk", "NodeExistsError", "NoNodeError", "ZnodeStat", "KazooState"]
 
 StateCallback = Callable[[str], None]
+
+STOP_TIMEOUT_S = 3.0  # closing a session normally takes milliseconds
+
+log = get_logger("zk.client")
 
 
 class AsyncZk:
@@ -60,8 +67,40 @@ class AsyncZk:
             base.stop()
             base.close()
 
-    async def stop(self) -> None:
-        await asyncio.to_thread(self._stop_sync)
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> bool:  # noqa: ASYNC109
+        """Close the session; returns False when it did not close within ``timeout`` seconds.
+
+        kazoo's stop waits for its connection thread, which can sit in a connection attempt
+        for a whole session timeout (or longer) while ZooKeeper does not answer. It runs on a
+        daemon thread, never on the loop's executor (whose threads an exiting process joins),
+        and is abandoned after ``timeout``: the session then ends by expiry, and the process
+        can still exit."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished(exc: BaseException | None) -> None:
+            if not done.done():
+                if exc is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(exc)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                self._stop_sync()
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+                loop.call_soon_threadsafe(finished, error)
+
+        threading.Thread(target=run, name="zk-stop", daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(done), timeout)
+        except TimeoutError:
+            log.warning("zookeeper session not closed in time, left to expire", timeout_s=timeout)
+            return False
+        return True
 
     def _stop_sync(self) -> None:
         try:
@@ -86,7 +125,8 @@ class AsyncZk:
         if self._loop is None:
             return
         for cb in list(self._state_callbacks):
-            self._loop.call_soon_threadsafe(cb, str(state))
+            with contextlib.suppress(RuntimeError):  # closed loop: the process is exiting
+                self._loop.call_soon_threadsafe(cb, str(state))
 
     # ---- bridging -------------------------------------------------------------------
     def _bridge(self, async_result: Any) -> asyncio.Future[Any]:
@@ -103,11 +143,12 @@ class AsyncZk:
 
         def _done(ar: Any) -> None:
             try:
-                value = ar.get_nowait()
-            except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
-                loop.call_soon_threadsafe(_resolve, None, exc)
-            else:
-                loop.call_soon_threadsafe(_resolve, value, None)
+                value, exc = ar.get_nowait(), None
+            except BaseException as error:  # noqa: BLE001 - delivered to the awaiting coroutine
+                value, exc = None, error
+            # an abandoned session (see stop) may answer after the loop closed
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, value, exc)
 
         async_result.rawlink(_done)
         return fut
