@@ -80,6 +80,15 @@ class ZkStallProxy:
         self._call(self._resume())
         self.stalled_at = None
 
+    def hold(self, session_id: int) -> None:
+        """Freeze one session's link, as a stall does, so the session outlives its client (a
+        registration of a process killed -9 then stays until :meth:`release`)."""
+        self._call(self._set_frozen(session_id))
+
+    def release(self, session_id: int) -> None:
+        """Close a held session's link: ZooKeeper expires the session after its timeout."""
+        self._call(self._close_session(session_id))
+
     def sessions(self) -> set[int]:
         """Sessions of the links alive now (frozen ones included)."""
         return {link.session_id for link in list(self._links) if link.session_id}
@@ -106,6 +115,15 @@ class ZkStallProxy:
         self._open.clear()
         for link in self._links:
             link.frozen = True
+
+    async def _set_frozen(self, session_id: int) -> None:
+        for link in self._links:
+            if link.session_id == session_id:
+                link.frozen = True
+
+    async def _close_session(self, session_id: int) -> None:
+        for link in [x for x in self._links if x.session_id == session_id]:
+            self._close(link)
 
     async def _resume(self) -> None:
         assert self._open is not None
