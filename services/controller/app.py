@@ -31,6 +31,7 @@ from services.common.runtime import new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk, ZnodeStat
 from services.common.zk.layout import Endpoint
+from services.common.zk.registration import DEREGISTER_TIMEOUT_S
 from services.controller.active import ActiveController, NotControllerError
 from services.controller.admin import AdminOps
 from services.controller.elector import Elector
@@ -227,8 +228,11 @@ class ControllerApp:
             return
         await active.stop()
         if delete_node and self.zk.connected:
-            with contextlib.suppress(KazooException):
-                await self.elector.delete_if_ours()
+            # bounded: a connection that looks up may be stalled (the node then goes with the
+            # session)
+            with contextlib.suppress(KazooException, TimeoutError):
+                async with asyncio.timeout(DEREGISTER_TIMEOUT_S):
+                    await self.elector.delete_if_ours()
         self.metrics.update(None)
         log.info("resigned as controller", epoch=active.epoch, reason=reason)
 

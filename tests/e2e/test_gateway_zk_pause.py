@@ -165,66 +165,91 @@ def test_restarted_gateway_waits_registered_and_survives_zookeeper_pauses(
     assert "registration failed, retrying" in text  # ZooKeeper did drop it while it waited
 
 
+class ExtraGateway:
+    """One more gateway process with Kafka's default session timeout (18 s: kazoo's own waits
+    are that long), started by hand next to the cluster."""
+
+    def __init__(self, cluster: LocalCluster, node_id: int, log_path: Path) -> None:
+        self.admin_port = free_port()
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.gateway",
+                "--node.id",
+                str(node_id),
+                "--listeners",
+                "127.0.0.1:0",
+                "--zookeeper.connect",
+                cluster.zk_connect,
+                "--zookeeper.session.timeout.ms",
+                "18000",
+                "--admin.port",
+                str(self.admin_port),
+            ],  # fmt: skip
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+
+    def status(self) -> int | None:
+        try:
+            url = f"http://127.0.0.1:{self.admin_port}/readyz"
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
+    def sigterm(self) -> tuple[int, float]:
+        """Exit code and seconds from SIGTERM to exit."""
+        stopped = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(30)
+        return code, time.monotonic() - stopped
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
 def test_sigterm_while_zookeeper_is_paused_ends_the_gateway_in_bounded_time(
     env: tuple[LocalCluster, ZkStallProxy], tmp_path: Path
 ) -> None:
-    """A gateway with Kafka's default session timeout (18 s: kazoo's own waits are that long)
-    stopped while ZooKeeper does not answer."""
     cluster, _ = env
-    admin_port = free_port()
-    log = open(tmp_path / "gateway-5.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.gateway",
-            "--node.id",
-            "5",
-            "--listeners",
-            "127.0.0.1:0",
-            "--zookeeper.connect",
-            cluster.zk_connect,
-            "--zookeeper.session.timeout.ms",
-            "18000",
-            "--admin.port",
-            str(admin_port),
-        ],  # fmt: skip
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )
     zk_pid = cluster.zookeeper.proc.pid  # type: ignore[union-attr]
+    # a running gateway
+    running = ExtraGateway(cluster, 5, tmp_path / "gateway-5.log")
     try:
-        wait_for(
-            "the extra gateway ready",
-            lambda: _status(admin_port) == 200,
-            60,
-        )
+        wait_for("the extra gateway ready", lambda: running.status() == 200, 60)
         os.kill(zk_pid, signal.SIGSTOP)
         try:
             time.sleep(1.0)
-            stopped = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(30)
-            took = time.monotonic() - stopped
+            code, took = running.sigterm()
         finally:
             os.kill(zk_pid, signal.SIGCONT)
-        print(f"\ngateway stopped {took:.1f}s after SIGTERM with ZooKeeper paused")  # noqa: T201
-        assert code == 0
-        assert took < 10.0, f"{took:.1f}s"  # kazoo alone would wait up to its 18 s
-        assert '"gateway_stopped"' in (tmp_path / "gateway-5.log").read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
+        running.close()
+    print(f"\ngateway stopped {took:.1f}s after SIGTERM with ZooKeeper paused")  # noqa: T201
+    assert code == 0
+    assert took < 10.0, f"{took:.1f}s"  # kazoo alone would wait up to its 18 s
+    assert '"gateway_stopped"' in running.log_path.read_text()
 
-
-def _status(port: int) -> int | None:
+    # a gateway still starting: waiting to connect to the paused ZooKeeper
+    os.kill(zk_pid, signal.SIGSTOP)
+    starting = ExtraGateway(cluster, 6, tmp_path / "gateway-6.log")
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return None
+        wait_for("the starting gateway's admin server", lambda: starting.status() is not None, 60)
+        time.sleep(1.0)
+        code, took = starting.sigterm()
+    finally:
+        os.kill(zk_pid, signal.SIGCONT)
+        starting.close()
+    print(f"starting gateway stopped {took:.1f}s after SIGTERM")  # noqa: T201
+    assert code == 0
+    assert took < 10.0, f"{took:.1f}s"  # the start alone waits 15 s for ZooKeeper

@@ -51,11 +51,13 @@ class AsyncZk:
 
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self, timeout: float = 15.0) -> None:  # noqa: ASYNC109 - kazoo connect timeout
+        """Connect (kazoo blocks up to ``timeout``). Cancellable: a process stopped while
+        ZooKeeper does not answer need not wait for the attempt (it runs on a daemon thread)."""
         self._loop = asyncio.get_running_loop()
         hosts, _, chroot = self.connect_string.partition("/")
         if chroot:
-            await asyncio.to_thread(self._ensure_chroot, hosts, "/" + chroot, timeout)
-        await asyncio.to_thread(self.client.start, timeout)
+            await _on_daemon_thread(self._ensure_chroot, hosts, "/" + chroot, timeout)
+        await _on_daemon_thread(self.client.start, timeout)
 
     @staticmethod
     def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
@@ -75,28 +77,8 @@ class AsyncZk:
         daemon thread, never on the loop's executor (whose threads an exiting process joins),
         and is abandoned after ``timeout``: the session then ends by expiry, and the process
         can still exit."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def finished(exc: BaseException | None) -> None:
-            if not done.done():
-                if exc is None:
-                    done.set_result(None)
-                else:
-                    done.set_exception(exc)
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                self._stop_sync()
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                error = exc
-            with contextlib.suppress(RuntimeError):  # the loop may be closed by now
-                loop.call_soon_threadsafe(finished, error)
-
-        threading.Thread(target=run, name="zk-stop", daemon=True).start()
         try:
-            await asyncio.wait_for(asyncio.shield(done), timeout)
+            await asyncio.wait_for(asyncio.shield(_on_daemon_thread(self._stop_sync)), timeout)
         except TimeoutError:
             log.warning("zookeeper session not closed in time, left to expire", timeout_s=timeout)
             return False
@@ -236,6 +218,32 @@ class AsyncZk:
             loop.call_soon_threadsafe(_run, callback, data, stat)
 
         self.client.DataWatch(path, _fire)
+
+
+def _on_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """Run blocking kazoo work on a daemon thread: unlike ``asyncio.to_thread`` (whose pool an
+    exiting process joins), a thread stuck on an unreachable ZooKeeper never delays an exit."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def finish(value: Any, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is None:
+            done.set_result(value)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        try:
+            value, exc = fn(*args), None
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, exc = None, error
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(finish, value, exc)
+
+    threading.Thread(target=run, name="zk-blocking", daemon=True).start()
+    return done
 
 
 def _run(callback: Callable[..., Any], *args: Any) -> None:
