@@ -1,19 +1,26 @@
-"""EphemeralRegistrar and AsyncZk against a real ZooKeeper whose connection stalls (issue 12 §2):
-registration retries through connection loss until it is done, and deregistration and session
-close stay bounded while ZooKeeper does not answer."""
+"""Registration against a real ZooKeeper whose connection stalls (issue 12 §2): it retries
+through connection loss until it is done; deregistration and session close stay bounded while
+ZooKeeper does not answer; a process waiting to register stops at once on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from services.common.zk import layout
 from services.common.zk.client import STOP_TIMEOUT_S, AsyncZk
 from services.common.zk.registration import DEREGISTER_TIMEOUT_S, EphemeralRegistrar
 from services.common.zk.server import ZooKeeperProcess
 from tests.zk_stall import ZkStallProxy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # whatever the import mode
+from test_storage_node import BROKER_ID, NodeProcess  # noqa: E402  # isort: skip
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +104,32 @@ async def test_deregister_and_close_are_bounded_while_zookeeper_does_not_answer(
     # bounded by our own limits, not by kazoo's session timeout of 18 s
     assert took < DEREGISTER_TIMEOUT_S + STOP_TIMEOUT_S + 2.0, took
     assert await direct.exists(PATH) is not None  # the session still holds it until it expires
+
+
+async def test_sigterm_stops_a_storage_node_that_waits_to_register(
+    zk_connect: str, direct: AsyncZk, tmp_path: Path
+) -> None:
+    """Its broker id is held by another live session: SIGTERM ends the wait (exit 0) instead of
+    the node waiting the whole session timeout before giving up."""
+    await direct.create(layout.broker_path(BROKER_ID), b"{}", ephemeral=True, makepath=True)
+    node = NodeProcess(
+        zk_connect,
+        tmp_path / "log",
+        tmp_path / "out.txt",
+        "--zookeeper.session.timeout.ms",
+        "18000",
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "waiting for it to expire" not in node.output():
+            assert node.proc.poll() is None and time.monotonic() < deadline, node.output()
+            await asyncio.sleep(0.1)
+        stopped = time.monotonic()
+        node.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(node.wait, 30)
+        took = time.monotonic() - stopped
+        assert code == 0, node.output()
+        assert took < 10.0, f"{took:.1f}s"  # the wait alone lasts 20 s
+        assert "storage node stopped" in node.output()
+    finally:
+        node.stop()
