@@ -73,6 +73,7 @@ class ControllerApp:
         # resigned on the suspension timer while the session may still live; cleared when the
         # election ran again after a reconnect of that session (or when the session was lost)
         self._resigned_suspended = False
+        self._resigned_session: int | None = None  # the session that resigned on the timer
         self._suspensions = 0  # count of SUSPENDED transitions: a timer belongs to one of them
         self._watching_controller = False
         self._watched_topics: set[str] = set()
@@ -278,10 +279,12 @@ class ControllerApp:
             return  # reconnected in time (perhaps suspended again since: that one has a timer)
         async with self._lock:
             if self.active is not None:
+                session = self.zk.held_session_id
                 await self._resign_locked(
                     "zookeeper session timed out while disconnected", delete_node=False
                 )
-                self._resigned_suspended = True
+                if not self._session_lost:  # a LOST meanwhile: the new session elects
+                    self._resigned_suspended, self._resigned_session = True, session
         if self.zk.connected:  # reconnected while resigning: the CONNECTED event came too early
             await self._rejoin_after_suspension()
 
@@ -291,6 +294,9 @@ class ControllerApp:
         the election; whoever wins starts a new term with a new epoch."""
         async with self._lock:
             if not self._resigned_suspended or self._stopping or not self.zk.connected:
+                return
+            if self.active is not None or self.zk.held_session_id != self._resigned_session:
+                self._resigned_suspended = False  # acting again, or another session elected
                 return
             try:
                 deleted = await self.elector.delete_if_ours()

@@ -99,6 +99,13 @@ class AsyncZk:
         sid = self.client.client_id
         return sid[0] if sid else None
 
+    @property
+    def held_session_id(self) -> int | None:
+        """The session this client holds, also while disconnected (``session_id`` is None
+        then); None before the first connection and after an expiry."""
+        sid = self.client._session_id
+        return int(sid) if sid else None
+
     def on_state(self, callback: StateCallback) -> None:
         """Call ``callback("LOST"|"SUSPENDED"|"CONNECTED")`` on the loop when the session changes."""
         self._state_callbacks.append(callback)
