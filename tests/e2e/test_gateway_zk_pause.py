@@ -244,8 +244,10 @@ def test_sigterm_while_zookeeper_is_paused_ends_the_gateway_in_bounded_time(
     os.kill(zk_pid, signal.SIGSTOP)
     starting = ExtraGateway(cluster, 6, tmp_path / "gateway-6.log")
     try:
-        wait_for("the starting gateway's admin server", lambda: starting.status() is not None, 60)
+        # its event loop answers (start-up's CPU work is done): it waits for ZooKeeper now
+        wait_for("the starting gateway not ready", lambda: starting.status() == 503, 60)
         time.sleep(1.0)
+        assert starting.status() == 503
         code, took = starting.sigterm()
     finally:
         os.kill(zk_pid, signal.SIGCONT)
