@@ -509,51 +509,33 @@ class LocalCluster:
     # ---- internals: processes ---------------------------------------------------------
     def _flags(self, svc: _Service) -> list[str]:
         listen = f"{self.host}:{svc.port}"
+        # Every service gets the same (short) session timeout: a restarted process waits that
+        # long for the node of its killed predecessor to expire.
         common = [
-            "--zookeeper.connect",
-            self.zk_connect,
-            "--admin.host",
-            self.host,
-            "--admin.port",
-            str(svc.admin_port),
-        ]
-        session = ["--zookeeper.session.timeout.ms", str(self.zk_session_timeout_ms)]
+            "--zookeeper.connect", self.zk_connect,
+            "--zookeeper.session.timeout.ms", str(self.zk_session_timeout_ms),
+            "--admin.host", self.host,
+            "--admin.port", str(svc.admin_port),
+        ]  # fmt: skip
         if svc.role == "controller":
             # __consumer_offsets wants 3 replicas (Kafka's default); a smaller cluster gets what
             # it can host, as Kafka's own test clusters configure it.
             offsets_rf = min(3, self._counts["storage"])
             flags = [
-                "--controller.id", str(svc.index), "--listeners", listen, *common, *session,
+                "--controller.id", str(svc.index), "--listeners", listen, *common,
                 "--offsets.topic.replication.factor", str(offsets_rf),
             ]  # fmt: skip
         elif svc.role == "storage":
             flags = [
-                "--broker.id",
-                str(svc.index),
-                "--listeners",
-                listen,
-                "--log.dirs",
-                ",".join(str(d) for d in self.storage_dirs(svc.index)),
-                "--broker.rack",
-                str(svc.zone),
-                *common,
-                *session,
-            ]
-        elif svc.role == "group_coordinator":
+                "--broker.id", str(svc.index), "--listeners", listen,
+                "--log.dirs", ",".join(str(d) for d in self.storage_dirs(svc.index)),
+                "--broker.rack", str(svc.zone), *common,
+            ]  # fmt: skip
+        else:  # group coordinators and gateways
             flags = [
                 "--node.id", str(svc.index), "--listeners", listen, "--broker.rack", str(svc.zone),
-                *common, *session,
-            ]  # fmt: skip
-        else:
-            flags = [
-                "--node.id",
-                str(svc.index),
-                "--listeners",
-                listen,
-                "--broker.rack",
-                str(svc.zone),
                 *common,
-            ]
+            ]  # fmt: skip
         return flags + self.extra[svc.role]
 
     def _child_env(self) -> dict[str, str]:

@@ -93,13 +93,28 @@ class Service(Protocol):
 
 
 async def serve_until_signalled(service: Service) -> int:
-    """Start ``service``, wait for SIGTERM/SIGINT, stop it (also when starting failed)."""
+    """Start ``service``, wait for SIGTERM/SIGINT, stop it (also when starting failed).
+
+    A signal that arrives while the service is still starting (say, waiting for ZooKeeper or
+    for its previous registration to expire) cancels the start, so shutdown never waits on it.
+    """
     stop = stop_event_on_signals()
+    starting = asyncio.ensure_future(service.start())
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        await service.start()
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return 0
+        starting.result()  # a failed start raises here
         freeze_startup_heap()
-        await stop.wait()
+        await stopping
     finally:
+        if not starting.done():  # the serving coroutine itself was cancelled
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+        stopping.cancel()
         await service.stop()
     return 0
 

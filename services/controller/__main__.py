@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from services.common.logging import configure_logging
-from services.common.runtime import freeze_startup_heap, run, stop_event_on_signals
+from services.common.runtime import run, serve_until_signalled
 from services.controller.app import ControllerApp
 from services.controller.settings import ControllerSettings
 
@@ -14,13 +14,7 @@ from services.controller.settings import ControllerSettings
 async def main(argv: Sequence[str]) -> int:
     settings = ControllerSettings.load(argv)
     configure_logging("controller", settings.controller_id, settings.log_format, settings.log_level)
-    stop = stop_event_on_signals()
-    app = ControllerApp(settings)
-    await app.start()
-    freeze_startup_heap()
-    await stop.wait()
-    await app.stop()
-    return 0
+    return await serve_until_signalled(ControllerApp(settings))
 
 
 def entry() -> None:

@@ -3,6 +3,13 @@
 States: standby (registered, watching ``/controller``) -> active (won the election; an
 :class:`ActiveController` runs) -> standby again on resignation (shutdown, ZooKeeper session loss,
 another controller took over, or a fenced write). Every transition holds one lock.
+
+ZooKeeper stalls: disconnected (kazoo SUSPENDED) for longer than the session timeout, the active
+controller stops acting, since its session may be gone server-side. If the same session then
+reconnects (the server did not expire it), the controller still owns ``/controller`` and no
+standby will ever see it go, so it re-runs the election: it deletes its own ``/controller`` and
+both controllers compete again (Kafka re-checks ``/controller`` on reconnect the same way).
+A real expiry (LOST) re-registers and re-elects once a new session exists.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk, ZnodeStat
 from services.common.zk.layout import Endpoint
+from services.common.zk.registration import DEREGISTER_TIMEOUT_S
 from services.controller.active import ActiveController, NotControllerError
 from services.controller.admin import AdminOps
 from services.controller.elector import Elector
@@ -38,6 +46,14 @@ from services.controller.zkstore import ControllerMovedError
 log = get_logger("controller")
 
 REGISTER_RETRY_S = 0.5
+CHILDREN_WATCHES = (
+    (layout.BROKER_IDS, "brokers"),
+    (layout.BROKER_TOPICS, "topics"),
+    (layout.DELETE_TOPICS, "delete_topics"),
+    (layout.ISR_CHANGE_NOTIFICATION, "isr_change"),
+    (layout.LOG_DIR_EVENT_NOTIFICATION, "log_dir_event"),
+    (layout.GROUP_COORDINATOR_IDS, "coordinators"),
+)
 FAILOVER_ERROR_BACKOFF_S = 1.0
 
 
@@ -61,6 +77,11 @@ class ControllerApp:
         self._lock = asyncio.Lock()
         self._stopping = False
         self._session_lost = False
+        # resigned on the suspension timer while the session may still live; cleared when the
+        # election ran again after a reconnect of that session (or when the session was lost)
+        self._resigned_suspended = False
+        self._resigned_session: int | None = None  # the session that resigned on the timer
+        self._suspensions = 0  # count of SUSPENDED transitions: a timer belongs to one of them
         self._watching_controller = False
         self._watched_topics: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -92,14 +113,7 @@ class ControllerApp:
         )
         self.admin_server.start()
         self.metrics.update(None)
-        for path, kind in (
-            (layout.BROKER_IDS, "brokers"),
-            (layout.BROKER_TOPICS, "topics"),
-            (layout.DELETE_TOPICS, "delete_topics"),
-            (layout.ISR_CHANGE_NOTIFICATION, "isr_change"),
-            (layout.LOG_DIR_EVENT_NOTIFICATION, "log_dir_event"),
-            (layout.GROUP_COORDINATOR_IDS, "coordinators"),
-        ):
+        for path, kind in CHILDREN_WATCHES:
             self.zk.watch_children(path, self._children_watcher(kind))
         await set_serving(self._health, True)
         log.info(
@@ -231,8 +245,11 @@ class ControllerApp:
             return
         await active.stop()
         if delete_node and self.zk.connected:
-            with contextlib.suppress(KazooException):
-                await self.elector.delete_if_ours()
+            # bounded: a connection that looks up may be stalled (the node then goes with the
+            # session)
+            with contextlib.suppress(KazooException, TimeoutError):
+                async with asyncio.timeout(DEREGISTER_TIMEOUT_S):
+                    await self.elector.delete_if_ours()
         self.metrics.update(None)
         log.info("resigned as controller", epoch=active.epoch, reason=reason)
 
@@ -251,28 +268,65 @@ class ControllerApp:
         if state == "LOST":
             self.registered = False
             self._session_lost = True
+            self._resigned_suspended = False  # the new session's election covers it
             self._spawn(self._lose_session(), "session-lost")
         elif state == "SUSPENDED":
+            self._suspensions += 1
             log.warning("zookeeper connection suspended")
-            self._spawn(self._watch_suspension(), "suspended")
+            self._spawn(self._watch_suspension(self._suspensions), "suspended")
         elif state == "CONNECTED" and self._session_lost:
             self._session_lost = False
             log.info("zookeeper session re-established")
             self._spawn(self._register_and_elect(), "re-register")
+        elif state == "CONNECTED":
+            self._resync_children()
+            self._spawn(self._rejoin_after_suspension(), "reconnected")
 
     async def _lose_session(self) -> None:
         async with self._lock:
             await self._resign_locked("zookeeper session lost", delete_node=False)
 
-    async def _watch_suspension(self) -> None:
-        """Disconnected longer than the session timeout: the session is gone server-side, so
-        stop acting now rather than when the reconnect reports the expiry."""
+    async def _watch_suspension(self, suspension: int) -> None:
+        """Disconnected longer than the session timeout: the session may be gone server-side,
+        so stop acting now rather than when the reconnect reports the expiry. Should the same
+        session reconnect instead, :meth:`_rejoin_after_suspension` runs the election again."""
         await asyncio.sleep(self.settings.zookeeper_session_timeout_ms / 1000)
-        if not self.zk.connected:
-            async with self._lock:
+        if self.zk.connected or suspension != self._suspensions:
+            return  # reconnected in time (perhaps suspended again since: that one has a timer)
+        async with self._lock:
+            if self.active is not None:
+                session = self.zk.held_session_id
                 await self._resign_locked(
                     "zookeeper session timed out while disconnected", delete_node=False
                 )
+                if not self._session_lost:  # a LOST meanwhile: the new session elects
+                    self._resigned_suspended, self._resigned_session = True, session
+        if self.zk.connected:  # reconnected while resigning: the CONNECTED event came too early
+            await self._rejoin_after_suspension()
+
+    async def _rejoin_after_suspension(self) -> None:
+        """The session survived a stall during which this controller resigned: it still owns
+        ``/controller``, so nobody acts. Delete the node (the standby's watch fires) and run
+        the election; whoever wins starts a new term with a new epoch."""
+        async with self._lock:
+            if not self._resigned_suspended or self._stopping or not self.zk.connected:
+                return
+            if self.active is not None or self.zk.held_session_id != self._resigned_session:
+                self._resigned_suspended = False  # acting again, or another session elected
+                return
+            try:
+                deleted = await self.elector.delete_if_ours()
+                self._resigned_suspended = False
+                log.info(
+                    "zookeeper session survived the stall; electing again",
+                    session_id=f"{self.zk.session_id or 0:x}",
+                    deleted_own_controller_node=deleted,
+                )
+                if await self.elector.holder() is None:
+                    await self._elect_locked()
+            except KazooException as exc:  # disconnected again: the next CONNECTED retries
+                self._resigned_suspended = True
+                log.warning("re-election after the stall failed", error=type(exc).__name__)
 
     # ---- watches -> events ----------------------------------------------------------------
     def _children_watcher(self, kind: str) -> Callable[[list[str]], None]:
@@ -280,6 +334,15 @@ class ControllerApp:
             self._dispatch(kind)
 
         return changed
+
+    def _resync_children(self) -> None:
+        """Handle every children watch again after a reconnect of the same session. kazoo's
+        ChildrenWatch does not report a list equal to the one it had before the disconnect, so
+        a node that re-registered meanwhile (same id, new session: a bounced storage node, a
+        group coordinator with a new registration) would go unnoticed; the handlers compare
+        registrations themselves and do nothing when nothing changed."""
+        for _path, kind in CHILDREN_WATCHES:
+            self._dispatch(kind)
 
     def _dispatch(self, kind: str, arg: str | None = None) -> None:
         active = self.active

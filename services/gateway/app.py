@@ -1,10 +1,14 @@
 """The gateway process: ZooKeeper, metadata cache, Kafka listener, admin HTTP, registration.
 
 Start order: admin HTTP (so /healthz answers at once), ZooKeeper session, metadata cache
-(first snapshot), Kafka listener, then the ephemeral ``/kafka-py/gateways/<id>`` registration
-(so no client is sent here before the listener is up). Ready = ZooKeeper connected, cache
-loaded, listener bound. SIGTERM: not ready, deregister, stop accepting, let running requests
-finish (bounded by kafkapy.shutdown.timeout.ms), close, exit 0.
+(first snapshot), Kafka listener bound (its port is what gets advertised) but refusing connections,
+the ephemeral ``/kafka-py/gateways/<id>`` registration (waiting out the node of a previous
+process, retrying while ZooKeeper is unreachable), then the listener accepts. So no Kafka request
+is answered, and /readyz is not 200, before the gateway is registered and able to route: ready =
+registered, ZooKeeper connected, cache loaded, accepting. SIGTERM (also while starting): not
+ready, deregister, stop accepting, let running requests finish (bounded by
+kafkapy.shutdown.timeout.ms), close, exit 0; every ZooKeeper step is bounded, so a stop while
+ZooKeeper is unreachable ends in seconds.
 """
 
 from __future__ import annotations
@@ -84,7 +88,13 @@ class Gateway:
         self._stopping = False
 
     def ready(self) -> bool:
-        return not self._stopping and self.zk.connected and self.cache.loaded and self.server.bound
+        return (
+            not self._stopping
+            and self.registrar.registered
+            and self.zk.connected
+            and self.cache.loaded
+            and self.server.bound
+        )
 
     async def start(self) -> None:
         st = self.settings
@@ -98,10 +108,11 @@ class Gateway:
         assert self.services.broker_config is not None
         await self.services.broker_config.apply()  # limits in force before the first accept
         listener = st.listener
-        port = await self.server.start(listener.host, listener.port)
+        port = await self.server.start(listener.host, listener.port, serve=False)
         adv = st.advertised(port)
         self.services.endpoint = layout.Endpoint(st.node_id, adv.host, adv.port, st.broker_rack)
         await self.registrar.register()
+        await self.server.serve()
         log.info(
             "gateway_started",
             listener=f"{listener.host}:{port}",

@@ -387,16 +387,25 @@ class KafkaServer:
 
     @property
     def bound(self) -> bool:
+        """Listening and accepting connections."""
         return self._server is not None and self._server.is_serving()
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, *, serve: bool = True) -> int:
+        """Bind (and, by default, accept); returns the port. With ``serve=False`` the port is
+        held but connections are refused until :meth:`serve`, so a client retries elsewhere
+        (Kafka likewise binds at start-up but processes requests only once registered)."""
         factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
         self._server = await asyncio.get_running_loop().create_server(
-            factory, host or None, port, reuse_address=True, backlog=1024
+            factory, host or None, port, reuse_address=True, backlog=1024, start_serving=serve
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
         return self.port
+
+    async def serve(self) -> None:
+        """Start accepting the connections a ``start(serve=False)`` left waiting."""
+        if self._server is not None and not self._server.is_serving():
+            await self._server.start_serving()
 
     def stop_accepting(self) -> None:
         if self._server is not None:

@@ -50,6 +50,7 @@ LOG_DIR_EVENT_PREFIX = f"{layout.LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_"
 INITIAL_TASK_DELAY_MS = 30_000  # Kafka's LogManager.InitialTaskDelayMs
 ROLL_FLUSH_CHECK_MS = 1000  # how soon a rolled segment is fsynced (recovery point moves)
 NEVER_MS = 2**62  # intervals this large (Kafka's Long.MaxValue default) disable a task
+START_POLL_S = 0.1  # how often a start in progress checks for a stop request
 
 
 class LogDirLock:
@@ -132,6 +133,8 @@ class StorageNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._zk_started = False
         self._stopping = False
+        # connecting to ZooKeeper or waiting to register: a stop requested now cancels the start
+        self.waiting_for_zookeeper = False
 
     def ready(self) -> bool:
         return not self._stopping and self.registrar is not None and self.registrar.registered
@@ -140,12 +143,15 @@ class StorageNode:
     async def start(self) -> None:
         s = self.settings
         try:
+            self.waiting_for_zookeeper = True
             await self.zk.start()
         except Exception as exc:
             await self.zk.stop()
             raise StartupError(
                 f"cannot connect to ZooKeeper at {s.zookeeper_connect}: {exc!r}"
             ) from None
+        finally:
+            self.waiting_for_zookeeper = False
         self._zk_started = True
         await self.zk.ensure_layout()
         self.cluster_id = await get_or_create_cluster_id(self.zk)
@@ -189,7 +195,11 @@ class StorageNode:
             ),
             s.zookeeper_session_timeout_ms,
         )
-        await self.registrar.register()
+        self.waiting_for_zookeeper = True
+        try:
+            await self.registrar.register()
+        finally:
+            self.waiting_for_zookeeper = False
         self._start_background_tasks()
         log.info(
             "storage node started",
@@ -440,10 +450,20 @@ async def run_node(
     A failed start cleans up what was started and re-raises.
     """
     node = StorageNode(settings, metrics)
+    starting = asyncio.ensure_future(node.start())
     try:
-        await node.start()
+        while not starting.done():
+            await asyncio.wait({starting}, timeout=START_POLL_S)
+            if stop.is_set() and node.waiting_for_zookeeper and not starting.done():
+                starting.cancel()  # nothing on disk is in flight: give the start up
+        starting.result()
     except BaseException:
+        if not starting.done():  # run_node itself was cancelled
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
         await node.stop()
+        if starting.cancelled() and stop.is_set():
+            return 0
         raise
     freeze_startup_heap()
     await stop.wait()

@@ -8,6 +8,8 @@ service code never blocks the loop on ZooKeeper.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,11 +17,16 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from services.common.logging import get_logger
 from services.common.zk.layout import PERSISTENT_PATHS
 
 __all__ = ["AsyncZk", "NodeExistsError", "NoNodeError", "ZnodeStat", "KazooState"]
 
 StateCallback = Callable[[str], None]
+
+STOP_TIMEOUT_S = 3.0  # closing a session normally takes milliseconds
+
+log = get_logger("zk.client")
 
 
 class AsyncZk:
@@ -44,11 +51,13 @@ class AsyncZk:
 
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self, timeout: float = 15.0) -> None:  # noqa: ASYNC109 - kazoo connect timeout
+        """Connect (kazoo blocks up to ``timeout``). Cancellable: a process stopped while
+        ZooKeeper does not answer need not wait for the attempt (it runs on a daemon thread)."""
         self._loop = asyncio.get_running_loop()
         hosts, _, chroot = self.connect_string.partition("/")
         if chroot:
-            await asyncio.to_thread(self._ensure_chroot, hosts, "/" + chroot, timeout)
-        await asyncio.to_thread(self.client.start, timeout)
+            await _on_daemon_thread(self._ensure_chroot, hosts, "/" + chroot, timeout)
+        await _on_daemon_thread(self.client.start, timeout)
 
     @staticmethod
     def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
@@ -60,8 +69,20 @@ class AsyncZk:
             base.stop()
             base.close()
 
-    async def stop(self) -> None:
-        await asyncio.to_thread(self._stop_sync)
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> bool:  # noqa: ASYNC109
+        """Close the session; returns False when it did not close within ``timeout`` seconds.
+
+        kazoo's stop waits for its connection thread, which can sit in a connection attempt
+        for a whole session timeout (or longer) while ZooKeeper does not answer. It runs on a
+        daemon thread, never on the loop's executor (whose threads an exiting process joins),
+        and is abandoned after ``timeout``: the session then ends by expiry, and the process
+        can still exit."""
+        try:
+            await asyncio.wait_for(asyncio.shield(_on_daemon_thread(self._stop_sync)), timeout)
+        except TimeoutError:
+            log.warning("zookeeper session not closed in time, left to expire", timeout_s=timeout)
+            return False
+        return True
 
     def _stop_sync(self) -> None:
         try:
@@ -78,6 +99,13 @@ class AsyncZk:
         sid = self.client.client_id
         return sid[0] if sid else None
 
+    @property
+    def held_session_id(self) -> int | None:
+        """The session this client holds, also while disconnected (``session_id`` is None
+        then); None before the first connection and after an expiry."""
+        sid = self.client._session_id
+        return int(sid) if sid else None
+
     def on_state(self, callback: StateCallback) -> None:
         """Call ``callback("LOST"|"SUSPENDED"|"CONNECTED")`` on the loop when the session changes."""
         self._state_callbacks.append(callback)
@@ -86,7 +114,8 @@ class AsyncZk:
         if self._loop is None:
             return
         for cb in list(self._state_callbacks):
-            self._loop.call_soon_threadsafe(cb, str(state))
+            with contextlib.suppress(RuntimeError):  # closed loop: the process is exiting
+                self._loop.call_soon_threadsafe(cb, str(state))
 
     # ---- bridging -------------------------------------------------------------------
     def _bridge(self, async_result: Any) -> asyncio.Future[Any]:
@@ -103,11 +132,12 @@ class AsyncZk:
 
         def _done(ar: Any) -> None:
             try:
-                value = ar.get_nowait()
-            except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
-                loop.call_soon_threadsafe(_resolve, None, exc)
-            else:
-                loop.call_soon_threadsafe(_resolve, value, None)
+                value, exc = ar.get_nowait(), None
+            except BaseException as error:  # noqa: BLE001 - delivered to the awaiting coroutine
+                value, exc = None, error
+            # an abandoned session (see stop) may answer after the loop closed
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, value, exc)
 
         async_result.rawlink(_done)
         return fut
@@ -195,6 +225,32 @@ class AsyncZk:
             loop.call_soon_threadsafe(_run, callback, data, stat)
 
         self.client.DataWatch(path, _fire)
+
+
+def _on_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """Run blocking kazoo work on a daemon thread: unlike ``asyncio.to_thread`` (whose pool an
+    exiting process joins), a thread stuck on an unreachable ZooKeeper never delays an exit."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def finish(value: Any, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is None:
+            done.set_result(value)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        try:
+            value, exc = fn(*args), None
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, exc = None, error
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(finish, value, exc)
+
+    threading.Thread(target=run, name="zk-blocking", daemon=True).start()
+    return done
 
 
 def _run(callback: Callable[..., Any], *args: Any) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from kazoo.exceptions import KazooException
+
 from services.common.logging import get_logger
 from services.common.zk.client import AsyncZk, NodeExistsError
 
@@ -13,6 +15,7 @@ log = get_logger("zk.registration")
 
 RETRY_BACKOFF_S = 0.5
 EXPIRY_GRACE_S = 2.0  # ZooKeeper expires sessions on tick boundaries, a little after the timeout
+DEREGISTER_TIMEOUT_S = 2.0  # a stop while ZooKeeper is unreachable leaves the node to the expiry
 
 
 class RegistrationError(RuntimeError):
@@ -23,7 +26,9 @@ class EphemeralRegistrar:
     """Keeps the ephemeral ``path`` registered for as long as the process runs.
 
     At start, a node left by an old session of ours (e.g. after kill -9) is waited out, up to
-    the session timeout plus a small grace.
+    the session timeout plus a small grace once ZooKeeper answers. Connection loss and session
+    expiry are retried until the node exists or :meth:`deregister` is called: a process never
+    exits because ZooKeeper went away while it registered.
     After a session loss (kazoo LOST), the node is created again once connected.
     """
 
@@ -52,14 +57,29 @@ class EphemeralRegistrar:
         zk.on_state(self._on_state)
 
     async def register(self) -> None:
-        """Create the ephemeral node; raise RegistrationError if another session keeps holding it."""
+        """Create the ephemeral node, retrying through connection loss and session expiry until
+        it exists; raise RegistrationError if another session keeps holding it (or when
+        :meth:`deregister` was called meanwhile)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._session_timeout_s + EXPIRY_GRACE_S
+        deadline: float | None = None  # counted from when ZooKeeper showed the node held
         waited = False
-        while True:
-            if await self._try_create():
-                return
-            if loop.time() >= deadline:
+        while not self._stopping:
+            try:
+                if await self._try_create():
+                    return
+            except KazooException as exc:
+                # ConnectionLoss, SessionExpired, OperationTimeout...: the holder's expiry is
+                # ZooKeeper's business, so count the wait again once it answers.
+                deadline = None
+                log.warning(
+                    "registration failed, retrying", path=self.path, error=type(exc).__name__
+                )
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            now = loop.time()
+            if deadline is None:
+                deadline = now + self._session_timeout_s + EXPIRY_GRACE_S
+            elif now >= deadline:
                 raise RegistrationError(
                     f"{self.what} is already registered at {self.path} by another live "
                     f"ZooKeeper session (is another process running with this id?)"
@@ -71,7 +91,8 @@ class EphemeralRegistrar:
                     timeout_s=self._session_timeout_s,
                 )
                 waited = True
-            await asyncio.sleep(min(RETRY_BACKOFF_S, max(deadline - loop.time(), 0.01)))
+            await asyncio.sleep(min(RETRY_BACKOFF_S, max(deadline - now, 0.01)))
+        raise RegistrationError(f"{self.what}: stopped before {self.path} was registered")
 
     async def _try_create(self) -> bool:
         try:
@@ -92,9 +113,10 @@ class EphemeralRegistrar:
         if self._stopping:
             return
         if state == "LOST":
+            if self.registered:  # a register() still running retries in the new session itself
+                self._session_lost = True
             self.registered = False
             self.czxid = 0
-            self._session_lost = True
             log.warning("ZooKeeper session lost; registration is gone", path=self.path)
         elif state == "SUSPENDED":
             log.warning("ZooKeeper connection suspended")
@@ -117,6 +139,8 @@ class EphemeralRegistrar:
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def deregister(self) -> None:
+        """Delete the node if this session holds it; bounded: when ZooKeeper does not answer in
+        time the node goes with the session."""
         self._stopping = True
         if self._repair is not None and not self._repair.done():
             self._repair.cancel()
@@ -124,10 +148,14 @@ class EphemeralRegistrar:
         if not self.registered:
             return
         self.registered = False
+        if not self.zk.connected:
+            log.warning("not deregistered: ZooKeeper is unreachable", path=self.path)
+            return
         try:
-            stat = await self.zk.exists(self.path)
-            if stat is not None and stat.ephemeralOwner == self.zk.session_id:
-                await self.zk.delete(self.path, version=stat.version)
-                log.info("deregistered", path=self.path)
+            async with asyncio.timeout(DEREGISTER_TIMEOUT_S):
+                stat = await self.zk.exists(self.path)
+                if stat is not None and stat.ephemeralOwner == self.zk.session_id:
+                    await self.zk.delete(self.path, version=stat.version)
+                    log.info("deregistered", path=self.path)
         except Exception as exc:  # the session ends right after anyway
             log.warning("deregistration failed", error=repr(exc))

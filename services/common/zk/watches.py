@@ -10,8 +10,11 @@ stopped watches do not pile up in the client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from kazoo.protocol.states import ZnodeStat
@@ -42,7 +45,7 @@ class WatchSet:
 
     def __init__(self, zk: AsyncZk, threads: int = 4) -> None:
         self._zk = zk
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zk-watch")
+        self._executor = _DaemonPool(threads, "zk-watch")
         self._active: dict[tuple[str, str], _Watch] = {}
         self._unfired = 0
         self._idle = asyncio.Event()
@@ -80,7 +83,7 @@ class WatchSet:
             self._stop(w)
         self._active.clear()
         self._closed = True
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()
 
     # ---- internals ------------------------------------------------------------------
     def _stop(self, w: _Watch) -> None:
@@ -151,20 +154,21 @@ class WatchSet:
                 return ChildrenWatch(self._zk.client, path, on_children, allow_session_lost=True)
 
         def created(fut: Future[Any]) -> None:
-            exc = fut.exception() if not fut.cancelled() else None
-            if fut.cancelled():
+            if fut.cancelled() or loop.is_closed():
                 return
-            if exc is None:
-                w.recipe = fut.result()
-                if w.stopped:
-                    loop.call_soon_threadsafe(self._stop, w)
-                elif kind == "children" and w.recipe._stopped:
-                    # kazoo gives up silently when the parent znode does not exist yet.
-                    loop.call_soon_threadsafe(deliver, [])
-                    loop.call_soon_threadsafe(loop.call_later, _RETRY_DELAY_S, retry)
-                return
-            log.warning("zk_watch_create_failed", path=path, error=repr(exc))
-            loop.call_soon_threadsafe(loop.call_later, _RETRY_DELAY_S, retry)
+            exc = fut.exception()
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (exiting)
+                if exc is None:
+                    w.recipe = fut.result()
+                    if w.stopped:
+                        loop.call_soon_threadsafe(self._stop, w)
+                    elif kind == "children" and w.recipe._stopped:
+                        # kazoo gives up silently when the parent znode does not exist yet.
+                        loop.call_soon_threadsafe(deliver, [])
+                        loop.call_soon_threadsafe(loop.call_later, _RETRY_DELAY_S, retry)
+                    return
+                log.warning("zk_watch_create_failed", path=path, error=repr(exc))
+                loop.call_soon_threadsafe(loop.call_later, _RETRY_DELAY_S, retry)
 
         def retry() -> None:
             if not w.stopped and not self._closed:
@@ -174,3 +178,48 @@ class WatchSet:
             self._executor.submit(create).add_done_callback(created)
         except RuntimeError:  # executor shut down
             pass
+
+
+class _DaemonPool:
+    """A few worker threads that never delay the process's exit: creating a watch blocks on
+    ZooKeeper, and an exiting process joins ``ThreadPoolExecutor`` workers, so a worker stuck on
+    an unreachable ZooKeeper would hold a stopped service for as long as kazoo retries."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = threads
+        self._closed = False
+        for i in range(threads):
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True).start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        if self._closed:
+            raise RuntimeError("pool shut down")
+        fut: Future[Any] = Future()
+        self._queue.put((fut, fn))
+        return fut
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; workers end after their current job."""
+        self._closed = True
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in range(self._threads):
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fut, fn = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the future's owner
+                fut.set_exception(exc)
