@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 PING = struct.pack(">iii", 8, -2, 11)
+MULTI = 14  # ZooKeeper's opcode of a multi request
 PING_INTERVAL_S = 0.25
 # After a stall a frozen link keeps its session alive until the client is back on a new link
 # for the same session (the server then drops the old one), at most this long.
@@ -52,6 +53,7 @@ class ZkStallProxy:
         self._server: asyncio.base_events.Server | None = None
         self._open: asyncio.Event | None = None
         self._links: set[_Link] = set()
+        self._stall_after_op: int | None = None
         self.stalled_at: float | None = None
 
     @property
@@ -73,6 +75,11 @@ class ZkStallProxy:
         """From now on nothing passes; every session stays alive."""
         self._call(self._stall())
         self.stalled_at = time.monotonic()
+
+    def stall_after(self, op: int) -> None:
+        """Pass the next request of ``op`` (e.g. MULTI) to ZooKeeper, then stall before its
+        reply: the request runs, its client never learns the outcome (ConnectionLoss)."""
+        self._stall_after_op = op
 
     def resume(self) -> None:
         """Let new connections through again (the stalled ones stay dead, as after a client
@@ -163,6 +170,11 @@ class ZkStallProxy:
                 continue  # swallowed, as by a stopped server
             assert link.upstream is not None
             link.upstream.write(head + body)
+            if self._stall_after_op is not None and len(body) >= 8:
+                if struct.unpack_from(">i", body, 4)[0] == self._stall_after_op:
+                    self._stall_after_op = None
+                    await self._stall()
+                    self.stalled_at = time.monotonic()
 
     async def _downstream(self, link: _Link, reader: asyncio.StreamReader) -> None:
         """ZooKeeper -> client; learns the session from the ConnectResponse."""

@@ -212,7 +212,18 @@ class ControllerApp:
     async def _elect_locked(self) -> None:
         if self.active is not None or self._stopping or not self.registered:
             return
-        won = await self.elector.try_elect()
+        try:
+            won = await self.elector.try_elect()
+        except KazooException as exc:
+            # The multi's outcome is unknown (ConnectionLoss: it may have run): /controller may
+            # now be ours while nobody acts. Kafka's checkedEphemeralCreate re-reads the node;
+            # here the same session, once connected again, deletes its own node and elects
+            # again (as after a stall), a lost session elects in its successor.
+            log.warning("controller election interrupted", error=type(exc).__name__)
+            self._resigned_suspended, self._resigned_session = True, self.zk.held_session_id
+            if self.zk.connected:  # the CONNECTED event may have come already
+                self._spawn(self._rejoin_after_suspension(), "re-elect")
+            return
         if won is None:
             holder = await self.elector.holder()
             log.info("another controller is active", controller=holder[0] if holder else None)

@@ -4,6 +4,7 @@ controller apps reach ZooKeeper through a proxy that can stall while keeping eve
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +19,7 @@ from services.common.zk.server import ZooKeeperProcess
 from services.controller.app import ControllerApp
 from services.controller.metrics import ControllerMetrics
 from services.controller.settings import ControllerSettings
-from tests.zk_stall import ZkStallProxy
+from tests.zk_stall import MULTI, ZkStallProxy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, whatever the import mode
 from test_controller_harness import FakeStorage, wait_for  # noqa: E402  # isort: skip
@@ -128,3 +129,40 @@ async def test_broker_that_bounced_while_the_controller_was_disconnected_gets_it
         assert first.active is term  # the same term noticed it
     finally:
         await node.stop()
+
+
+async def test_an_election_whose_reply_is_lost_ends_with_an_acting_controller(
+    controllers: list[ControllerApp], proxy: ZkStallProxy, zk: AsyncZk
+) -> None:
+    """The election multi runs in ZooKeeper but its reply is lost (ConnectionLoss): /controller
+    is then held by a session whose controller does not know it won. Once the same session is
+    back it deletes its own node and elects again (found by the shared checker's chaos runs)."""
+    proxy.stall_after(MULTI)
+    await zk.delete(layout.CONTROLLER)  # the standby's election is the next multi
+    await wait_for(lambda: proxy.stalled_at is not None, 10, what="the election's multi")
+    holder = await zk.get(layout.CONTROLLER)
+    assert layout.loads(holder[0])["brokerid"] == 2, "the standby's multi ran"
+    await wait_for(lambda: not controllers[1].zk.connected, 10, what="connection loss")
+    proxy.resume()
+    # controller 1 still thinks it leads until it sees the stall's changes: wait for an acting
+    # controller that also holds /controller with its own session
+    deadline = time.monotonic() + 20
+    while True:
+        app = acting(controllers)
+        data, stat = (
+            await zk.get(layout.CONTROLLER)
+            if await zk.exists(layout.CONTROLLER)
+            else (
+                None,
+                None,
+            )
+        )
+        if (
+            app is not None
+            and data is not None
+            and layout.loads(data)["brokerid"] == app.id
+            and stat.ephemeralOwner == app.zk.session_id
+        ):
+            break
+        assert time.monotonic() < deadline, f"no acting holder of /controller ({data!r})"
+        await asyncio.sleep(0.2)
