@@ -19,9 +19,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
-from services.common.zk.layout import GROUP_COORDINATOR_SHARDS, ShardMap, group_partition
 from tests.e2e.checker import Checker, evidence_dir
-from tests.integration.kafka_support import wait_for
+from tests.integration.kafka_support import shard_owner, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,14 +46,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.stop()
-
-
-def shard_owner(zk: KazooClient, group: str) -> tuple[int, int, int]:
-    data, _ = zk.get(GROUP_COORDINATOR_SHARDS)
-    shard_map = ShardMap.from_json(data)
-    p = group_partition(group, shard_map.partitions)
-    owner = shard_map.shards[p]
-    return p, owner.owner, owner.epoch
 
 
 def test_kill_group_coordinator_moves_shards_and_keeps_offsets(

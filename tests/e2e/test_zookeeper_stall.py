@@ -31,8 +31,13 @@ from kazoo.exceptions import NoNodeError
 from services.cli.local_cluster import LocalCluster
 from services.common.zk import layout
 from services.common.zk.server import free_port
-from tests.e2e.test_group_coordinator_failover import commit_retrying, shard_owner
-from tests.integration.kafka_support import make_text_records, produce_confluent, wait_for
+from tests.integration.kafka_support import (
+    commit_retrying,
+    make_text_records,
+    produce_confluent,
+    shard_owner,
+    wait_for,
+)
 from tests.zk_stall import ZkStallProxy
 
 pytestmark = pytest.mark.e2e

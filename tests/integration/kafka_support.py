@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 EXTERNAL_BOOTSTRAP_ENV = "KAFKAPY_ITEST_BOOTSTRAP"
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -604,3 +604,37 @@ def zk_partition_state(zk_connect: str, topic: str, partition: int) -> dict[str,
         zk.close()
     state: dict[str, Any] = json.loads(data)
     return state
+
+
+def shard_owner(zk: Any, group: str) -> tuple[int, int, int]:
+    """(``__consumer_offsets`` partition, owning coordinator, shard epoch) of ``group``, from
+    the controller's shard map in ZooKeeper (``zk``: a started KazooClient)."""
+    from services.common.zk.layout import GROUP_COORDINATOR_SHARDS, ShardMap, group_partition
+
+    data, _ = zk.get(GROUP_COORDINATOR_SHARDS)
+    shard_map = ShardMap.from_json(data)
+    p = group_partition(group, shard_map.partitions)
+    owner = shard_map.shards[p]
+    return p, owner.owner, owner.epoch
+
+
+def commit_retrying(c: Consumer, timeout: float) -> float:
+    """Commit synchronously until it succeeds (retriable and coordinator errors are retried);
+    returns how long it took."""
+    started = time.monotonic()
+    while True:
+        try:
+            c.commit(asynchronous=False)
+            return time.monotonic() - started
+        except KafkaException as exc:
+            err = exc.args[0]
+            assert err.retriable() or err.code() in (
+                KafkaError.NOT_COORDINATOR,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError._WAIT_COORD,
+                KafkaError.REQUEST_TIMED_OUT,
+                KafkaError._TIMED_OUT,
+            ), f"commit failed for good: {err}"
+            assert time.monotonic() - started < timeout, f"no commit within {timeout}s: {err}"
+            c.poll(0.2)
