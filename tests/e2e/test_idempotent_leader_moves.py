@@ -182,24 +182,30 @@ def test_idempotent_writers_see_no_duplicates_across_leader_moves(
     moves_cluster: LocalCluster, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     seed = int(os.environ.get("KAFKAPY_LEADER_MOVES_SEED") or random.randrange(1 << 30))
-    checker = Checker(
+    with Checker(
         moves_cluster,
         TOPIC,
         evidence=evidence_dir(tmp_path, request.node.name),
         writers=WRITERS,
         group_members=1,
         seed=seed,
-    )
-    checker.create_topic(partitions=PARTITIONS, config={"min.insync.replicas": "2"})
-    checker.start()
-    mover = LeaderMover(moves_cluster, checker, seed)
-    try:
-        time.sleep(2.0)
-        for _ in range(ROUNDS):
-            mover.round()
-    finally:
-        mover.close()
-    outcome = checker.finish()
+    ) as checker:
+        checker.create_topic(partitions=PARTITIONS, config={"min.insync.replicas": "2"})
+        checker.start()
+        mover = LeaderMover(moves_cluster, checker, seed)
+        stuck: AssertionError | None = None
+        try:
+            time.sleep(2.0)
+            for _ in range(ROUNDS):
+                mover.round()
+        except AssertionError as exc:  # a move that never completed: judged after the verdicts
+            stuck = exc
+            checker.note(f"leader moves stopped: {exc}")
+        finally:
+            mover.close()
+        outcome = checker.finish()
     print(f"seed {seed}: {mover.moves} leader moves, moved back by {mover.how}")  # noqa: T201
+    if stuck is not None:
+        raise AssertionError(f"{stuck} (evidence: {outcome.evidence})")
     assert mover.moves >= 2 * ROUNDS, f"only {mover.moves} leader moves"
     outcome.assert_ok()
