@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from services.cli.common import CliError, kafka_error_text
+from services.cli.probes import recv_exact
 from services.common.protocol import ApiKey
 from services.common.protocol.messages import decode_response, encode_request
 from services.common.protocol.schema import known_versions
@@ -89,8 +90,8 @@ def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tupl
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(frame)
-            size = struct.unpack(">i", _read_exact(sock, 4))[0]
-            answer = _read_exact(sock, size)
+            size = struct.unpack(">i", recv_exact(sock, 4))[0]
+            answer = recv_exact(sock, size)
     except OSError as exc:
         raise CliError(f"ApiVersions to {host}:{port} failed: {exc.strerror or exc}") from None
     got, body = decode_response(ApiKey.API_VERSIONS, 3, answer)
@@ -99,16 +100,6 @@ def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tupl
     if body["error_code"] not in (0, 35):  # 35: v0 fallback, still carries the versions
         raise CliError(f"ApiVersions to {host}:{port} failed with error {body['error_code']}")
     return {e["api_key"]: (e["min_version"], e["max_version"]) for e in body["api_keys"]}
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:

@@ -39,7 +39,8 @@ def api_versions_request(correlation_id: int, client_id: str = "kafka-py-probe")
     return struct.pack(">i", len(payload)) + payload
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from a blocking socket (ConnectionError if it closes first)."""
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -56,10 +57,10 @@ def kafka_answers(host: str, port: int, timeout: float = 1.0) -> bool:
         with socket.create_connection((host, port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(api_versions_request(correlation_id))
-            (size,) = struct.unpack(">i", _recv_exact(s, 4))
+            (size,) = struct.unpack(">i", recv_exact(s, 4))
             if size < 6:
                 return False
-            head = _recv_exact(s, 6)
+            head = recv_exact(s, 6)
             got_cid, error_code = struct.unpack(">ih", head)
             return got_cid == correlation_id and error_code == 0
     except (OSError, struct.error):

@@ -7,6 +7,7 @@ import asyncio
 from services.common import broker_config
 from services.common.logging import get_logger
 from services.common.zk import layout
+from services.common.zk.client import AsyncZk
 from services.gateway.context import GatewayServices
 
 log = get_logger("gateway.admin")
@@ -17,14 +18,9 @@ async def wait_config_visible(s: GatewayServices, topic: str, deadline: float) -
     zk = s.zk
     if zk is None:
         return True
-    path = layout.topic_config_path(topic)
-    try:
-        await zk.sync(path)
-        got = await zk.get_or_none(path)
-    except Exception as exc:  # noqa: BLE001 - the change is made; only the wait is skipped
-        log.warning("config_read_back_failed", topic=topic, error=repr(exc))
+    expected = await _read_back(zk, layout.topic_config_path(topic), topic)
+    if expected is None:
         return False
-    expected = layout.parse_topic_config(got[0] if got else None)
 
     def visible() -> bool:
         t = s.cache.topic(topic)
@@ -46,16 +42,23 @@ async def wait_broker_config_visible(
     if zk is None:
         return True
     entity = broker_config.entity_name(resource_name)
-    path = layout.broker_config_path(entity)
-    try:
-        await zk.sync(path)
-        got = await zk.get_or_none(path)
-    except Exception as exc:  # noqa: BLE001 - the change is made; only the wait is skipped
-        log.warning("broker_config_read_back_failed", entity=entity, error=repr(exc))
+    expected = await _read_back(zk, layout.broker_config_path(entity), entity)
+    if expected is None:
         return False
-    expected = layout.parse_topic_config(got[0] if got else None)
     remaining = deadline - asyncio.get_running_loop().time()
     ok = await s.broker_configs.wait_for(entity, expected, max(remaining, 0.0))
     if not ok:
         log.warning("broker_config_change_not_visible", entity=entity)
     return ok
+
+
+async def _read_back(zk: AsyncZk, path: str, what: str) -> dict[str, str] | None:
+    """The config overrides ZooKeeper holds now at ``path`` (after a sync), or None when they
+    cannot be read (the change is made; only the wait for it is skipped)."""
+    try:
+        await zk.sync(path)
+        got = await zk.get_or_none(path)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        log.warning("config_read_back_failed", config=what, path=path, error=repr(exc))
+        return None
+    return layout.parse_topic_config(got[0] if got else None)
