@@ -616,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     explicit = {f.resolve() for f in files}
     decoder: RecordDecoder | None = None
     if args.offsets_decoder:
-        from services.group_coordinator.offsets_topic import describe_record
+        from services.common.internal_topics.consumer_offsets import describe_record
 
         decoder = describe_record
     status = 0
