@@ -24,12 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from services.cli.local_cluster import (
-    LOCK_FILE,
-    LocalCluster,
-    LocalClusterError,
-    LocalClusterInterrupted,
-)
+from services.cli.local_cluster import LocalCluster, LocalClusterError, LocalClusterInterrupted
+from services.cli.local_cluster.processes import LOCK_FILE
 from services.cli.supervisor import split_name
 
 CONTROL_DIR = "control"

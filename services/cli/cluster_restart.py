@@ -17,7 +17,8 @@ from typing import Any, TextIO
 
 from services.cli.cluster_control import ControlClient, ControlError, Status
 from services.cli.common import CliError, UsageError
-from services.cli.local_cluster import PIDS_FILE, STATE_FILE
+from services.cli.local_cluster.layout import STATE_FILE
+from services.cli.local_cluster.processes import PIDS_FILE
 from services.cli.rolling_restart import (
     ClusterView,
     RollingRestart,

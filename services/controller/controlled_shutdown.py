@@ -24,16 +24,14 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
+from services.controller.core import ControllerCore
 from services.controller.elections import NO_LEADER
 from services.controller.model import Part, Transition
-
-if TYPE_CHECKING:
-    from services.controller.active import ActiveController
 
 log = get_logger("controller.controlled_shutdown")
 
@@ -51,7 +49,7 @@ def _error(code: ErrorCode, message: str) -> pb.ControlledShutdownResponse:
 
 
 class ControlledShutdowns:
-    def __init__(self, controller: ActiveController) -> None:
+    def __init__(self, controller: ControllerCore) -> None:
         self.c = controller
 
     async def handle(self, req: pb.ControlledShutdownRequest) -> pb.ControlledShutdownResponse:
