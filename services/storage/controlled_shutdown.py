@@ -11,7 +11,8 @@ stops anyway. Each attempt is bounded by ``controller.socket.timeout.ms``. Two a
 (docs/decisions.md): when the controller says none of the partitions left has another live
 replica (the last node of a cluster stopping), retrying cannot help and the node stops at once;
 and without a ZooKeeper connection (no controller could write a leader change) it stops at once,
-so a SIGTERM stays bounded whatever ZooKeeper does.
+so a SIGTERM stays bounded whatever ZooKeeper does. (A node hosting no replicated partition does
+not ask at all: ``StorageNode``.)
 """
 
 from __future__ import annotations

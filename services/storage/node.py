@@ -413,6 +413,9 @@ class StorageNode:
         if not s.controlled_shutdown_enable:
             log.info("controlled shutdown disabled (controlled.shutdown.enable=false)")
             return
+        if not any(len(p.replicas) > 1 for p in (self.rm.partitions() if self.rm else ())):
+            log.info("controlled shutdown: no replicated partition here, nothing to move")
+            return
         assert registrar is not None
         await ControlledShutdown(
             self.zk,
