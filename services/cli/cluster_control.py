@@ -68,6 +68,9 @@ class ControlServer:
         self.log = log
         self.dir = cluster.data_dir / CONTROL_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.dir.iterdir():  # of a previous run: nobody waits for them any more
+            with contextlib.suppress(OSError):
+                stale.unlink()
 
     def poll(self) -> list[str]:
         """Serve every pending request, oldest first; returns their ids."""

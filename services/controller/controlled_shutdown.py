@@ -62,6 +62,7 @@ class ControlledShutdowns:
             return _error(*outcome.error)
         if outcome.acks and req.timeout_ms > 0:
             await asyncio.wait(outcome.acks, timeout=req.timeout_ms / 1000)
+        self.c.metrics.controlled_shutdown_ms.observe((time.monotonic() - started) * 1000)
         log.info(
             "controlled shutdown handled",
             broker=req.broker_id,

@@ -16,6 +16,7 @@ import json
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,6 +108,12 @@ def _log_events(cluster: LocalCluster, index: int, event: str) -> list[dict[str,
     return out
 
 
+def _metric(cluster: LocalCluster, name: str) -> float:
+    url = cluster.admin_url("controller", 0) + "/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()  # noqa: S310 - loopback
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
 def _all_in_sync(cluster: LocalCluster) -> bool:
     return all(not v.under_replicated for v in _states(cluster).values())
 
@@ -177,6 +184,11 @@ def test_controlled_shutdown_moves_leaders_and_isrs(cs_cluster: LocalCluster) ->
     states = _states(cluster)
     assert states[(SOLE, 0)].leader == 2 and states[(SOLE, 0)].isr == (2,)
     assert all(v.leader == 0 and v.isr == (0,) for tp, v in states.items() if tp[0] == TOPIC)
+    # the two requests handled (the refusals are not timed), as Kafka's ControlledShutdownRateAndTimeMs
+    assert (
+        _metric(cluster, "kafka_controller_controllerstats_controlledshutdownrateandtimems_count")
+        == 2
+    )
 
     # node 2's own SIGTERM: the same answer, so it stops after one attempt, still leading it
     cluster.kill("storage", 2, signal.SIGTERM)
