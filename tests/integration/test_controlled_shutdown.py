@@ -36,6 +36,8 @@ from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kafka_support import wait_for, wait_for_topic  # noqa: E402  # isort: skip
 
+pytestmark = pytest.mark.integration
+
 BACKOFF_MS = 300
 RETRIES = 3
 TOPIC = "cs-rf3"
