@@ -65,7 +65,11 @@ def _elect_preferred(bootstrap: str, partitions: list[TopicPartition], timeout_s
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000)}
+        {
+            "bootstrap.servers": bootstrap,
+            "socket.timeout.ms": int(timeout_s * 1000),
+            "log_level": 3,  # librdkafka's notices stay off the progress output
+        }
     )
     tps = [KafkaTopicPartition(t, p) for t, p in partitions]
     try:

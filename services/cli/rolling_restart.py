@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 POLL_S = 0.25
-ELECT_AGAIN_S = 5.0
+ELECT_AGAIN_S = 1.0
 TopicPartition = tuple[str, int]
 
 
