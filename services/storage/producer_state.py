@@ -484,8 +484,11 @@ class ProducerStateManager:
             if off > offset:
                 self.remove_snapshot(off)
 
-    def load_snapshot(self, log_start_offset: int, max_offset: int) -> int:
-        """Reset state from the latest valid snapshot at or below ``max_offset``.
+    def load_snapshot(
+        self, log_start_offset: int, max_offset: int, at_most: int | None = None
+    ) -> int:
+        """Reset state from the latest valid snapshot at or below ``max_offset`` (and
+        ``at_most``, when the log from there must be replayed anyway: recovered segments).
 
         Snapshots above ``max_offset`` or at/below the log start (except one equal to it) are
         deleted. Returns the offset the state is valid up to (``map_end_offset``): the caller
@@ -498,6 +501,8 @@ class ProducerStateManager:
                 self.remove_snapshot(off)
         now = self._now_ms()
         for off in reversed(self.snapshot_offsets()):
+            if at_most is not None and off > at_most:
+                continue
             path = self.snapshot_path(off)
             try:
                 entries = read_snapshot(path)
