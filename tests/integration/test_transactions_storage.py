@@ -20,6 +20,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from tests.integration.kafka_support import (
     STORAGE_NODES,
     TopicFactory,
+    cli_ok,
     wait_for,
     zk_partition_state,
 )
@@ -72,7 +73,7 @@ def test_markers_bound_read_committed_and_survive_leader_failover(
         assert await t.latest(READ_COMMITTED) == 7
         assert await t.latest(0) == 9
 
-        # fencing, as Kafka: an older coordinator epoch, then an older producer epoch
+        # fencing, as Kafka: an older coordinator epoch (an older producer epoch: below)
         stale = await t.marker(False, coordinator_epoch=COORDINATOR_EPOCH - 1)
         assert stale.error_code == ErrorCode.TRANSACTION_COORDINATOR_FENCED, stale
         # not the leader / unknown partition
@@ -93,6 +94,20 @@ def test_markers_bound_read_committed_and_survive_leader_failover(
     indexes = txn_index_files(cluster, name)
     assert len(indexes) == 3 and len(set(indexes.values())) == 1, indexes
     assert len(indexes[t.leader()]) == 34  # one aborted transaction, Kafka's entry size
+
+    # dump-log shows the markers and the index as Kafka's DumpLogSegments does
+    pdir = cluster.storage_dirs(t.leader())[0] / f"{name}-0"
+    seg = pdir / "00000000000000000000.log"
+    dump = cli_ok("dump-log", "--print-data-log", "--files", str(seg)).splitlines()
+    markers = [line for line in dump if "isControl: true" in line]
+    assert len(markers) == 2 and all("isTransactional: true" in m for m in markers), dump
+    assert any(line.endswith("endTxnMarker: COMMIT coordinatorEpoch: 3") for line in dump)
+    assert any(line.endswith("endTxnMarker: ABORT coordinatorEpoch: 3") for line in dump)
+    assert "| offset: 0 " in dump[3] and dump[3].endswith("payload: c0")
+    txn_dump = cli_ok("dump-log", "--files", str(seg.with_suffix(".txnindex"))).splitlines()
+    assert txn_dump[1] == (
+        f"version: 0 producerId: {pid} firstOffset: 4 lastOffset: 6 lastStableOffset: 7"
+    )
 
     # kill -9 of the leader: the new leader has the same LSO and aborted list
     old = t.leader()
