@@ -185,9 +185,7 @@ class Log:
             self._segments, recovered_from, self._log
         )
         if checked_from is not None:
-            rebuild_from = min(
-                checked_from, rebuild_from if rebuild_from is not None else checked_from
-            )
+            rebuild_from = checked_from if rebuild_from is None else min(rebuild_from, checked_from)
         active = self._segments[-1]
         active.make_active()
         self._leo = active.read_next_offset()
