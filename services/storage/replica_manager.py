@@ -59,6 +59,10 @@ class FollowerControl(Protocol):
 
     def max_lag(self) -> int: ...
 
+    def leader_log_end_offset(self, key: TopicPartition) -> int:
+        """The leader's log end offset as its last fetch answer said (-1: not known)."""
+        ...
+
 
 class IsrControl(Protocol):
     """The leader's ISR changes, as the fetch path triggers them."""

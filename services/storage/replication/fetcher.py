@@ -79,6 +79,7 @@ class FetchState:
     not_before: float = 0.0  # loop time before which the partition is not retried
     failures: int = 0
     leader_high_watermark: int = -1
+    leader_log_end_offset: int = -1  # as the last fetch answer said
 
     @property
     def key(self) -> TopicPartition:
@@ -414,6 +415,7 @@ class ReplicaFetcher:
         if lg.log_start_offset < r.log_start_offset <= lg.high_watermark:
             lg.maybe_increment_log_start_offset(r.log_start_offset)
         s.leader_high_watermark = r.high_watermark
+        s.leader_log_end_offset = r.log_end_offset
         s.failures = 0
 
     def _out_of_range(self, s: FetchState, r: FetchResult) -> None:
