@@ -88,6 +88,15 @@ def broker_default(s: GatewayServices, defn: TopicConfigDef) -> Resolved:
 def topic_entries(s: GatewayServices, overrides: Mapping[str, str]) -> list[ConfigEntry]:
     out = []
     for name, defn in sorted(TOPIC_CONFIGS.items()):
+        if not defn.broker_name:  # no broker-wide default: the override, else the default
+            value, source = (
+                (overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
+                if name in overrides
+                else (format_value(defn.default), ConfigSource.DEFAULT_CONFIG)
+            )
+            synonyms_ = ((name, value, source),) if name in overrides else ()
+            out.append(ConfigEntry(name, value, source, defn.type, defn.doc, synonyms=synonyms_))
+            continue
         default = broker_default(s, defn)
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
         value: str | None
