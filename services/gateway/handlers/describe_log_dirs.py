@@ -12,10 +12,10 @@ A node that does not answer is left out (logged); a failed dir answers KAFKA_STO
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterable
 
 from services.common.errors import ErrorCode
+from services.common.log_dir_names import dir_name
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
@@ -26,18 +26,6 @@ from services.gateway.routing import storage_served_by
 from services.gateway.storage_errors import rpc_error_code
 
 log = get_logger("gateway.describe_log_dirs")
-
-_DIR_NAME = re.compile(r"^storage-(\d+):(.*)$", re.DOTALL)
-
-
-def dir_name(broker_id: int, path: str) -> str:
-    return f"storage-{broker_id}:{path}"
-
-
-def parse_dir_name(name: str) -> tuple[int, str] | None:
-    """``(storage id, path)`` of a log dir name this gateway answers, None for another form."""
-    m = _DIR_NAME.match(name)
-    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def storage_request(topics: list[Body] | None) -> pb.DescribeLogDirsRequest:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from services.common.log_dir_names import parse_dir_name
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ApiKey
 from services.common.zk.layout import Endpoint
-from services.gateway.handlers.describe_log_dirs import HANDLER, parse_dir_name
+from services.gateway.handlers.describe_log_dirs import HANDLER
 from services.gateway.routing import broker_endpoints, storage_served_by
 
 from .fakes import FakeStorage, add_brokers, add_gateway, context, services
