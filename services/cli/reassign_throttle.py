@@ -90,21 +90,24 @@ def reassigning_brokers(moves: Mapping[TopicPartition, PartitionMove]) -> list[i
 
 
 def _alter(admin: Any, resources: list[Any], timeout_s: float) -> None:
+    """IncrementalAlterConfigs; a broker resource goes alone (librdkafka allows one a call)."""
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ResourceType
 
-    if not resources:
-        return
-    try:
-        futures = admin.incremental_alter_configs(resources, request_timeout=timeout_s)
-        for res, fut in futures.items():
-            try:
-                fut.result(timeout=timeout_s + 5)
-            except KafkaException as exc:
-                raise CliError(f"{res.name}: {kafka_error_text(exc)}") from None
-    except KafkaException as exc:
-        raise CliError(kafka_error_text(exc)) from None
-    except TimeoutError:
-        raise CliError(f"no answer from the cluster within {timeout_s:g}s") from None
+    topics = [r for r in resources if r.restype != ResourceType.BROKER]
+    calls = [[r] for r in resources if r.restype == ResourceType.BROKER]
+    for batch in ([topics] if topics else []) + calls:
+        try:
+            futures = admin.incremental_alter_configs(batch, request_timeout=timeout_s)
+            for res, fut in futures.items():
+                try:
+                    fut.result(timeout=timeout_s + 5)
+                except KafkaException as exc:
+                    raise CliError(f"{res.name}: {kafka_error_text(exc)}") from None
+        except KafkaException as exc:
+            raise CliError(kafka_error_text(exc)) from None
+        except TimeoutError:
+            raise CliError(f"no answer from the cluster within {timeout_s:g}s") from None
 
 
 def _resource(kind: str, name: str, ops: Mapping[str, str | None]) -> Any:
