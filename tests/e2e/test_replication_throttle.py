@@ -45,6 +45,7 @@ from services.cli.reassign_throttle import (
 )
 from tests.integration.kafka_support import (
     cli_ok,
+    gateway_requests,
     kafka_py,
     one_line,
     wait_for,
@@ -290,11 +291,14 @@ def test_throttled_catch_up_leaves_ordinary_replication_alone(cluster: LocalClus
 
     # kafka-python's describe_log_dirs: every broker id it knows reaches the gateway, which
     # answers for the storage nodes it serves (here all three)
+    before = gateway_requests(cluster, "DescribeLogDirs")
     ka = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
     try:
         answers = ka.describe_log_dirs()
     finally:
         ka.close()
+    after = gateway_requests(cluster, "DescribeLogDirs")
+    assert {v: n - before.get(v, 0) for v, n in after.items() if n != before.get(v, 0)} == {4: 3}
     assert sorted(a["broker"] for a in answers) == [0, 1, 2]
     for a in answers:
         follower_dirs = [
