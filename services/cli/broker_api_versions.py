@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from services.cli.common import CliError, kafka_error_text
-from services.cli.kafka_wire import request_once
+from services.cli.wire import exchange
 from services.common.protocol import ApiKey
 from services.common.protocol.schema import known_versions
 
@@ -74,7 +74,7 @@ def node_text(host: str, port: int, node_id: int, rack: str | None) -> str:
 def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
     """One ApiVersions v3 exchange (a v0 answer, KIP-511's fallback, is decoded too)."""
     name, version = CLIENT_SOFTWARE
-    body = request_once(
+    body = exchange(
         host,
         port,
         ApiKey.API_VERSIONS,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from services.cli.common import CliError, UsageError, kafka_error_text
-from services.cli.kafka_wire import request_once
+from services.cli.wire import exchange
 from services.common.errors import ErrorCode
 from services.common.log_dir_names import parse_dir_name
 from services.common.protocol import ApiKey
@@ -68,7 +68,7 @@ def describe_log_dirs(
     """Every storage node's log dirs, asking each gateway address once."""
     out: dict[int, list[LogDir]] = {}
     for host, port in dict.fromkeys(addresses):
-        body = request_once(
+        body = exchange(
             host,
             port,
             ApiKey.DESCRIBE_LOG_DIRS,
