@@ -20,13 +20,17 @@ Progress: the bytes each adding replica holds against its leader's size, from De
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from services.cli.common import CliError, kafka_error_text
-from services.cli.log_dirs import LogDir
+from services.cli.common import CliError, UsageError, kafka_error_text
+from services.cli.log_dirs import LogDir, cluster_addresses, describe_log_dirs
 from services.cli.partition_json import TopicPartition, tp_text
+
+if TYPE_CHECKING:
+    from services.cli.reassign_partitions import Cluster, Plan
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
@@ -48,18 +52,34 @@ class PartitionMove:
         return tuple(d for d in self.destinations if d not in self.sources)
 
 
+def ongoing_moves(
+    ongoing: Mapping[TopicPartition, Mapping[str, Sequence[int]]],
+) -> dict[TopicPartition, PartitionMove]:
+    """Kafka's ``calculateCurrentMoveMap``: the reassignments in progress (ListPartition-
+    Reassignments' ``replicas``, ``adding``, ``removing``) as moves from the original replicas
+    to the target ones."""
+    out = {}
+    for tp, r in ongoing.items():
+        adding, removing = set(r["adding"]), set(r["removing"])
+        out[tp] = PartitionMove(
+            tuple(b for b in r["replicas"] if b not in adding),
+            tuple(b for b in r["replicas"] if b not in removing),
+        )
+    return out
+
+
 def move_map(
     current: Mapping[TopicPartition, Sequence[int]],
     proposed: Mapping[TopicPartition, Sequence[int]],
-    ongoing: Mapping[TopicPartition, Sequence[int]] | None = None,
+    ongoing: Mapping[TopicPartition, Mapping[str, Sequence[int]]] | None = None,
 ) -> dict[TopicPartition, PartitionMove]:
-    """Kafka's ``calculateProposedMoveMap``: ``current`` replicas by partition, ``proposed``
-    targets, and the original replicas of partitions already being reassigned (``ongoing``)."""
-    ongoing = ongoing or {}
-    out = {}
+    """Kafka's ``calculateProposedMoveMap``: the moves in progress (``ongoing``, as
+    :func:`ongoing_moves` reads them) plus the ``proposed`` targets, whose sources are the
+    ``current`` replicas, or the original ones of a partition already moving."""
+    out = ongoing_moves(ongoing or {})
     for tp, target in proposed.items():
-        if tp in ongoing:
-            sources = tuple(ongoing[tp])
+        if tp in out:
+            sources = out[tp].sources
         elif tp in current:
             sources = tuple(current[tp])
         else:
@@ -246,3 +266,74 @@ def format_progress(rows: Sequence[ReplicaProgress]) -> str:
     pct = 100.0 if total <= 0 else min(100.0, 100.0 * copied / total)
     lines.append(f"Total: {copied} of {total} bytes copied ({pct:.1f}%), {remaining} remaining")
     return "\n".join(lines)
+
+
+# ---- the reassign-partitions plug-in ------------------------------------------------------------
+class ThrottlePlugin:
+    """``--throttle`` for --execute, clearing (unless ``--preserve-throttles``) and the progress
+    display for --verify (``services.cli.reassign_partitions.PLUGINS``)."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--throttle",
+            type=int,
+            default=-1,
+            metavar="BYTES/S",
+            help="with --execute: throttle the replication of the moving replicas to this many "
+            "bytes/s (removed by --verify once every move is done)",
+        )
+        parser.add_argument(
+            "--preserve-throttles",
+            action="store_true",
+            help="with --verify: keep the throttles after the moves are done",
+        )
+
+    def before_execute(
+        self, args: argparse.Namespace, cluster: Cluster, plan: Plan, out: TextIO
+    ) -> None:
+        if args.throttle < 0:
+            return
+        from confluent_kafka.admin import AdminClient
+
+        moves = move_map(plan.current, plan.moves, cluster.ongoing())
+        set_throttles(
+            AdminClient(cluster.conf), moves, args.throttle, out, cluster.timeout_ms / 1000
+        )
+
+    def after_execute(
+        self, args: argparse.Namespace, conf: dict[str, Any], plan: Plan, out: TextIO
+    ) -> None:
+        return None
+
+    def after_verify(
+        self, args: argparse.Namespace, conf: dict[str, Any], plan: Plan, done: bool, out: TextIO
+    ) -> None:
+        from services.cli.reassign_partitions import Cluster
+
+        timeout_s = args.request_timeout_ms / 1000
+        if done and args.preserve_throttles:
+            return
+        ids, addresses = cluster_addresses(conf, timeout_s)
+        if not done:
+            cluster = Cluster(conf, args.request_timeout_ms)
+            moves = ongoing_moves(cluster.ongoing(sorted(plan.moves)))
+            print("", file=out)
+            print(
+                format_progress(progress(moves, describe_log_dirs(addresses, timeout_s))), file=out
+            )
+            return
+        from confluent_kafka.admin import AdminClient
+
+        print("", file=out)
+        brokers = set(ids) | {b for replicas in plan.moves.values() for b in replicas}
+        topics = {t for t, _ in plan.moves}
+        clear_throttles(AdminClient(conf), brokers, topics, out, timeout_s)
+
+    def check_arguments(self, args: argparse.Namespace) -> None:
+        """Kafka refuses the throttle options with the other actions."""
+        if args.throttle >= 0 and args.action != "execute":
+            raise UsageError(f'Option "[throttle]" can\'t be used with action "[{args.action}]"')
+        if args.preserve_throttles and args.action != "verify":
+            raise UsageError(
+                f'Option "[preserve-throttles]" can\'t be used with action "[{args.action}]"'
+            )

@@ -16,6 +16,7 @@ from services.cli.reassign_throttle import (
     format_progress,
     leader_throttles,
     move_map,
+    ongoing_moves,
     progress,
     reassigning_brokers,
 )
@@ -24,15 +25,25 @@ from services.cli.reassign_throttle import (
 def test_throttles_of_moves_are_kafkas() -> None:
     current = {("foo", 0): [1, 2, 3], ("foo", 1): [4, 5, 6], ("bar", 0): [2, 3], ("bar", 1): [1]}
     proposed = {("foo", 0): [1, 2, 4], ("foo", 1): [4, 5, 6], ("bar", 0): [3, 5, 1]}
-    # bar-0 is already moving from [2, 3] (its original replicas) to something else
-    moves = move_map(current, proposed, ongoing={("bar", 0): [2, 3]})
+    # bar-0 is already moving from [2, 3] to [3, 5]; qux-0 from [7] to [8] (not in the file)
+    ongoing = {
+        ("bar", 0): {"replicas": [2, 3, 5], "adding": [5], "removing": [2]},
+        ("qux", 0): {"replicas": [7, 8], "adding": [8], "removing": [7]},
+    }
+    assert ongoing_moves(ongoing)[("qux", 0)] == PartitionMove((7,), (8,))
+    moves = move_map(current, proposed, ongoing)
+    assert moves[("bar", 0)] == PartitionMove((2, 3), (3, 5, 1))  # sources: the original ones
     assert moves[("foo", 0)] == PartitionMove((1, 2, 3), (1, 2, 4))
     assert moves[("foo", 0)].adding == (4,)
     assert moves[("foo", 1)].adding == ()
-    # leader side: every source replica; follower side: every adding replica
-    assert leader_throttles(moves) == {"foo": "0:1,0:2,0:3,1:4,1:5,1:6", "bar": "0:2,0:3"}
-    assert follower_throttles(moves) == {"foo": "0:4", "bar": "0:1,0:5"}
-    assert reassigning_brokers(moves) == [1, 2, 3, 4, 5, 6]
+    # leader side: every source replica; follower side: every adding replica (ongoing included)
+    assert leader_throttles(moves) == {
+        "foo": "0:1,0:2,0:3,1:4,1:5,1:6",
+        "bar": "0:2,0:3",
+        "qux": "0:7",
+    }
+    assert follower_throttles(moves) == {"foo": "0:4", "bar": "0:1,0:5", "qux": "0:8"}
+    assert reassigning_brokers(moves) == [1, 2, 3, 4, 5, 6, 7, 8]
     with pytest.raises(CliError, match="Topic partition baz-0 does not exist"):
         move_map(current, {("baz", 0): [1]})
 
@@ -98,3 +109,28 @@ def test_progress_counts_adding_replicas_against_the_largest_source() -> None:
         "Replica 3 of partition t-0: 250 of 1000 bytes copied (25.0%), 750 remaining",
         "Total: 250 of 1000 bytes copied (25.0%), 750 remaining",
     ]
+
+
+def test_throttle_options_only_with_their_action() -> None:
+    import argparse
+
+    from services.cli.common import UsageError
+    from services.cli.reassign_throttle import ThrottlePlugin
+
+    plugin = ThrottlePlugin()
+    plugin.check_arguments(
+        argparse.Namespace(action="execute", throttle=10, preserve_throttles=False)
+    )
+    plugin.check_arguments(
+        argparse.Namespace(action="verify", throttle=-1, preserve_throttles=True)
+    )
+    with pytest.raises(
+        UsageError, match=r'Option "\[throttle\]" can\'t be used with action "\[verify\]"'
+    ):
+        plugin.check_arguments(
+            argparse.Namespace(action="verify", throttle=10, preserve_throttles=False)
+        )
+    with pytest.raises(UsageError, match="preserve-throttles"):
+        plugin.check_arguments(
+            argparse.Namespace(action="execute", throttle=-1, preserve_throttles=True)
+        )
