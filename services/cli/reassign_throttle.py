@@ -36,6 +36,7 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+PROGRESS_TIMEOUT_S = 10.0  # --verify's DescribeLogDirs for the progress display
 VERIFY_WARNING = (
     "Warning: You must run --verify periodically, until the reassignment completes, to ensure "
     "the throttle is removed."
@@ -318,9 +319,12 @@ class ThrottlePlugin:
             cluster = Cluster(conf, args.request_timeout_ms)
             moves = ongoing_moves(cluster.ongoing(sorted(plan.moves)))
             print("", file=out)
-            print(
-                format_progress(progress(moves, describe_log_dirs(addresses, timeout_s))), file=out
-            )
+            try:  # the status above is the answer; the progress is a bonus (a node may hang)
+                dirs = describe_log_dirs(addresses, min(timeout_s, PROGRESS_TIMEOUT_S))
+            except CliError as exc:
+                print(f"Progress not available: {exc}", file=out)
+                return
+            print(format_progress(progress(moves, dirs)), file=out)
             return
         from confluent_kafka.admin import AdminClient
 
