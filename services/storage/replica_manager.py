@@ -108,7 +108,11 @@ class ReplicaManager:
         self.backend: LogBackend = backend if backend is not None else EngineBackend()
         self.metrics = metrics if metrics is not None else StorageMetrics()
         # replication throttles (rates from the dynamic broker configs: StorageBrokerConfig)
-        self.quotas = ReplicationQuotas(broker_id, self.metrics.registry)
+        self.quotas = ReplicationQuotas(
+            broker_id,
+            self.metrics.replication_throttled_bytes,
+            self.metrics.replication_throttled_holds,
+        )
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.clock = clock
         self.hosted: dict[TopicPartition, Hosted] = {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from services.common.topic_config import LONG_MAX
 
@@ -136,29 +136,18 @@ class ReplicationQuota:
 
 
 class ReplicationQuotas:
-    """The leader-side and follower-side throttles of a storage node."""
+    """The leader-side and follower-side throttles of a storage node; ``bytes_counter`` and
+    ``held_counter`` are its StorageMetrics' ``replication_throttled_bytes`` / ``_holds``."""
 
     def __init__(
         self,
         broker_id: int,
-        registry: CollectorRegistry | None = None,
+        bytes_counter: Counter,
+        held_counter: Counter,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.bytes = Counter(
-            "kafkapy_replication_throttled_bytes",
-            "Bytes of throttled replicas sent as leader or fetched as follower (counted against "
-            "*.replication.throttled.rate)",
-            ["role", "topic"],
-            registry=registry,
-        )
-        self.held = Counter(
-            "kafkapy_replication_throttled_holds",
-            "Times a throttled out-of-ISR replica was left out of a fetch (quota exceeded)",
-            ["role"],
-            registry=registry,
-        )
-        self.leader = ReplicationQuota(LEADER, broker_id, self.bytes, self.held, clock)
-        self.follower = ReplicationQuota(FOLLOWER, broker_id, self.bytes, self.held, clock)
+        self.leader = ReplicationQuota(LEADER, broker_id, bytes_counter, held_counter, clock)
+        self.follower = ReplicationQuota(FOLLOWER, broker_id, bytes_counter, held_counter, clock)
 
     def set_rates(self, leader_rate: float, follower_rate: float) -> None:
         self.leader.bucket.set_rate(leader_rate)

@@ -14,6 +14,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import LONG_MAX
 from services.storage.appends import append
 from services.storage.log_dir_info import describe_log_dirs
+from services.storage.metrics import StorageMetrics
 from services.storage.replica_manager import ReplicaManager
 from services.storage.replication.quota import ReplicationQuotas, TokenBucket, throttled_partitions
 from tests.unit.storage.test_replication_fetcher import (
@@ -57,7 +58,10 @@ def test_throttled_replica_lists_name_this_broker() -> None:
     assert throttled_partitions(["0:1", "1:2", "3:1"], 1) == {0, 3}
     assert throttled_partitions(["0:1", "1:2"], 3) == frozenset()
     assert throttled_partitions(["*"], 7) is None
-    q = ReplicationQuotas(2, CollectorRegistry()).follower
+    metrics = StorageMetrics(CollectorRegistry())
+    q = ReplicationQuotas(
+        2, metrics.replication_throttled_bytes, metrics.replication_throttled_holds
+    ).follower
     assert q.is_throttled("t", 1, {"follower.replication.throttled.replicas": ["1:2"]})
     assert not q.is_throttled("t", 0, {"follower.replication.throttled.replicas": ["1:2"]})
     assert q.is_throttled("u", 5, {"follower.replication.throttled.replicas": ["*"]})
