@@ -392,3 +392,12 @@ def test_throttled_reassignment_leaves_ordinary_replication_alone(
         }
 
     wait_for("the failed dir reported", failed_dir, 60, interval=1)
+    ka = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        (answer,) = ka.describe_log_dirs(brokers=[0])
+    finally:
+        ka.close()
+    node0 = {d["log_dir"]: d for d in answer["log_dirs"] if d["log_dir"].startswith("storage-0:")}
+    assert node0[f"storage-0:{bad}"]["error_code"] == KAFKA_STORAGE_ERROR
+    assert node0[f"storage-0:{bad}"]["topics"] == []
+    assert node0[f"storage-0:{good}"]["error_code"] == 0
