@@ -1,22 +1,24 @@
 """Partition reassignment under load (issue 13 §1: acceptance 1 and the reassignment half of 7).
 
 One cluster of 5 storage nodes (zones a, b, c, a, b) and 2 controllers; the shared checker's
-idempotent acks=all writers and consumer group run on a 12-partition topic (RF 3,
+idempotent acks=all writers and consumer group run on a 24-partition topic (RF 3,
 min.insync.replicas 2) the whole time, while:
 
-1. kafka-python's ``KafkaAdminClient.alter_partition_reassignments`` moves 4 partitions to other
+1. kafka-python's ``KafkaAdminClient.alter_partition_reassignments`` moves 8 partitions to other
    nodes (their leader among the replicas removed) and lowers RF 3 -> 2 on 2 others; the
    errors Kafka answers are checked on the same client (cancel of nothing, unknown partition,
    duplicate replicas, a broker that is not alive) and ``list_partition_reassignments`` is
    polled until nothing moves;
 2. ``kafka-py reassign-partitions --generate/--execute/--verify`` raises those 2 back to RF 3
-   and moves 4 more partitions, with Kafka's JSON files;
+   and moves 10 more partitions, with Kafka's JSON files;
 3. a reassignment onto a SIGSTOPped node is cancelled midway (``--cancel``): the partition is
    back on its original replicas and the half-made replica is deleted once the node resumes;
 4. a reassignment onto a node that is then killed is started, the active controller is
    killed -9, the node restarted: the new controller finishes it from ZooKeeper;
 5. the legacy ``/admin/reassign_partitions`` znode (Kafka's JSON) moves one more partition and
-   is removed when done.
+   reorders another (a preferred-leader change), and is removed when done.
+
+Every one of the 24 partitions is reassigned at least once.
 
 Then the checker judges (0 lost / duplicate / reordered / inconsistent, cluster live), every
 final replica set equals its target, the replicas of each partition hold byte-identical log
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from kafka.errors import (
 )
 from kafka.structs import TopicPartition
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.cli.local_cluster import LocalCluster
 from services.common.zk import layout
@@ -50,7 +54,7 @@ from tests.integration.kafka_support import cli_ok
 pytestmark = pytest.mark.e2e
 
 TOPIC = "moving"
-PARTITIONS = 12
+PARTITIONS = 24
 NODES = 5
 WAIT_S = 60.0
 
@@ -133,6 +137,18 @@ def _log_bytes(cluster: LocalCluster, node: int, p: int) -> bytes | None:
     return None
 
 
+def _reassigning_gauge(cluster: LocalCluster) -> float:
+    """``kafkapy_controller_reassigning_partitions`` of the active controller."""
+    index = cluster.active_controller_index()
+    assert index is not None
+    with urllib.request.urlopen(cluster.admin_url("controller", index) + "/metrics") as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "kafkapy_controller_reassigning_partitions":
+            return float(family.samples[0].value)
+    raise AssertionError("no kafkapy_controller_reassigning_partitions on /metrics")
+
+
 def _write_plan(path: Path, moves: dict[int, list[int]]) -> Path:
     path.write_text(
         json.dumps(
@@ -178,8 +194,8 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             start = view.replicas()
 
             # 1. kafka-python: moves (leader removed) and RF 3 -> 2
-            moves = {p: _moved(start[p], 1, nodes) for p in range(4)}
-            moves |= {p: start[p][1:] for p in (4, 5)}
+            moves = {p: _moved(start[p], 1, nodes) for p in range(8)}
+            moves |= {p: start[p][1:] for p in (8, 9)}
             for p, r in moves.items():
                 target(p, r)
             checker.fault(f"kafka-python alter_partition_reassignments {moves}")
@@ -210,10 +226,10 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             view.wait_targets(dict(targets))
             checker.note("phase 1 done")
 
-            # 2. the CLI: RF 2 -> 3 back on 4 and 5, four more partitions moved
+            # 2. the CLI: RF 2 -> 3 back on 8 and 9, ten more partitions moved
             now = view.replicas()
-            moves = {p: now[p] + [n for n in nodes if n not in now[p]][:1] for p in (4, 5)}
-            moves |= {p: _moved(now[p], 2, nodes) for p in range(6, 10)}
+            moves = {p: now[p] + [n for n in nodes if n not in now[p]][:1] for p in (8, 9)}
+            moves |= {p: _moved(now[p], 2, nodes) for p in range(10, 20)}
             for p, r in moves.items():
                 target(p, r)
             topics_file = tmp_path / "topics.json"
@@ -260,7 +276,7 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
 
             # 3. cancelled midway: the node to add is stopped, so it cannot catch up
             now = view.replicas()
-            p = 10
+            p = 20
             x = next(n for n in nodes if n not in now[p])
             cluster.kill("storage", x, signal.SIGSTOP)
             stopped.append(x)
@@ -270,6 +286,7 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
                    "--reassignment-json-file", str(cancel_plan))  # fmt: skip
             ongoing = admin.list_partition_reassignments()
             assert ongoing[TopicPartition(TOPIC, p)]["adding_replicas"] == [x]
+            assert _reassigning_gauge(cluster) == 1.0
             out = cli_ok("reassign-partitions", *bootstrap, "--cancel",
                          "--reassignment-json-file", str(cancel_plan))  # fmt: skip
             assert out.strip() == f"Successfully cancelled partition reassignment for: {TOPIC}-{p}"
@@ -289,7 +306,7 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
 
             # 4. controller failover mid-reassignment, the new node restarted meanwhile
             now = view.replicas()
-            p = 11
+            p = 21
             y = next(n for n in nodes if n not in now[p])
             cluster.kill("storage", y, signal.SIGSTOP)
             stopped.append(y)
@@ -322,12 +339,12 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
 
             # 5. the legacy znode
             now = view.replicas()
-            p = 3
-            legacy = {(TOPIC, p): list(reversed(now[p]))}
-            target(p, legacy[(TOPIC, p)])
+            legacy = {(TOPIC, 22): _moved(now[22], 1, nodes), (TOPIC, 23): now[23][::-1]}
+            for (_, p), r in legacy.items():
+                target(p, r)
             checker.fault(f"/admin/reassign_partitions {legacy}")
             view.zk.create(layout.REASSIGN_PARTITIONS, layout.reassign_partitions_json(legacy))
-            view.wait_targets({p: targets[p]})
+            view.wait_targets({p: targets[p] for _, p in legacy})
             view.wait(
                 "/admin/reassign_partitions removed",
                 lambda: view.zk.exists(layout.REASSIGN_PARTITIONS) is None,
