@@ -41,6 +41,7 @@ from services.common.logging import get_logger
 from services.common.zk import layout
 from services.controller.core import ControllerCore
 from services.controller.elections import NO_LEADER
+from services.controller.links import OrderResult
 from services.controller.model import Part, TopicState, Transition
 from services.controller.replica_assignment import ReplicaAssignment, validate_target
 from services.controller.zkstore import Delete, Op, SetData, ZkOpError
@@ -60,6 +61,9 @@ class Reassigner:
         # wait here for its replicas to be back in the ISR)
         self._ongoing: set[TopicPartition] = set()
         self._waiters: dict[TopicPartition, list[asyncio.Future[bool]]] = {}
+        # removed replicas whose deletion no node acknowledged yet, by node: sent again when the
+        # node registers again (this term only)
+        self._undeleted: dict[int, set[TopicPartition]] = {}
 
     # ---- the entry points ---------------------------------------------------------------
     async def submit(
@@ -142,8 +146,14 @@ class Reassigner:
             if (topic.name, p) in self._ongoing:
                 await self._step(topic, p, announce=False)
 
-    async def on_brokers_startup(self) -> None:
-        """A node came back: a reassignment waiting for a live leader may go on."""
+    async def on_brokers_startup(self, started: Iterable[int]) -> None:
+        """Nodes came back: removed replicas they still hold are deleted, and a reassignment
+        waiting for a live leader may go on."""
+        for broker_id in started:
+            for name, p in sorted(self._undeleted.pop(broker_id, set())):
+                topic = self.c.ctx.topics.get(name)
+                if topic is not None and broker_id not in topic.assignment.get(p, [broker_id]):
+                    self._stop_and_delete(topic, p, [broker_id])
         for name, p in sorted(self._ongoing):
             topic = self.c.ctx.topics.get(name)
             if topic is not None and p in topic.assignment:
@@ -303,20 +313,27 @@ class Reassigner:
         return out
 
     def _stop_and_delete(self, topic: TopicState, p: int, removed: Iterable[int]) -> None:
-        """StopReplicas(delete) to the live nodes of removed replicas (a node that is down keeps
-        its copy, as with Kafka's ZooKeeper-mode controller)."""
+        """StopReplicas(delete) to the nodes of removed replicas; a node that is down (or does
+        not answer) gets it again when it registers again during this term."""
         st = topic.states.get(p)
         epoch = st.leader_epoch if st is not None else 0
+        tp = (topic.name, p)
         for broker_id in removed:
+            self._undeleted.setdefault(broker_id, set()).add(tp)
             link = self.c.links.get(broker_id)
             if link is None:
                 log.warning(
-                    "removed replica's node is not live; its copy stays on its disk",
+                    "removed replica's node is not live; deleting it when the node returns",
                     partition=f"{topic.name}-{p}",
                     broker=broker_id,
                 )
                 continue
-            link.stop_replicas([(topic.name, p, epoch)], delete=True)
+
+            def acked(f: asyncio.Future[OrderResult], broker_id: int = broker_id) -> None:
+                if not f.cancelled() and f.exception() is None and f.result().ok:
+                    self._undeleted.get(broker_id, set()).discard(tp)
+
+            link.stop_replicas([(topic.name, p, epoch)], delete=True).add_done_callback(acked)
 
     # ---- ZooKeeper ------------------------------------------------------------------------
     async def _write_assignment(

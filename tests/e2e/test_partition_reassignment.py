@@ -16,7 +16,9 @@ min.insync.replicas 2) the whole time, while:
 4. a reassignment onto a node that is then killed is started, the active controller is
    killed -9, the node restarted: the new controller finishes it from ZooKeeper;
 5. the legacy ``/admin/reassign_partitions`` znode (Kafka's JSON) moves one more partition and
-   reorders another (a preferred-leader change), and is removed when done.
+   reorders another (a preferred-leader change), and is removed when done;
+6. a replica is reassigned away while its node is killed: the move completes without it, and
+   the node deletes its copy once it registers again.
 
 Every one of the 24 partitions is reassigned at least once.
 
@@ -302,6 +304,10 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             stopped.remove(x)
             targets[p] = reverted
             removed[p] = removed.get(p, set()) | {x}
+            view.wait(
+                f"the cancelled replica of {TOPIC}-{p} deleted from storage-{x}",
+                lambda: _log_bytes(cluster, x, p) is None,
+            )
             checker.note("phase 3 done")
 
             # 4. controller failover mid-reassignment, the new node restarted meanwhile
@@ -348,6 +354,26 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             view.wait(
                 "/admin/reassign_partitions removed",
                 lambda: view.zk.exists(layout.REASSIGN_PARTITIONS) is None,
+            )
+
+            # 6. a replica removed while its node is down is deleted when the node returns
+            now = view.replicas()
+            p = 0
+            z = now[p][-1]
+            spare = next(n for n in nodes if n not in now[p])
+            checker.fault(f"kill -9 storage-{z}; reassign {TOPIC}-{p} {now[p]} without it")
+            cluster.kill("storage", z, signal.SIGKILL)
+            target(p, [*now[p][:-1], spare])
+            assert admin.alter_partition_reassignments({TopicPartition(TOPIC, p): targets[p]}) == {
+                TopicPartition(TOPIC, p): None
+            }
+            view.wait_targets({p: targets[p]})
+            assert _log_bytes(cluster, z, p) is not None
+            cluster.start_process("storage", z, timeout=90)
+            checker.note(f"storage-{z} restarted")
+            view.wait(
+                f"{TOPIC}-{p} deleted from storage-{z} once it registered again",
+                lambda: _log_bytes(cluster, z, p) is None,
             )
             outcome = checker.finish(heal=heal)
         outcome.assert_ok()
