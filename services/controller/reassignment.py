@@ -4,13 +4,14 @@ One entry point for every caller (AlterPartitionReassignments, the legacy znode,
 decommission, the autoscaler, controlled shutdown)::
 
     errors = await controller.reassigner.submit({("t", 0): [3, 4, 5], ("t", 1): None})
-    ongoing = await controller.reassigner.list_ongoing()        # {("t", 0): ReplicaAssignment}
-    await controller.reassigner.wait_done([("t", 0)])     # True once completed/cancelled
+    ongoing = await controller.reassigner.list_ongoing()  # {("t", 0): ReplicaAssignment}
+    done = await controller.reassigner.wait_done([("t", 0)])  # False if the term ended first
 
 ``submit`` maps each partition to its target replicas (``None`` cancels) and returns, per
 partition, ``None`` (accepted) or the KafkaError Kafka answers (UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, INVALID_REPLICATION_FACTOR when the
-replication factor may not change). Call it from outside controller events (it queues one).
+replication factor may not change). Call it from outside controller events (it queues one);
+code running as a controller event calls ``submit_in_event`` instead.
 
 The state lives where Kafka keeps it: the topic znode's ``partitions`` (RS = target + removed),
 ``adding_replicas`` (AR) and ``removing_replicas`` (RR). The steps, per partition:
@@ -26,7 +27,9 @@ The state lives where Kafka keeps it: the topic znode's ``partitions`` (RS = tar
 
 Every step is idempotent and reads its input from ZooKeeper, so a new active controller resumes
 a reassignment from the topic znodes and the legacy znode (:meth:`resume`), and a restarted
-storage node gets its replicas from the full state every registration gets.
+storage node gets its replicas from the full state every registration gets. A removed replica
+whose node does not acknowledge its deletion is deleted again when the node registers again
+(within this term).
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ class Reassigner:
             lambda: self._submit(dict(moves), allow_replication_factor_change, from_zk=False),
         )
         return result
+
+    async def submit_in_event(
+        self, moves: Moves, *, allow_replication_factor_change: bool = True
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """``submit`` for code already running as a controller event (which must not queue
+        another and wait for it)."""
+        return await self._submit(dict(moves), allow_replication_factor_change, from_zk=False)
 
     async def list_ongoing(
         self, partitions: Iterable[TopicPartition] | None = None
@@ -183,7 +193,7 @@ class Reassigner:
                         )
                     target = current.origin
                 else:
-                    validate_target(name, p, current, target, ctx.live_ids)
+                    validate_target(current, target, ctx.live_ids)
                     if not allow_rf_change and len(target) != len(current.origin):
                         raise KafkaError(
                             ErrorCode.INVALID_REPLICATION_FACTOR,

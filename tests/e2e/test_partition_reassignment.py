@@ -7,8 +7,9 @@ min.insync.replicas 2) the whole time, while:
 1. kafka-python's ``KafkaAdminClient.alter_partition_reassignments`` moves 8 partitions to other
    nodes (their leader among the replicas removed) and lowers RF 3 -> 2 on 2 others; the
    errors Kafka answers are checked on the same client (cancel of nothing, unknown partition,
-   duplicate replicas, a broker that is not alive) and ``list_partition_reassignments`` is
-   polled until nothing moves;
+   duplicate replicas, a broker that is not alive; on the wire also an empty list and a v1
+   request refusing replication-factor changes) and ``list_partition_reassignments`` is polled
+   until nothing moves;
 2. ``kafka-py reassign-partitions --generate/--execute/--verify`` raises those 2 back to RF 3
    and moves 10 more partitions, with Kafka's JSON files;
 3. a reassignment onto a SIGSTOPped node is cancelled midway (``--cancel``): the partition is
@@ -49,6 +50,9 @@ from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.cli.local_cluster import LocalCluster
+from services.cli.wire import bootstrap_exchange
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey
 from services.common.zk import layout
 from tests.e2e.checker import Checker, evidence_dir
 from tests.integration.kafka_support import cli_ok
@@ -220,6 +224,35 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
                 TopicPartition("no-such-topic", 0): UnknownTopicOrPartitionError,
                 TopicPartition(TOPIC, 10): InvalidReplicationAssignmentError,
                 TopicPartition(TOPIC, 9): InvalidReplicationAssignmentError,
+            }
+            # on the wire, what kafka-python refuses to send: an empty list, and v1 with
+            # allow_replication_factor_change=false changing the replication factor (KIP-860)
+            raw = bootstrap_exchange(
+                cluster.bootstrap,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                1,
+                {
+                    "timeout": 10000,
+                    "allow_replication_factor_change": False,
+                    "topics": [
+                        {
+                            "name": TOPIC,
+                            "partitions": [
+                                {"partition_index": 10, "replicas": []},
+                                {"partition_index": 11, "replicas": start[11][:2]},
+                            ],
+                        }
+                    ],
+                },
+                30,
+            )
+            assert raw["error_code"] == 0 and raw["allow_replication_factor_change"] is False
+            codes = {
+                p["partition_index"]: p["error_code"] for p in raw["responses"][0]["partitions"]
+            }
+            assert codes == {
+                10: ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                11: ErrorCode.INVALID_REPLICATION_FACTOR,
             }
             view.wait(
                 "kafka-python lists no ongoing reassignment",
