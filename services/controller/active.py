@@ -597,7 +597,7 @@ class ActiveController:
         )
         self.send_states(sorted(created), is_new=True, skip=started)
         self.deleter.resume()
-        await self.reassigner.on_brokers_startup()
+        await self.reassigner.on_brokers_startup(started)
 
     # ---- topic changes --------------------------------------------------------------------
     async def _on_topic_change(self) -> None:

@@ -129,6 +129,10 @@ class ControllerContext:
                     count += 1
         return count
 
+    def reassigning_count(self) -> int:
+        """Partitions with replicas being added or removed (KIP-455)."""
+        return sum(len(set(t.adding) | set(t.removing)) for t in self.topics.values())
+
     def partition_count(self) -> int:
         return sum(len(t.assignment) for t in self.topics.values())
 

@@ -4,13 +4,14 @@ One entry point for every caller (AlterPartitionReassignments, the legacy znode,
 decommission, the autoscaler, controlled shutdown)::
 
     errors = await controller.reassigner.submit({("t", 0): [3, 4, 5], ("t", 1): None})
-    ongoing = await controller.reassigner.list_ongoing()        # {("t", 0): ReplicaAssignment}
-    await controller.reassigner.wait_done([("t", 0)])     # True once completed/cancelled
+    ongoing = await controller.reassigner.list_ongoing()  # {("t", 0): ReplicaAssignment}
+    done = await controller.reassigner.wait_done([("t", 0)])  # False if the term ended first
 
 ``submit`` maps each partition to its target replicas (``None`` cancels) and returns, per
 partition, ``None`` (accepted) or the KafkaError Kafka answers (UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, INVALID_REPLICATION_FACTOR when the
-replication factor may not change). Call it from outside controller events (it queues one).
+replication factor may not change). Call it from outside controller events (it queues one);
+code running as a controller event calls ``submit_in_event`` instead.
 
 The state lives where Kafka keeps it: the topic znode's ``partitions`` (RS = target + removed),
 ``adding_replicas`` (AR) and ``removing_replicas`` (RR). The steps, per partition:
@@ -26,7 +27,9 @@ The state lives where Kafka keeps it: the topic znode's ``partitions`` (RS = tar
 
 Every step is idempotent and reads its input from ZooKeeper, so a new active controller resumes
 a reassignment from the topic znodes and the legacy znode (:meth:`resume`), and a restarted
-storage node gets its replicas from the full state every registration gets.
+storage node gets its replicas from the full state every registration gets. A removed replica
+whose node does not acknowledge its deletion is deleted again when the node registers again
+(within this term).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from services.common.logging import get_logger
 from services.common.zk import layout
 from services.controller.core import ControllerCore
 from services.controller.elections import NO_LEADER
+from services.controller.links import OrderResult
 from services.controller.model import Part, TopicState, Transition
 from services.controller.replica_assignment import ReplicaAssignment, validate_target
 from services.controller.zkstore import Delete, Op, SetData, ZkOpError
@@ -60,6 +64,9 @@ class Reassigner:
         # wait here for its replicas to be back in the ISR)
         self._ongoing: set[TopicPartition] = set()
         self._waiters: dict[TopicPartition, list[asyncio.Future[bool]]] = {}
+        # removed replicas whose deletion no node acknowledged yet, by node: sent again when the
+        # node registers again (this term only)
+        self._undeleted: dict[int, set[TopicPartition]] = {}
 
     # ---- the entry points ---------------------------------------------------------------
     async def submit(
@@ -71,6 +78,13 @@ class Reassigner:
             lambda: self._submit(dict(moves), allow_replication_factor_change, from_zk=False),
         )
         return result
+
+    async def submit_in_event(
+        self, moves: Moves, *, allow_replication_factor_change: bool = True
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """``submit`` for code already running as a controller event (which must not queue
+        another and wait for it)."""
+        return await self._submit(dict(moves), allow_replication_factor_change, from_zk=False)
 
     async def list_ongoing(
         self, partitions: Iterable[TopicPartition] | None = None
@@ -142,8 +156,14 @@ class Reassigner:
             if (topic.name, p) in self._ongoing:
                 await self._step(topic, p, announce=False)
 
-    async def on_brokers_startup(self) -> None:
-        """A node came back: a reassignment waiting for a live leader may go on."""
+    async def on_brokers_startup(self, started: Iterable[int]) -> None:
+        """Nodes came back: removed replicas they still hold are deleted, and a reassignment
+        waiting for a live leader may go on."""
+        for broker_id in started:
+            for name, p in sorted(self._undeleted.pop(broker_id, set())):
+                topic = self.c.ctx.topics.get(name)
+                if topic is not None and broker_id not in topic.assignment.get(p, [broker_id]):
+                    self._stop_and_delete(topic, p, [broker_id])
         for name, p in sorted(self._ongoing):
             topic = self.c.ctx.topics.get(name)
             if topic is not None and p in topic.assignment:
@@ -173,7 +193,7 @@ class Reassigner:
                         )
                     target = current.origin
                 else:
-                    validate_target(name, p, current, target, ctx.live_ids)
+                    validate_target(current, target, ctx.live_ids)
                     if not allow_rf_change and len(target) != len(current.origin):
                         raise KafkaError(
                             ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -303,20 +323,27 @@ class Reassigner:
         return out
 
     def _stop_and_delete(self, topic: TopicState, p: int, removed: Iterable[int]) -> None:
-        """StopReplicas(delete) to the live nodes of removed replicas (a node that is down keeps
-        its copy, as with Kafka's ZooKeeper-mode controller)."""
+        """StopReplicas(delete) to the nodes of removed replicas; a node that is down (or does
+        not answer) gets it again when it registers again during this term."""
         st = topic.states.get(p)
         epoch = st.leader_epoch if st is not None else 0
+        tp = (topic.name, p)
         for broker_id in removed:
+            self._undeleted.setdefault(broker_id, set()).add(tp)
             link = self.c.links.get(broker_id)
             if link is None:
                 log.warning(
-                    "removed replica's node is not live; its copy stays on its disk",
+                    "removed replica's node is not live; deleting it when the node returns",
                     partition=f"{topic.name}-{p}",
                     broker=broker_id,
                 )
                 continue
-            link.stop_replicas([(topic.name, p, epoch)], delete=True)
+
+            def acked(f: asyncio.Future[OrderResult], broker_id: int = broker_id) -> None:
+                if not f.cancelled() and f.exception() is None and f.result().ok:
+                    self._undeleted.get(broker_id, set()).discard(tp)
+
+            link.stop_replicas([(topic.name, p, epoch)], delete=True).add_done_callback(acked)
 
     # ---- ZooKeeper ------------------------------------------------------------------------
     async def _write_assignment(

@@ -44,11 +44,7 @@ class ReplicaAssignment:
 
 
 def validate_target(
-    topic: str,
-    partition: int,
-    current: ReplicaAssignment,
-    replicas: Sequence[int],
-    live: Collection[int],
+    current: ReplicaAssignment, replicas: Sequence[int], live: Collection[int]
 ) -> None:
     """Kafka's ``validateReplicas``: INVALID_REPLICA_ASSIGNMENT for an empty list, duplicates,
     negative ids or a replica to add on a broker that is not alive."""

@@ -1,22 +1,27 @@
 """Partition reassignment under load (issue 13 §1: acceptance 1 and the reassignment half of 7).
 
 One cluster of 5 storage nodes (zones a, b, c, a, b) and 2 controllers; the shared checker's
-idempotent acks=all writers and consumer group run on a 12-partition topic (RF 3,
+idempotent acks=all writers and consumer group run on a 24-partition topic (RF 3,
 min.insync.replicas 2) the whole time, while:
 
-1. kafka-python's ``KafkaAdminClient.alter_partition_reassignments`` moves 4 partitions to other
+1. kafka-python's ``KafkaAdminClient.alter_partition_reassignments`` moves 8 partitions to other
    nodes (their leader among the replicas removed) and lowers RF 3 -> 2 on 2 others; the
    errors Kafka answers are checked on the same client (cancel of nothing, unknown partition,
-   duplicate replicas, a broker that is not alive) and ``list_partition_reassignments`` is
-   polled until nothing moves;
+   duplicate replicas, a broker that is not alive; on the wire also an empty list and a v1
+   request refusing replication-factor changes) and ``list_partition_reassignments`` is polled
+   until nothing moves;
 2. ``kafka-py reassign-partitions --generate/--execute/--verify`` raises those 2 back to RF 3
-   and moves 4 more partitions, with Kafka's JSON files;
+   and moves 10 more partitions, with Kafka's JSON files;
 3. a reassignment onto a SIGSTOPped node is cancelled midway (``--cancel``): the partition is
    back on its original replicas and the half-made replica is deleted once the node resumes;
 4. a reassignment onto a node that is then killed is started, the active controller is
    killed -9, the node restarted: the new controller finishes it from ZooKeeper;
 5. the legacy ``/admin/reassign_partitions`` znode (Kafka's JSON) moves one more partition and
-   is removed when done.
+   reorders another (a preferred-leader change), and is removed when done;
+6. a replica is reassigned away while its node is killed: the move completes without it, and
+   the node deletes its copy once it registers again.
+
+Every one of the 24 partitions is reassigned at least once.
 
 Then the checker judges (0 lost / duplicate / reordered / inconsistent, cluster live), every
 final replica set equals its target, the replicas of each partition hold byte-identical log
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,8 +47,12 @@ from kafka.errors import (
 )
 from kafka.structs import TopicPartition
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.cli.local_cluster import LocalCluster
+from services.cli.wire import bootstrap_exchange
+from services.common.errors import ErrorCode
+from services.common.protocol import ApiKey
 from services.common.zk import layout
 from tests.e2e.checker import Checker, evidence_dir
 from tests.integration.kafka_support import cli_ok
@@ -50,7 +60,7 @@ from tests.integration.kafka_support import cli_ok
 pytestmark = pytest.mark.e2e
 
 TOPIC = "moving"
-PARTITIONS = 12
+PARTITIONS = 24
 NODES = 5
 WAIT_S = 60.0
 
@@ -133,6 +143,18 @@ def _log_bytes(cluster: LocalCluster, node: int, p: int) -> bytes | None:
     return None
 
 
+def _reassigning_gauge(cluster: LocalCluster) -> float:
+    """``kafkapy_controller_reassigning_partitions`` of the active controller."""
+    index = cluster.active_controller_index()
+    assert index is not None
+    with urllib.request.urlopen(cluster.admin_url("controller", index) + "/metrics") as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "kafkapy_controller_reassigning_partitions":
+            return float(family.samples[0].value)
+    raise AssertionError("no kafkapy_controller_reassigning_partitions on /metrics")
+
+
 def _write_plan(path: Path, moves: dict[int, list[int]]) -> Path:
     path.write_text(
         json.dumps(
@@ -178,8 +200,8 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             start = view.replicas()
 
             # 1. kafka-python: moves (leader removed) and RF 3 -> 2
-            moves = {p: _moved(start[p], 1, nodes) for p in range(4)}
-            moves |= {p: start[p][1:] for p in (4, 5)}
+            moves = {p: _moved(start[p], 1, nodes) for p in range(8)}
+            moves |= {p: start[p][1:] for p in (8, 9)}
             for p, r in moves.items():
                 target(p, r)
             checker.fault(f"kafka-python alter_partition_reassignments {moves}")
@@ -203,6 +225,35 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
                 TopicPartition(TOPIC, 10): InvalidReplicationAssignmentError,
                 TopicPartition(TOPIC, 9): InvalidReplicationAssignmentError,
             }
+            # on the wire, what kafka-python refuses to send: an empty list, and v1 with
+            # allow_replication_factor_change=false changing the replication factor (KIP-860)
+            raw = bootstrap_exchange(
+                cluster.bootstrap,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                1,
+                {
+                    "timeout": 10000,
+                    "allow_replication_factor_change": False,
+                    "topics": [
+                        {
+                            "name": TOPIC,
+                            "partitions": [
+                                {"partition_index": 10, "replicas": []},
+                                {"partition_index": 11, "replicas": start[11][:2]},
+                            ],
+                        }
+                    ],
+                },
+                30,
+            )
+            assert raw["error_code"] == 0 and raw["allow_replication_factor_change"] is False
+            codes = {
+                p["partition_index"]: p["error_code"] for p in raw["responses"][0]["partitions"]
+            }
+            assert codes == {
+                10: ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                11: ErrorCode.INVALID_REPLICATION_FACTOR,
+            }
             view.wait(
                 "kafka-python lists no ongoing reassignment",
                 lambda: admin.list_partition_reassignments() == {},
@@ -210,10 +261,10 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             view.wait_targets(dict(targets))
             checker.note("phase 1 done")
 
-            # 2. the CLI: RF 2 -> 3 back on 4 and 5, four more partitions moved
+            # 2. the CLI: RF 2 -> 3 back on 8 and 9, ten more partitions moved
             now = view.replicas()
-            moves = {p: now[p] + [n for n in nodes if n not in now[p]][:1] for p in (4, 5)}
-            moves |= {p: _moved(now[p], 2, nodes) for p in range(6, 10)}
+            moves = {p: now[p] + [n for n in nodes if n not in now[p]][:1] for p in (8, 9)}
+            moves |= {p: _moved(now[p], 2, nodes) for p in range(10, 20)}
             for p, r in moves.items():
                 target(p, r)
             topics_file = tmp_path / "topics.json"
@@ -260,7 +311,7 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
 
             # 3. cancelled midway: the node to add is stopped, so it cannot catch up
             now = view.replicas()
-            p = 10
+            p = 20
             x = next(n for n in nodes if n not in now[p])
             cluster.kill("storage", x, signal.SIGSTOP)
             stopped.append(x)
@@ -270,6 +321,7 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
                    "--reassignment-json-file", str(cancel_plan))  # fmt: skip
             ongoing = admin.list_partition_reassignments()
             assert ongoing[TopicPartition(TOPIC, p)]["adding_replicas"] == [x]
+            assert _reassigning_gauge(cluster) == 1.0
             out = cli_ok("reassign-partitions", *bootstrap, "--cancel",
                          "--reassignment-json-file", str(cancel_plan))  # fmt: skip
             assert out.strip() == f"Successfully cancelled partition reassignment for: {TOPIC}-{p}"
@@ -285,11 +337,15 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             stopped.remove(x)
             targets[p] = reverted
             removed[p] = removed.get(p, set()) | {x}
+            view.wait(
+                f"the cancelled replica of {TOPIC}-{p} deleted from storage-{x}",
+                lambda: _log_bytes(cluster, x, p) is None,
+            )
             checker.note("phase 3 done")
 
             # 4. controller failover mid-reassignment, the new node restarted meanwhile
             now = view.replicas()
-            p = 11
+            p = 21
             y = next(n for n in nodes if n not in now[p])
             cluster.kill("storage", y, signal.SIGSTOP)
             stopped.append(y)
@@ -322,15 +378,35 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
 
             # 5. the legacy znode
             now = view.replicas()
-            p = 3
-            legacy = {(TOPIC, p): list(reversed(now[p]))}
-            target(p, legacy[(TOPIC, p)])
+            legacy = {(TOPIC, 22): _moved(now[22], 1, nodes), (TOPIC, 23): now[23][::-1]}
+            for (_, p), r in legacy.items():
+                target(p, r)
             checker.fault(f"/admin/reassign_partitions {legacy}")
             view.zk.create(layout.REASSIGN_PARTITIONS, layout.reassign_partitions_json(legacy))
-            view.wait_targets({p: targets[p]})
+            view.wait_targets({p: targets[p] for _, p in legacy})
             view.wait(
                 "/admin/reassign_partitions removed",
                 lambda: view.zk.exists(layout.REASSIGN_PARTITIONS) is None,
+            )
+
+            # 6. a replica removed while its node is down is deleted when the node returns
+            now = view.replicas()
+            p = 0
+            z = now[p][-1]
+            spare = next(n for n in nodes if n not in now[p])
+            checker.fault(f"kill -9 storage-{z}; reassign {TOPIC}-{p} {now[p]} without it")
+            cluster.kill("storage", z, signal.SIGKILL)
+            target(p, [*now[p][:-1], spare])
+            assert admin.alter_partition_reassignments({TopicPartition(TOPIC, p): targets[p]}) == {
+                TopicPartition(TOPIC, p): None
+            }
+            view.wait_targets({p: targets[p]})
+            assert _log_bytes(cluster, z, p) is not None
+            cluster.start_process("storage", z, timeout=90)
+            checker.note(f"storage-{z} restarted")
+            view.wait(
+                f"{TOPIC}-{p} deleted from storage-{z} once it registered again",
+                lambda: _log_bytes(cluster, z, p) is None,
             )
             outcome = checker.finish(heal=heal)
         outcome.assert_ok()

@@ -53,14 +53,14 @@ def test_same_set_other_order_is_a_plain_reorder() -> None:
 )
 def test_invalid_targets(replicas: list[int], live: set[int], fragment: str) -> None:
     with pytest.raises(KafkaError) as err:
-        validate_target("t", 0, ReplicaAssignment((0, 1)), replicas, live)
+        validate_target(ReplicaAssignment((0, 1)), replicas, live)
     assert err.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert fragment in err.value.message
 
 
 def test_dead_broker_already_a_replica_is_allowed() -> None:
     # only replicas to add must be alive (Kafka's validateReplicas)
-    validate_target("t", 0, ReplicaAssignment((0, 5)), [5, 1], {0, 1})
+    validate_target(ReplicaAssignment((0, 5)), [5, 1], {0, 1})
 
 
 def test_topic_znode_round_trip_with_reassignment() -> None:
