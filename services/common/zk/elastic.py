@@ -8,11 +8,12 @@
   the controller is doing (draining nodes, desired node count, the last decision and why), so a
   new controller resumes it.
 - ``/kafka-py/storage-scale`` (persistent, written by the active controller's local provisioner):
-  ``{"version":1,"replicas":n}``, the local cluster's StatefulSet ``spec.replicas``.
+  ``{"version":1,"replicas":n,"removed":[ids]}``, the local cluster's storage "StatefulSet".
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -121,13 +122,34 @@ class AutoscalerState:
             return cls()
 
 
-def scale_json(replicas: int) -> bytes:
-    return dumps({"version": 1, "replicas": replicas})
+@dataclass(frozen=True, slots=True)
+class ScaleSpec:
+    """The local cluster's storage "StatefulSet": ordinals ``0..replicas-1`` but ``removed``."""
 
+    replicas: int
+    removed: tuple[int, ...] = ()
 
-def scale_from_json(data: bytes | None) -> int | None:
-    try:
-        body = loads(data) if data else None
-        return int(body["replicas"]) if isinstance(body, dict) else None
-    except (KeyError, TypeError, ValueError):
-        return None
+    @property
+    def running(self) -> list[int]:
+        return [i for i in range(self.replicas) if i not in self.removed]
+
+    def without(self, ids: Iterable[int]) -> ScaleSpec:
+        removed = set(self.removed) | set(ids)
+        n = self.replicas
+        while n > 0 and n - 1 in removed:
+            n -= 1
+        return ScaleSpec(n, tuple(sorted(i for i in removed if i < n)))
+
+    def to_json(self) -> bytes:
+        return dumps({"version": 1, "replicas": self.replicas, "removed": list(self.removed)})
+
+    @classmethod
+    def from_json(cls, data: bytes | None) -> ScaleSpec | None:
+        try:
+            body = loads(data) if data else None
+            if not isinstance(body, dict):
+                return None
+            n = int(body["replicas"])
+            return cls(n, tuple(sorted(int(i) for i in body.get("removed") or [] if int(i) < n)))
+        except (KeyError, TypeError, ValueError):
+            return None

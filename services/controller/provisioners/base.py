@@ -39,6 +39,11 @@ class NodeProvisioner(Protocol):
         replicas (a scale-down removing one of them is refused)."""
         ...
 
+    async def remove(self, ids: Collection[int], hosting: Collection[int]) -> None:
+        """Remove these (drained) storage nodes; a StatefulSet can only drop its highest
+        ordinals, so other ids are refused there."""
+        ...
+
     async def nodes(self) -> list[ProvisionedNode]:
         """The storage nodes that exist, with their zones when the platform knows them."""
         ...
@@ -57,3 +62,16 @@ def check_scale_down(current: int, replicas: int, hosting: Collection[int]) -> N
             f"{'node' if len(removed) == 1 else 'nodes'} {', '.join(map(str, removed))} "
             f"still {'hosts' if len(removed) == 1 else 'host'} replicas (drain them first)"
         )
+
+
+def top_ordinals(current: int, ids: Collection[int]) -> int:
+    """The replica count that removes exactly ``ids`` from a StatefulSet of ``current``, or a
+    ProvisionerError when they are not its highest ordinals."""
+    want = set(range(current - len(set(ids)), current))
+    if set(ids) != want:
+        raise ProvisionerError(
+            f"a StatefulSet of {current} removes only its highest ordinals: remove "
+            f"{', '.join(map(str, sorted(want, reverse=True)))} (in that order), not "
+            f"{', '.join(map(str, sorted(ids)))}"
+        )
+    return current - len(want)

@@ -35,6 +35,7 @@ from services.controller.provisioners.base import (
     ProvisionedNode,
     ProvisionerError,
     check_scale_down,
+    top_ordinals,
 )
 
 log = get_logger("controller.provisioner.kubernetes")
@@ -146,6 +147,9 @@ class KubernetesProvisioner:
             )
             return
         raise ProvisionerError(f"{what}: still conflicting after {self.config.attempts} attempts")
+
+    async def remove(self, ids: Collection[int], hosting: Collection[int]) -> None:
+        await self.scale_to(top_ordinals(await self.current(), ids), hosting)
 
     async def nodes(self) -> list[ProvisionedNode]:
         params = {"labelSelector": self.config.pod_selector} if self.config.pod_selector else None

@@ -171,3 +171,18 @@ async def test_bad_request_is_not_retried(fake: KubeFake) -> None:
         await p.close()
     assert len([r for r in fake.requests if r["method"] == "PATCH"]) == 1
     assert fake.replicas == 3
+
+
+async def test_remove_takes_only_the_highest_ordinals(fake: KubeFake) -> None:
+    fake.replicas = 5
+    p = provisioner(fake)
+    try:
+        with pytest.raises(ProvisionerError) as err:
+            await p.remove([3], hosting=set())
+        assert str(err.value) == (
+            "a StatefulSet of 5 removes only its highest ordinals: remove 4 (in that order), not 3"
+        )
+        await p.remove([3, 4], hosting={0, 1, 2})
+    finally:
+        await p.close()
+    assert fake.replicas == 3
