@@ -89,6 +89,7 @@ class AutoscalerState:
 
     draining: list[int] = field(default_factory=list)  # ids being emptied, to remove after
     remove_after_drain: bool = False  # ask the provisioner to remove them once empty
+    rebalance_pending: bool = False  # replicas are being spread onto new nodes
     desired_nodes: int | None = None
     last_decision: str = ""
     last_reason: str = ""
@@ -110,6 +111,7 @@ class AutoscalerState:
             return cls(
                 draining=sorted(int(b) for b in body.get("draining") or []),
                 remove_after_drain=bool(body.get("remove_after_drain", False)),
+                rebalance_pending=bool(body.get("rebalance_pending", False)),
                 desired_nodes=(
                     int(body["desired_nodes"]) if body.get("desired_nodes") is not None else None
                 ),
