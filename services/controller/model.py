@@ -34,6 +34,16 @@ class TopicState:
     config: dict[str, str] = field(default_factory=dict)
     # Missing key = NewPartition: no leader elected yet, no state znode.
     states: dict[int, PartitionState] = field(default_factory=dict)
+    # partitions being reassigned (KIP-455): replicas being added / removed; ``assignment``
+    # then holds the full replica set (target replicas first, then the removed ones)
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def assignment_json(self) -> bytes:
+        """The topic znode as Kafka writes it."""
+        return layout.topic_assignment_json(
+            self.assignment, self.topic_id, self.adding, self.removing
+        )
 
     @property
     def topic_id_bytes(self) -> bytes:

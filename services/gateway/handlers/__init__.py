@@ -27,6 +27,7 @@ from services.gateway.handlers import (
     list_offsets,
     metadata,
     offset_for_leader_epoch,
+    partition_reassignments,
     produce,
 )
 from services.gateway.handlers.base import ApiHandler
@@ -49,6 +50,8 @@ HANDLERS: dict[int, ApiHandler] = {
         describe_configs.HANDLER,
         describe_cluster.HANDLER,
         elect_leaders.HANDLER,
+        partition_reassignments.ALTER_HANDLER,
+        partition_reassignments.LIST_HANDLER,
         init_producer_id.HANDLER,
         find_coordinator.HANDLER,
         *group_requests.HANDLERS,

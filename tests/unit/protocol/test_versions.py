@@ -41,6 +41,8 @@ def test_supported_versions_table() -> None:
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.FIND_COORDINATOR: (0, 4),
         ApiKey.JOIN_GROUP: (0, 9),
         ApiKey.SYNC_GROUP: (0, 5),
