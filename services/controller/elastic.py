@@ -45,6 +45,7 @@ from services.controller.autoscale_policy import (
 )
 from services.controller.core import ControllerCore
 from services.controller.elastic_metrics import ElasticMetrics
+from services.controller.leader_balance import LeaderBalancer
 from services.controller.planner import Node, Plan, PlanError, next_moves, plan
 from services.controller.provisioners.base import (
     NodeProvisioner,
@@ -292,6 +293,7 @@ class ElasticStorage:
         self.plan = None
         if snap.in_flight:
             return  # their targets avoid the drained nodes; let them finish first
+        await self._elect_preferred()
         if not self.state.remove_after_drain or self.provisioner is None:
             if not ids & set(snap.live):
                 log.info("drained nodes are gone", brokers=sorted(ids))
@@ -327,9 +329,32 @@ class ElasticStorage:
         if self.plan.moves:
             await self._submit(self.plan, snap, "rebalance")
         elif not snap.in_flight:
+            await self._elect_preferred()
             log.info("rebalance complete", replicas=self.plan.replicas, leaders=self.plan.leaders)
             self.state.rebalance_pending = False
             await self._save()
+
+    async def _elect_preferred(self) -> None:
+        """Moves done: every partition whose preferred (first) replica is live and in sync gets
+        it back as leader, so leadership follows the planned spread now rather than at the next
+        auto leader rebalance (which waits for an imbalance above its threshold)."""
+        if self.dry_run:
+            return
+
+        async def elect() -> int:
+            parts = [
+                (t, p)
+                for t in self.c.eligible_topics()
+                for p, st in t.states.items()
+                if p in t.assignment and t.assignment[p] and st.leader != t.assignment[p][0]
+            ]
+            applied = await self.c.elect(parts, plan=LeaderBalancer(self.c).plan)
+            self.c.send_states((tr.topic, tr.partition) for tr in applied)
+            return len(applied)
+
+        moved = await self.c.call("ElasticPreferredLeaders", elect)
+        if moved:
+            log.info("preferred replicas elected after the moves", partitions=moved)
 
     # ---- autoscaler ---------------------------------------------------------------------------
     def policy(self) -> Policy:
