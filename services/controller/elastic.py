@@ -119,6 +119,7 @@ class ElasticStorage:
         self.plan_error = ""
         self.decision: Decision | None = None
         self.snapshot: Snapshot | None = None
+        self._ongoing: Mapping[TopicPartition, Any] = {}  # reassignments at the last look
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one look at a time (the loop, decommission requests)
 
@@ -181,7 +182,7 @@ class ElasticStorage:
 
     # ---- one look -----------------------------------------------------------------------------
     async def look(self) -> None:
-        ongoing = await self.reassigner.list_ongoing()
+        ongoing = self._ongoing = await self.reassigner.list_ongoing()
         await self._read_usage()
         snap = self._snapshot(ongoing)
         self.snapshot = snap
@@ -521,7 +522,8 @@ class ElasticStorage:
         m.disk_used_percent.set(disk_percent(loads))
 
     def status(self) -> dict[str, Any]:
-        snap = self.snapshot
+        """What the status command shows: the context now, the moves of the last look."""
+        snap = self._snapshot(self._ongoing) if self.snapshot is not None else None
         s = self.s
         nodes = []
         if snap is not None:
