@@ -190,10 +190,10 @@ def run_autoscaler(args: argparse.Namespace, out: TextIO) -> int:
         print(f"plan: {plan['moves']} move(s), {plan['bytes_to_copy']} bytes to copy", file=out)
     if status["plan_error"]:
         print(f"plan refused: {status['plan_error']}", file=out)
-    last = status["last_decision"]
-    print(
-        f"last decision: {last['decision'] or '-'}"
-        + (f": {last['reason']}" if last["reason"] else ""),
-        file=out,
-    )
+    for key, label in (("last_decision", "last action"), ("evaluation", "now")):
+        d = status[key]
+        print(
+            f"{label}: {d['decision'] or '-'}" + (f": {d['reason']}" if d["reason"] else ""),
+            file=out,
+        )
     return 0

@@ -120,6 +120,7 @@ class ElasticStorage:
         self.decision: Decision | None = None
         self.snapshot: Snapshot | None = None
         self._ongoing: Mapping[TopicPartition, Any] = {}  # reassignments at the last look
+        self.evaluation: tuple[str, str, int] = ("", "", 0)  # the latest: action, reason, ms
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one look at a time (the loop, decommission requests)
 
@@ -314,6 +315,7 @@ class ElasticStorage:
         self.state.draining, self.state.remove_after_drain = [], False
         self.state.last_scale_ms = self.now_ms()
         self._note(SCALE_DOWN, f"removed drained {_ids(ids)}")
+        self._record(SCALE_DOWN, f"removed drained {_ids(ids)}")
         await self._save()
 
     # ---- rebalance ----------------------------------------------------------------------------
@@ -424,10 +426,12 @@ class ElasticStorage:
             self.state.desired_nodes = d.nodes
             self.state.last_scale_ms = self.now_ms()
             self.state.rebalance_pending = True
+            self._record(SCALE_UP, d.reason)
         else:
             self.state.desired_nodes = d.nodes
             self.state.draining = sorted(d.remove)
             self.state.remove_after_drain = True
+            self._record(SCALE_DOWN, f"draining {_ids(d.remove)} to remove it: {d.reason}")
             log.info("draining storage nodes to remove them", brokers=list(d.remove))
         await self._save()
         self.wake()
@@ -462,7 +466,7 @@ class ElasticStorage:
                 return p
             self.state.draining = sorted(wanted)
             self.state.remove_after_drain = self.provisioner is not None
-            self._note(HOLD, f"decommission of {_ids(wanted)} requested")
+            self._record("decommission", f"decommission of {_ids(wanted)} requested")
             await self._save()
             log.info(
                 "decommission started",
@@ -487,13 +491,13 @@ class ElasticStorage:
         self._state_version = results[-1].version if results else self._state_version
 
     def _note(self, action: str, reason: str) -> None:
-        """Record a decision: metrics always, a log line and the persisted record on change."""
+        """An evaluation: metrics always, a log line when it changed (a cooldown's countdown
+        aside). The status shows the latest one."""
         self.metrics.decisions.labels(decision=action, reason=_reason_kind(reason)).inc()
-        if (action, reason) == (self.state.last_decision, self.state.last_reason):
+        prev_action, prev_reason, _ = self.evaluation
+        if (action, reason) == (prev_action, prev_reason):
             return
-        if _strip_countdown(reason) != _strip_countdown(self.state.last_reason) or (
-            action != self.state.last_decision
-        ):
+        if action != prev_action or _strip_countdown(reason) != _strip_countdown(prev_reason):
             log.info(
                 "autoscaler decision",
                 decision=action,
@@ -501,6 +505,11 @@ class ElasticStorage:
                 dry_run=self.dry_run,
                 nodes=len(self.snapshot.live) if self.snapshot else None,
             )
+        self.evaluation = (action, reason, self.now_ms())
+
+    def _record(self, action: str, reason: str) -> None:
+        """An action taken (nodes asked for, a drain started, nodes removed): persisted with
+        the state, so the next controller's status still says what was done last and why."""
         self.state.last_decision, self.state.last_reason = action, reason
         self.state.last_decision_ms = self.now_ms()
 
@@ -577,6 +586,11 @@ class ElasticStorage:
                 "decision": self.state.last_decision or None,
                 "reason": self.state.last_reason or None,
                 "at_ms": self.state.last_decision_ms or None,
+            },
+            "evaluation": {
+                "decision": self.evaluation[0] or None,
+                "reason": self.evaluation[1] or None,
+                "at_ms": self.evaluation[2] or None,
             },
         }
 
