@@ -17,43 +17,14 @@ from collections.abc import Callable, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from services.cli.local_cluster import LocalCluster, _Service
+from services.cli.local_cluster import LocalCluster
 from services.common.zk import elastic
-from services.common.zk.server import free_port
 
 Log = Callable[[str], None]
 
 _quiet = logging.getLogger("kafka-py.local-scaler.kazoo")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
-
-
-def add_storage_slot(cluster: LocalCluster, index: int) -> None:
-    """Give the cluster storage ordinals up to ``index`` (ports, zone in turn, log file)."""
-    nodes = cluster._services["storage"]
-    while len(nodes) <= index:
-        i = len(nodes)
-        nodes.append(
-            _Service(
-                "storage",
-                i,
-                free_port(cluster.host),
-                free_port(cluster.host),
-                cluster.zones[i % len(cluster.zones)],
-                cluster.logs_dir / f"storage-{i}.log",
-            )
-        )
-    cluster._counts["storage"] = len(nodes)
-
-
-def stop_storage(cluster: LocalCluster, index: int, timeout: float = 10.0) -> None:
-    """SIGTERM one storage node (a clean stop) and forget its process, so supervision leaves it
-    down; its data dir stays."""
-    svc = cluster._services["storage"][index]
-    if svc.proc is not None:
-        cluster._terminate(svc.proc, timeout)
-        svc.proc = None
-        cluster._save_pids()
 
 
 class LocalScaler:
@@ -68,7 +39,7 @@ class LocalScaler:
 
     def _ensure_spec(self) -> elastic.ScaleSpec:
         """The spec, written from what runs now when nobody wrote one yet."""
-        running = [s.index for s in self.cluster._services["storage"] if s.running()]
+        running = [p.index for p in self.cluster.processes() if p.role == "storage" and p.running]
         n = max(running, default=-1) + 1
         initial = elastic.ScaleSpec(n, tuple(i for i in range(n) if i not in running))
         with contextlib.suppress(NodeExistsError):
@@ -90,18 +61,20 @@ class LocalScaler:
         self.spec = spec
         done: list[str] = []
         want = set(spec.running)
-        nodes = self.cluster._services["storage"]
+        slots = sum(1 for p in self.cluster.processes() if p.role == "storage")
+        for _ in range(slots, max(want, default=-1) + 1):
+            self.cluster.add_storage_slot()
+        storage = {p.index: p for p in self.cluster.processes() if p.role == "storage"}
         for i in sorted(want):
-            if i >= len(nodes) or nodes[i].proc is None:
-                add_storage_slot(self.cluster, i)
+            if storage[i].pid is None:
                 self.log(f"storage-{i}: starting (storage scale {len(want)})")
                 self.cluster.start_process("storage", i, timeout=self.ready_timeout, wait=False)
                 done.append(f"started storage-{i}")
-        for svc in list(nodes):
-            if svc.index not in want and svc.proc is not None:
-                self.log(f"storage-{svc.index}: stopping (storage scale {len(want)})")
-                stop_storage(self.cluster, svc.index)
-                done.append(f"stopped storage-{svc.index}")
+        for i, p in sorted(storage.items()):
+            if i not in want and p.pid is not None:
+                self.log(f"storage-{i}: stopping (storage scale {len(want)})")
+                self.cluster.retire_process("storage", i)
+                done.append(f"stopped storage-{i}")
         return done
 
     @contextlib.contextmanager
