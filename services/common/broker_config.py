@@ -59,6 +59,8 @@ def _topic_defaults() -> list[BrokerConfigDef]:
     controller reads the cluster-wide unclean.leader.election.enable."""
     out = []
     for t in TOPIC_CONFIGS.values():
+        if not t.broker_name:
+            continue
         if t.broker_name in CONTROLLER_APPLIED:
             services = {CONTROLLER}
         elif t.broker_name == "message.max.bytes":

@@ -29,7 +29,7 @@ from services.common.topic_config import (
 
 # Broker property name -> topic config definition (e.g. "log.segment.bytes" -> segment.bytes).
 BROKER_TOPIC_DEFAULTS: dict[str, TopicConfigDef] = {
-    d.broker_name: d for d in TOPIC_CONFIGS.values()
+    d.broker_name: d for d in TOPIC_CONFIGS.values() if d.broker_name
 }
 _FIELD_TO_BROKER_PROP = {name.replace(".", "_"): name for name in BROKER_TOPIC_DEFAULTS}
 
