@@ -250,6 +250,7 @@ class ControllerApp:
             broker_configs=self.broker_configs,
         )
         self.active, self.admin = active, AdminOps(active)
+        active.elastic.throttle.alter = self.admin.alter_configs  # the rebalancer's throttles
         try:
             await active.start()
         except (ControllerMovedError, NotControllerError, SessionExpiredError) as exc:

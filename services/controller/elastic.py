@@ -52,6 +52,7 @@ from services.controller.provisioners.base import (
     ProvisionerError,
     top_ordinals,
 )
+from services.controller.rebalance_throttle import RebalanceThrottle
 from services.controller.zkstore import ControllerMovedError, Create, SetData
 
 log = get_logger("controller.elastic")
@@ -121,6 +122,7 @@ class ElasticStorage:
         self.snapshot: Snapshot | None = None
         self._ongoing: Mapping[TopicPartition, Any] = {}  # reassignments at the last look
         self.evaluation: tuple[str, str, int] = ("", "", 0)  # the latest: action, reason, ms
+        self.throttle = RebalanceThrottle(self.s.kafkapy_rebalance_throttle_bytes_per_sec)
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one look at a time (the loop, decommission requests)
 
@@ -195,6 +197,11 @@ class ElasticStorage:
             await self._rebalance(snap)
         else:
             self.plan, self.plan_error = None, ""
+        idle = not (snap.in_flight or self.state.draining or self.state.rebalance_pending)
+        if idle and await self.throttle.clear(
+            self.state, {t.name for t in self.c.eligible_topics()}
+        ):
+            await self._save()
         if self.s.kafkapy_autoscaler_enable:
             await self._autoscale(snap)
         self._export(snap)
@@ -263,6 +270,9 @@ class ElasticStorage:
         batch = next_moves(p.moves, snap.in_flight, self.s.kafkapy_rebalance_max_concurrent_moves)
         if not batch or self.dry_run:
             return
+        if self.throttle.active:
+            await self.throttle.apply(batch, self.state)
+            await self._save()
         errors = await self.reassigner.submit({m.tp: list(m.new) for m in batch})
         accepted = [m for m in batch if errors.get(m.tp) is None]
         for m in accepted:

@@ -87,6 +87,23 @@ def leaders_even(zk: KazooClient) -> bool:
     return max(counts) - min(counts) <= 1
 
 
+def throttles(zk: KazooClient) -> list[str]:
+    """Throttle configs left in ZooKeeper (rates on brokers, replica lists on topics)."""
+    left = []
+    for kind in ("brokers", "topics"):
+        for name in zk.get_children(f"/config/{kind}"):
+            config = json.loads(zk.get(f"/config/{kind}/{name}")[0] or b"{}").get("config", {})
+            left += [f"{kind}/{name}: {k}" for k in config if "throttled" in k]
+    return left
+
+
+def throttled_in_logs(cluster: LocalCluster) -> int:
+    return sum(
+        cluster.log_path("controller", i).read_text().count('"rebalance moves throttled"')
+        for i in (0, 1)
+    )
+
+
 def cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "services.cli.main", "cluster", *args,
@@ -139,6 +156,7 @@ def test_grow_rebalance_refused_shrink_and_drain_across_controller_failover(
                 "--kafkapy.autoscaler.provisioner", "local",
                 "--kafkapy.rebalance.check.interval.ms", "500",
                 "--kafkapy.rebalance.max.concurrent.moves", "4",
+                "--kafkapy.rebalance.throttle.bytes.per.sec", "5000000",
             ],
             "storage": ["--kafkapy.usage.report.interval.ms", "1000"],
         },
@@ -179,6 +197,9 @@ def test_grow_rebalance_refused_shrink_and_drain_across_controller_failover(
             )
             assert sum(replicas.values()) == total
             wait_until("leaders within ±1 of even", lambda: leaders_even(zk), 60)
+            # the moves were throttled, and the throttles are gone once they are done
+            wait_until("the rebalance throttles cleared", lambda: not throttles(zk), 30)
+            assert throttled_in_logs(cluster) >= 1
             checker.note(f"grown: replicas per node {dict(sorted(replicas.items()))}")
 
             # 2. a shrink the zones cannot take is refused

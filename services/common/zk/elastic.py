@@ -90,6 +90,8 @@ class AutoscalerState:
     draining: list[int] = field(default_factory=list)  # ids being emptied, to remove after
     remove_after_drain: bool = False  # ask the provisioner to remove them once empty
     rebalance_pending: bool = False  # replicas are being spread onto new nodes
+    throttled_topics: list[str] = field(default_factory=list)  # throttles to clear when done
+    throttled_brokers: list[int] = field(default_factory=list)
     desired_nodes: int | None = None
     last_decision: str = ""
     last_reason: str = ""
@@ -112,6 +114,8 @@ class AutoscalerState:
                 draining=sorted(int(b) for b in body.get("draining") or []),
                 remove_after_drain=bool(body.get("remove_after_drain", False)),
                 rebalance_pending=bool(body.get("rebalance_pending", False)),
+                throttled_topics=sorted(str(t) for t in body.get("throttled_topics") or []),
+                throttled_brokers=sorted(int(b) for b in body.get("throttled_brokers") or []),
                 desired_nodes=(
                     int(body["desired_nodes"]) if body.get("desired_nodes") is not None else None
                 ),

@@ -14,7 +14,7 @@ def test_usage_round_trip() -> None:
 
 
 def test_autoscaler_state_round_trip_and_garbage() -> None:
-    s = AutoscalerState([3, 4], True, True, 3, "scale_down", "why", 5, 6)
+    s = AutoscalerState([3, 4], True, True, ["t"], [1, 2], 3, "scale_down", "why", 5, 6)
     assert AutoscalerState.from_json(s.to_json()) == s
     assert AutoscalerState.from_json(b"") == AutoscalerState()
     assert AutoscalerState.from_json(b"[1]") == AutoscalerState()
