@@ -170,9 +170,14 @@ class ElasticStorage:
         self._wake.set()
 
     def on_brokers_added(self, ids: Collection[int]) -> None:
-        """Storage nodes joined: spread replicas onto them (next look)."""
+        """Storage nodes registered: those hosting no replica are new (a node coming back keeps
+        its replicas and is left alone, as Kafka does); spread replicas onto them."""
         if not self.s.kafkapy_rebalance_enable or not ids:
             return
+        hosting = {b for t in self.c.eligible_topics() for r in t.assignment.values() for b in r}
+        ids = sorted(set(ids) - hosting)
+        if not ids or not hosting:
+            return  # nothing new, or nothing to spread yet
         log.info("storage nodes joined, rebalancing onto them", brokers=sorted(ids))
         self.c.spawn(self._want_rebalance(), "elastic-rebalance-request")
 
