@@ -43,7 +43,7 @@ from services.controller.autoscale_policy import (
     decide,
     disk_percent,
 )
-from services.controller.core import ControllerCore
+from services.controller.core import ControllerCore, NotControllerError
 from services.controller.elastic_metrics import ElasticMetrics
 from services.controller.leader_balance import LeaderBalancer
 from services.controller.planner import Node, Plan, PlanError, next_moves, plan
@@ -155,8 +155,8 @@ class ElasticStorage:
             try:
                 async with self._lock:
                     await self.look()
-            except ControllerMovedError:
-                log.info("elastic storage stops: this controller was deposed")
+            except (ControllerMovedError, NotControllerError):
+                log.info("elastic storage stops: this controller's term ended")
                 return
             except Exception:  # noqa: BLE001 - the loop must outlive one bad look
                 log.exception("elastic storage look failed")
