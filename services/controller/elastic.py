@@ -392,7 +392,7 @@ class ElasticStorage:
             return f"draining {_ids(self.state.draining)}"
         if snap.in_flight:
             return f"{len(snap.in_flight)} partition moves in flight"
-        if self.state.rebalance_pending:
+        if self.state.rebalance_pending and not self.dry_run:  # a dry run never moves
             return "rebalance in progress"
         missing = sorted(set(snap.live) - set(self.usage))
         if missing:
