@@ -29,6 +29,7 @@ from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.common.zk.registration import EphemeralRegistrar
+from services.common.zone import with_discovered_rack
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.metrics import CoordinatorMetrics
 from services.group_coordinator.server import GroupCoordinatorService
@@ -159,6 +160,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(
         "group-coordinator", settings.node_id, settings.log_format, settings.log_level
     )
+    settings = await with_discovered_rack(settings)
     return await serve_until_signalled(GroupCoordinatorApp(settings))
 
 
