@@ -20,7 +20,10 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
 class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     LISTENER_SCHEMES = LISTENER_SCHEMES
     node_id: int = kafka_prop(
-        ..., "node.id", "this gateway's node id, as clients see it (required)", ge=0
+        ...,
+        "node.id",
+        "this gateway's node id, as clients see it (required; -1: generated, from 1001)",
+        ge=-1,
     )
     listeners: str = kafka_prop(
         "PLAINTEXT://127.0.0.1:9092",

@@ -23,6 +23,7 @@ from grpc_health.v1 import health
 from services.common.admin_http import AdminServer
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
+from services.common.node_ids import with_generated_id
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
 from services.common.runtime import new_grpc_server, run, serve_until_signalled, set_serving
 from services.common.storage_client import StorageClients
@@ -160,6 +161,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(
         "group-coordinator", settings.node_id, settings.log_format, settings.log_level
     )
+    settings = await with_generated_id(settings, "node_id")
     settings = await with_discovered_rack(settings)
     return await serve_until_signalled(GroupCoordinatorApp(settings))
 

@@ -9,7 +9,9 @@ from services.common.zone import RackDiscoverySettings
 
 class GroupCoordinatorSettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     LISTENER_SCHEMES = ("GRPC",)
-    node_id: int = kafka_prop(..., "node.id", "this group coordinator's id (required)", ge=0)
+    node_id: int = kafka_prop(
+        ..., "node.id", "this group coordinator's id (required; -1: generated, from 1001)", ge=-1
+    )
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0",
         "listeners",
