@@ -39,7 +39,7 @@ from services.storage.settings import StorageSettings
 DEV = {
     "global": {"zookeeper": {"replicas": 1}},
     "storage": {"replicas": 1, "persistence": {"size": "1Gi"}},
-    "controller": {"replicas": 1},
+    "controller": {"replicas": 1, "config": {"offsets.topic.replication.factor": 1}},
     "gateway": {"replicas": 1, "autoscaling": {"enabled": False}},
     "groupCoordinator": {"replicas": 1},
     "zookeeper": {"persistence": {"size": "1Gi"}},
