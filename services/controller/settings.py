@@ -17,7 +17,9 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
 
 class ControllerSettings(ServiceSettings, ListenerSettings, ElasticSettings):
     LISTENER_SCHEMES = LISTENER_SCHEMES
-    controller_id: int = kafka_prop(..., "controller.id", "this controller's id (required)", ge=0)
+    controller_id: int = kafka_prop(
+        ..., "controller.id", "this controller's id (required; -1: generated, from 1001)", ge=-1
+    )
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0",
         "listeners",

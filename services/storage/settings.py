@@ -26,6 +26,7 @@ from services.common.topic_config import (
     format_value,
     parse_value,
 )
+from services.common.zone import RackDiscoverySettings
 
 # Broker property name -> topic config definition (e.g. "log.segment.bytes" -> segment.bytes).
 BROKER_TOPIC_DEFAULTS: dict[str, TopicConfigDef] = {
@@ -40,7 +41,7 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
     return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-class StorageSettingsBase(ServiceSettings, ListenerSettings):
+class StorageSettingsBase(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     """The storage node's own settings; the generated subclass adds the topic defaults."""
 
     LISTENER_SCHEMES = LISTENER_SCHEMES
