@@ -2,7 +2,7 @@
 names) in, response bodies out, per API version as Kafka's KafkaApis shapes them.
 
 Responses are built with every field any version has and then cut to the fields of the
-requested version's schema (``_fit``), so a version never carries a field it lacks.
+requested version's schema (``forward.fit``), so a version never carries a field it lacks.
 Nothing raises out of ``handle``: an unexpected failure is logged and answered with
 UNKNOWN_SERVER_ERROR in the shape of the request's API.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
+from services.common.coordinator.forward import fit
 from services.common.errors import ErrorCode
 from services.common.group_errors import error_response
 from services.common.internal_topics.consumer_offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
-from services.common.protocol.schema import EntitySpec
 from services.common.shard_tasks import now_ms
 from services.group_coordinator.group import JoinResult, SyncResult, TopicPartition
 from services.group_coordinator.groups import GroupShard
@@ -88,26 +88,10 @@ async def handle(
             "group_request_failed", api_key=api_key, api_version=api_version, error=repr(exc)
         )
         return error_response(api_key, api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
-    return _fit(message_spec(api_key, api_version, "response"), response)
+    return fit(message_spec(api_key, api_version, "response"), response)
 
 
 # ---- shaping ---------------------------------------------------------------------------------
-def _fit(spec: EntitySpec, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` cut to the fields of ``spec`` (recursively)."""
-    out: dict[str, Any] = {}
-    for field in (*spec.fields, *spec.tagged):
-        if field.name not in data:
-            continue
-        value = data[field.name]
-        if field.entity is not None and value is not None:
-            if field.array:
-                value = [_fit(field.entity, item) for item in value]
-            else:
-                value = _fit(field.entity, value)
-        out[field.name] = value
-    return out
-
-
 def _lookup(shards: ShardLookup, group_id: str) -> GroupShard | ErrorCode:
     return shards.shard(shards.partition_of(group_id))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from services.common.coordinator.shard_store import ShardStore
 from services.common.errors import ErrorCode
 from services.common.internal_topics.consumer_offsets import OffsetAndMetadata
 from services.common.logging import get_logger
@@ -38,7 +39,6 @@ from services.group_coordinator.requests import (
     LeavingMember,
     MemberSummary,
 )
-from services.group_coordinator.shard_store import ShardStore
 
 log = get_logger("group_coordinator.groups")
 

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable, Collection
 from itertools import count
 
+from services.common.coordinator.shard_store import Records, ShardStore, store_error
 from services.common.errors import ErrorCode
 from services.common.internal_topics.consumer_offsets import (
     OffsetAndMetadata,
@@ -24,7 +25,6 @@ from services.common.shard_tasks import ShardTasks
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.consumer_protocol import PROTOCOL_TYPE
 from services.group_coordinator.group import Group, GroupState, TopicPartition
-from services.group_coordinator.shard_store import Records, ShardStore, store_error
 
 log = get_logger("group_coordinator.offsets")
 

@@ -1,5 +1,6 @@
-"""What a group coordinator shard writes through: its partition of ``__consumer_offsets``
-(``shard_log.ShardLog`` in the service, an in-memory store in unit tests)."""
+"""What a coordinator shard writes through: its partition of ``__consumer_offsets`` or
+``__transaction_state`` (``shard_log.ShardLog`` in the services, an in-memory store in unit
+tests)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Protocol
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 
-log = get_logger("group_coordinator.offsets")
+log = get_logger("coordinator.shard_store")
 
 Records = list[tuple[bytes, bytes | None]]
 
@@ -25,5 +26,5 @@ def store_error(exc: BaseException, mapping: dict[ErrorCode, ErrorCode]) -> Erro
     """The Kafka error to answer for a failed append."""
     if isinstance(exc, KafkaError):
         return mapping.get(exc.code, exc.code)
-    log.error("offsets_append_failed", error=repr(exc))
+    log.error("shard_append_failed", error=repr(exc))
     return ErrorCode.UNKNOWN_SERVER_ERROR
