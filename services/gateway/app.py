@@ -57,6 +57,7 @@ class Gateway:
             controller=ControllerClient(self.cache),
             offsets=OffsetsCache(),
             coordinators=CoordinatorClients(self.cache),
+            txn_coordinators=CoordinatorClients(self.cache, layout.TRANSACTION),
             producer_ids=ProducerIdManager(
                 self.zk, settings.node_id, settings.producer_id_block_size
             ),
@@ -131,8 +132,9 @@ class Gateway:
         self.broker_config_sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
-        if self.services.coordinators is not None:
-            await self.services.coordinators.close()
+        for clients in (self.services.coordinators, self.services.txn_coordinators):
+            if clients is not None:
+                await clients.close()
         try:
             await self.zk.stop()
         except Exception as exc:  # noqa: BLE001 - closing anyway

@@ -35,6 +35,7 @@ class GatewayServices:
     controller: ControllerClient
     offsets: OffsetsCache
     coordinators: CoordinatorClients | None = None
+    txn_coordinators: CoordinatorClients | None = None
     producer_ids: ProducerIdManager | None = None
     zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
     # /config/brokers/* as ZooKeeper holds them (dynamic broker configs of every broker id)
@@ -45,6 +46,7 @@ class GatewayServices:
     creating: dict[str, asyncio.Task[dict[str, ErrorCode]]] = field(default_factory=dict)
     # the CreateInternalTopic call for __consumer_offsets in flight (at most one per gateway)
     offsets_topic_creation: asyncio.Future[Any] | None = None
+    txn_topic_creation: asyncio.Future[Any] | None = None
     _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     @property

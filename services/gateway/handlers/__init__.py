@@ -28,6 +28,7 @@ from services.gateway.handlers import (
     metadata,
     offset_for_leader_epoch,
     produce,
+    transactions,
 )
 from services.gateway.handlers.base import ApiHandler
 
@@ -52,6 +53,7 @@ HANDLERS: dict[int, ApiHandler] = {
         init_producer_id.HANDLER,
         find_coordinator.HANDLER,
         *group_requests.HANDLERS,
+        *transactions.HANDLERS,
     )
 }
 

@@ -125,8 +125,6 @@ async def test_find_coordinator_answers_an_in_zone_gateway(cluster: GatewayServi
     )
     assert [c["key"] for c in batch["coordinators"]] == ["a", "b"]
     assert all(c["error_code"] == 0 for c in batch["coordinators"])
-    txn = await call(cluster, ApiKey.FIND_COORDINATOR, 3, {"key": "tx", "key_type": 1})
-    assert txn["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     bad = await call(cluster, ApiKey.FIND_COORDINATOR, 3, {"key": "x", "key_type": 7})
     assert bad["error_code"] == ErrorCode.INVALID_REQUEST
 
