@@ -1,0 +1,424 @@
+"""LocalCluster: a whole kafka-py cluster as local processes (ZooKeeper, controllers, storage
+nodes, group coordinators, gateways), started, supervised, faulted and stopped from one thread.
+
+Each service runs as ``python -m services.<role>`` in its own process group with its output in
+``<data_dir>/logs/<service>-<index>.log`` (``storage-0.log``, ``group-coordinator-1.log``). Ids
+are stable (the process with index i has node id i; storage i keeps its log in
+``<data_dir>/storage-i``) and the ports chosen for a data dir are saved in
+``<data_dir>/cluster.json``, so starting again on the same data dir brings the same cluster back.
+
+This class only sequences; the jobs live beside it: ``layout`` (roles, process slots, ports),
+``flags`` (each role's command line), ``processes`` (spawn, terminate, pid file, data-dir lock),
+``readiness`` (when a service counts as up) and ``zookeeper``. Starting or stopping one node by
+role and ordinal (``start_process`` / ``kill``) is the seam a node provisioner drives.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from services.cli.local_cluster import processes
+from services.cli.local_cluster.errors import LocalClusterError, LocalClusterInterrupted
+from services.cli.local_cluster.flags import ClusterShape, service_argv, service_flags
+from services.cli.local_cluster.layout import (
+    ROLES,
+    STATE_FILE,
+    ZOOKEEPER,
+    PortBook,
+    PortPicker,
+    Service,
+    process_name,
+    save_state,
+    slot,
+)
+from services.cli.local_cluster.readiness import wait_ready
+from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper
+from services.common.zk.server import ZooKeeperProcess
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """A snapshot of one managed process."""
+
+    name: str
+    role: str
+    index: int
+    pid: int | None
+    port: int
+    admin_port: int | None
+    zone: str | None
+    log_path: Path
+    running: bool
+
+
+class LocalCluster:
+    """Runs and supervises one local cluster. Not thread-safe: drive it from one thread."""
+
+    #: each role runs as ``python -m <SERVICE_PACKAGE>.<role>`` (tests substitute fakes)
+    SERVICE_PACKAGE = "services"
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        gateways: int = 1,
+        storage_nodes: int = 3,
+        controllers: int = 2,
+        group_coordinators: int = 2,
+        zones: Sequence[str] = ("zone-a", "zone-b", "zone-c"),
+        gateway_port: int = 9092,
+        zk_port: int = 2181,
+        host: str = "127.0.0.1",
+        zk_session_timeout_ms: int = 3000,
+        extra: Mapping[str, Sequence[str]] | None = None,
+        env: Mapping[str, str] | None = None,
+        log_dirs_per_node: int = 1,
+    ) -> None:
+        if gateways < 1 or storage_nodes < 1 or controllers < 1:
+            raise ValueError("a cluster needs at least one gateway, storage node and controller")
+        if group_coordinators < 0:
+            raise ValueError("group_coordinators must be >= 0")
+        if not zones:
+            raise ValueError("zones must not be empty")
+        unknown = set(extra or {}) - set(ROLES)
+        if unknown:
+            raise ValueError(f"extra flags for unknown role(s): {', '.join(sorted(unknown))}")
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.zones = tuple(zones)
+        self.zk_session_timeout_ms = zk_session_timeout_ms
+        if log_dirs_per_node < 1:
+            raise ValueError("log_dirs_per_node must be >= 1")
+        self.log_dirs_per_node = log_dirs_per_node
+        self.extra = {role: list((extra or {}).get(role, ())) for role in ROLES}
+        self.env = dict(env or {})
+        self._counts = {
+            "controller": controllers,
+            "storage": storage_nodes,
+            "group_coordinator": group_coordinators,
+            "gateway": gateways,
+        }
+        self._requested = {"gateway": gateway_port, ZOOKEEPER: zk_port}
+        self._services: dict[str, list[Service]] = {role: [] for role in ROLES}
+        self._zk: ZooKeeperProcess | None = None
+        self._lock = processes.DataDirLock(self.data_dir)
+        self._interrupted = False
+        self._hurry = False
+        self._started = False
+
+    # ---- addresses --------------------------------------------------------------------
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def zookeeper(self) -> ZooKeeperProcess:
+        if self._zk is None:
+            raise LocalClusterError("the cluster has not been started")
+        return self._zk
+
+    @property
+    def zk_connect(self) -> str:
+        return self.zookeeper.connect
+
+    @property
+    def gateway_ports(self) -> list[int]:
+        self._require_layout()
+        return [s.port for s in self._services["gateway"]]
+
+    @property
+    def bootstrap(self) -> str:
+        """Kafka bootstrap servers, e.g. ``"127.0.0.1:9092"`` (comma-separated with several gateways)."""
+        return ",".join(f"{self.host}:{p}" for p in self.gateway_ports)
+
+    def log_path(self, role: str, index: int = 0) -> Path:
+        if role == ZOOKEEPER:
+            return self.data_dir / ZOOKEEPER / "zookeeper.out"
+        return self._service(role, index).log_path
+
+    def storage_dir(self, index: int) -> Path:
+        return self.data_dir / f"storage-{index}"
+
+    def storage_dirs(self, index: int) -> list[Path]:
+        """The ``log.dirs`` of one storage node: ``storage-<i>``, then ``storage-<i>-<j>``."""
+        extra = [self.data_dir / f"storage-{index}-{j}" for j in range(1, self.log_dirs_per_node)]
+        return [self.storage_dir(index), *extra]
+
+    # ---- lifecycle --------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> Self:
+        """Start ZooKeeper, then launch controllers, storage nodes, group coordinators and
+        gateways (in that order) and wait until every one is ready; on failure everything
+        started is stopped again."""
+        if self._started:
+            raise LocalClusterError("the cluster is already started")
+        if self._interrupted:  # interrupt() came before start(): honour it
+            self._interrupted = False
+            raise LocalClusterInterrupted("start-up interrupted")
+        deadline = time.monotonic() + timeout
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        self._lock.take()
+        self._started = True
+        atexit.register(self.stop)
+        try:
+            processes.reap_leftovers(self.data_dir)
+            self._layout()
+            self._start_zookeeper(deadline)
+            # Launched in dependency order, but without waiting between tiers: every service
+            # only needs ZooKeeper to come up, and their start-ups overlap.
+            for svc in self._all():
+                self._spawn(svc)
+            self._wait_ready(list(self._all()), deadline, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM every process in reverse start order (ZooKeeper last), SIGKILL after ``timeout``.
+
+        Idempotent; no process of the cluster is left when it returns.
+        """
+        for role in reversed(ROLES):
+            for svc in reversed(self._services[role]):
+                if svc.proc is not None:
+                    self._terminate(svc.proc, timeout)
+        if self._zk is not None and self._zk.proc is not None:
+            self._terminate(self._zk.proc, timeout)
+        self._lock.release()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        self._started = False
+        self._interrupted = self._hurry = False
+
+    def interrupt(self) -> None:
+        """Make a running (or the next) ``start()`` or ``start_process()`` give up; ``stop()``
+        clears it. Safe to call from a signal handler."""
+        self._interrupted = True
+
+    def hurry(self) -> None:
+        """Make a running ``stop()`` SIGKILL what is left now (safe from a signal handler)."""
+        self._hurry = True
+
+    def __enter__(self) -> Self:
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ---- fault injection and supervision ----------------------------------------------
+    def kill(self, role: str, index: int = 0, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the process group of one process; SIGKILL also reaps it."""
+        proc = self._proc(role, index)
+        if proc is None or proc.poll() is not None:
+            raise LocalClusterError(f"{process_name(role, index)} is not running")
+        processes.signal_group(proc, sig)
+
+    def wait_exit(self, role: str, index: int = 0, timeout: float = 10.0) -> int:
+        """Wait for one process to exit; returns its exit code (negative = killed by signal)."""
+        proc = self._proc(role, index)
+        if proc is None:
+            raise LocalClusterError(f"{process_name(role, index)} was never started")
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise LocalClusterError(
+                f"{process_name(role, index)} did not exit within {timeout:g}s"
+            ) from None
+
+    def start_process(
+        self, role: str, index: int = 0, *, timeout: float = 60.0, wait: bool = True
+    ) -> None:
+        """(Re)start one process with its id, ports and data dir; by default wait until ready."""
+        if not self._started:
+            raise LocalClusterError("the cluster has not been started")
+        proc = self._proc(role, index)
+        if proc is not None and proc.poll() is None:
+            raise LocalClusterError(f"{process_name(role, index)} is already running")
+        deadline = time.monotonic() + timeout
+        if role == ZOOKEEPER:
+            self._start_zookeeper(deadline)
+            return
+        svc = self._service(role, index)
+        self._spawn(svc)
+        if wait:
+            self._wait_ready([svc], deadline, timeout)
+
+    def exited(self) -> dict[str, int]:
+        """Processes that were started and are not running now: name -> exit code."""
+        out: dict[str, int] = {}
+        if self._zk is not None and self._zk.proc is not None and self._zk.proc.poll() is not None:
+            out[ZOOKEEPER] = self._zk.proc.returncode
+        for svc in self._all():
+            if svc.proc is not None and svc.proc.poll() is not None:
+                out[svc.name] = svc.proc.returncode
+        return out
+
+    def pids(self) -> dict[str, int]:
+        """Running processes: name (``zookeeper``, ``controller-0``, ``storage-2``...) -> pid."""
+        return {p.name: p.pid for p in self.processes() if p.running and p.pid is not None}
+
+    def processes(self) -> list[ProcessInfo]:
+        """Every managed process in start order."""
+        out: list[ProcessInfo] = []
+        if self._zk is not None:
+            zp = self._zk.proc
+            out.append(
+                ProcessInfo(
+                    ZOOKEEPER,
+                    ZOOKEEPER,
+                    0,
+                    zp.pid if zp else None,
+                    self._zk.port,
+                    None,
+                    None,
+                    self.log_path(ZOOKEEPER),
+                    zp is not None and zp.poll() is None,
+                )
+            )
+        for svc in self._all():
+            running = svc.running()
+            out.append(
+                ProcessInfo(
+                    svc.name,
+                    svc.role,
+                    svc.index,
+                    svc.proc.pid if svc.proc is not None else None,
+                    svc.port,
+                    svc.admin_port,
+                    svc.zone,
+                    svc.log_path,
+                    running,
+                )
+            )
+        return out
+
+    def address(self, role: str, index: int = 0) -> str:
+        """``host:port`` of a process's main listener (Kafka, gRPC or ZooKeeper client port)."""
+        if role == ZOOKEEPER:
+            return self.zk_connect
+        return f"{self.host}:{self._service(role, index).port}"
+
+    def admin_url(self, role: str, index: int = 0) -> str:
+        return f"http://{self.host}:{self._service(role, index).admin_port}"
+
+    def active_controller_id(self, timeout: float = 5.0) -> int | None:
+        """``brokerid`` in ZooKeeper's ``/controller``, or None when no controller is active."""
+        return active_controller_id(self.zk_connect, timeout)
+
+    def active_controller_index(self, timeout: float = 5.0) -> int | None:
+        """Index of the active controller (controller i has controller.id i), or None."""
+        cid = self.active_controller_id(timeout)
+        if cid is None or not 0 <= cid < len(self._services["controller"]):
+            return None
+        return cid
+
+    # ---- internals ---------------------------------------------------------------------
+    def _layout(self) -> None:
+        """Assign ports (saved ones first) and build the process table; save cluster.json."""
+        book = PortBook.load(self.data_dir / STATE_FILE)
+        picker = PortPicker(self.host)
+        # Fixed ports first, so a saved free-port choice can never take one of them.
+        fixed: dict[str, int] = {}
+        if self._requested[ZOOKEEPER] > 0:
+            fixed[ZOOKEEPER] = picker.pick(self._requested[ZOOKEEPER], None, ZOOKEEPER)
+        if self._requested["gateway"] > 0:
+            for i in range(self._counts["gateway"]):
+                port = self._requested["gateway"] + i
+                fixed[f"gateway-{i}"] = picker.pick(port, None, f"gateway-{i}")
+        zk_port = fixed.get(ZOOKEEPER) or picker.pick(0, book.zookeeper, ZOOKEEPER)
+        self._zk = ZooKeeperProcess(self.data_dir / ZOOKEEPER, port=zk_port, host=self.host)
+        for role in ROLES:
+            self._services[role] = [
+                slot(
+                    role,
+                    i,
+                    book=book,
+                    picker=picker,
+                    zones=self.zones,
+                    logs_dir=self.logs_dir,
+                    fixed_port=fixed.get(f"{role}-{i}"),
+                )
+                for i in range(self._counts[role])
+            ]
+        save_state(self.data_dir, self.host, zk_port, book, self._all())
+
+    def _require_layout(self) -> None:
+        if not any(self._services.values()):
+            raise LocalClusterError("the cluster has not been started")
+
+    def _all(self) -> Iterator[Service]:
+        for role in ROLES:
+            yield from self._services[role]
+
+    def _service(self, role: str, index: int) -> Service:
+        if role not in ROLES:
+            raise LocalClusterError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        self._require_layout()
+        services_ = self._services[role]
+        if not 0 <= index < len(services_):
+            raise LocalClusterError(
+                f"no {role}-{index}: the cluster has {len(services_)} {role} process(es)"
+            )
+        return services_[index]
+
+    def _proc(self, role: str, index: int) -> subprocess.Popen[bytes] | None:
+        if role == ZOOKEEPER:
+            return self.zookeeper.proc
+        return self._service(role, index).proc
+
+    def _flags(self, svc: Service) -> list[str]:
+        shape = ClusterShape(
+            host=self.host,
+            zk_connect=self.zk_connect,
+            zk_session_timeout_ms=self.zk_session_timeout_ms,
+            storage_nodes=self._counts["storage"],
+            storage_dirs=self.storage_dirs,
+        )
+        return service_flags(svc, shape, self.extra[svc.role])
+
+    def _spawn(self, svc: Service) -> None:
+        if svc.role == "storage":
+            self.storage_dir(svc.index).mkdir(parents=True, exist_ok=True)
+        argv = service_argv(self.SERVICE_PACKAGE, svc.role, self._flags(svc))
+        env = processes.child_env(self.env)
+        svc.proc = processes.spawn(argv, svc.log_path, cwd=self.data_dir, env=env)
+        svc.starts += 1
+        self._save_pids()
+
+    def _start_zookeeper(self, deadline: float) -> None:
+        try:
+            start_zookeeper(self.zookeeper, deadline)
+        finally:
+            self._save_pids()
+
+    def _wait_ready(self, batch: Sequence[Service], deadline: float, timeout: float) -> None:
+        wait_ready(self.host, batch, deadline, timeout, lambda: self._interrupted)
+
+    def _terminate(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        processes.terminate(proc, timeout, lambda: self._hurry)
+
+    def _save_pids(self) -> None:
+        processes.save_pids(
+            self.data_dir, {p.name: p.pid for p in self.processes() if p.pid is not None}
+        )
