@@ -44,6 +44,7 @@ from services.storage.log.config import LONG_MAX
 from services.storage.log.log import Log
 from services.storage.log.offset_map import OffsetMap
 from services.storage.log.segment import LogSegment
+from services.storage.log.txn_index import AbortedTxn
 
 log = get_logger(__name__)
 
@@ -94,6 +95,7 @@ class CleanStats:
     records_retained: int = 0
     keyless_dropped: int = 0
     tombstones_dropped: int = 0
+    aborted_dropped: int = 0  # records of aborted transactions
     segments_before: int = 0
     segments_after: int = 0
     map_entries: int = 0
@@ -115,7 +117,8 @@ def cleanable_range(lg: Log, checkpoint: int | None, now_ms: int) -> CleanableRa
         first_dirty = checkpoint if checkpoint is not None else lso
         if first_dirty < lso or first_dirty > leo:
             first_dirty = lso
-        bound = min(segs[-1].base_offset, hw)
+        # nothing of an open transaction is cleaned: it may still abort (Kafka bounds by the LSO)
+        bound = min(segs[-1].base_offset, hw, lg.last_stable_offset)
         # whole segments only: a segment is cleanable when it ends at or before ``bound``
         end = first_dirty
         clean_bytes = cleanable = 0
@@ -180,6 +183,11 @@ def clean(
             pid: entry.last_data_offset for pid, entry in lg.producer_state.producers.items()
         }
         truncations = lg.truncations
+        aborted = (
+            lg.aborted_transactions(segs[0].base_offset, rng.first_uncleanable_offset)
+            if segs
+            else []
+        )
     readers = _Readers(lg, settings.read_chunk_bytes)
     end = rng.first_dirty_offset  # where the next cleaning starts if this one gets nowhere
     try:
@@ -187,7 +195,7 @@ def clean(
         if not dirty:
             return stats
         offset_map = OffsetMap(settings.map_budget_bytes, rng.first_dirty_offset)
-        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace)
+        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace, AbortedBatches(aborted))
         stats.end_offset = end
         stats.map_entries = len(offset_map)
         stats.map_bytes = offset_map.bytes_used
@@ -195,6 +203,7 @@ def clean(
             return stats
         to_clean = [s for s in segs if s.base_offset < end]
         stats.segments_before = len(to_clean)
+        tracker = AbortedBatches(aborted)
         for group in _group_by_size(to_clean, ends, lg.config.segment_bytes):
             if pace.stopping():
                 stats.aborted = True
@@ -203,7 +212,7 @@ def clean(
                 lg,
                 group,
                 readers,
-                _Retention(offset_map, end, delete_horizon_ms, last_batch_of_producer),
+                _Retention(offset_map, end, delete_horizon_ms, last_batch_of_producer, tracker),
                 stats,
                 pace,
             )
@@ -302,15 +311,19 @@ def _build_offset_map(
     ends: dict[int, int],
     lg: Log,
     pace: Pace,
+    aborted: AbortedBatches,
 ) -> int:
     """Fill ``offset_map`` from the dirty segments; returns where the mapped range ends: the
-    end of the last segment read whole, or the first record that did not fit."""
+    end of the last segment read whole, or the first record that did not fit. Records of
+    aborted transactions are not mapped (they never shadow a committed record)."""
     end = offset_map.start
     for seg in dirty:
         if pace.stopping():
             break
         for h, buf in readers.batches(seg):
             pace.throttle(h.size)
+            if aborted.is_aborted(h):
+                continue
             if h.is_control or h.record_count == 0 or h.last_offset < offset_map.start:
                 continue
             stopped_at = offset_map.add(scan_records(records_payload(buf, h), h))
@@ -361,6 +374,34 @@ class _Retention:
     range_end: int  # records from here on were not mapped: they all stay
     delete_horizon_ms: int
     last_batch_of_producer: dict[int, int]  # producer id -> offset of its last batch
+    aborted: AbortedBatches
+
+
+class AbortedBatches:
+    """Which batches belong to aborted transactions, for a pass over batches in offset order
+    (Kafka's CleanedTransactionMetadata): a producer's transaction is aborted from the first
+    offset of an aborted-transaction entry to its ABORT marker."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._active: dict[int, int] = {}  # producer id -> offset of the ABORT marker
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        """True for a transactional data batch of an aborted transaction (call in order)."""
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= h.base_offset:
+            txn = pending[self._next]
+            self._active[txn.producer_id] = txn.last_offset
+            self._next += 1
+        marker = self._active.get(h.producer_id)
+        if marker is None or not h.is_transactional:
+            return False
+        if h.is_control:
+            if h.base_offset >= marker:
+                del self._active[h.producer_id]
+            return False
+        return h.base_offset < marker
 
 
 def _clean_group(
@@ -393,8 +434,16 @@ def _clean_group(
                 stats.bytes_written += len(data)
                 pace.throttle(len(data))
             readers.done_with(seg)
+        for seg in group:  # the aborted transactions whose markers the group holds stay known
+            for txn in seg.txn_index.entries:
+                cleaned.txn_index.append(txn)
         cleaned.on_become_inactive()
-        _fsync_paths(cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path)
+        _fsync_paths(
+            cleaned.log_path,
+            cleaned.offset_index.path,
+            cleaned.time_index.path,
+            cleaned.txn_index.path,
+        )
         cleaned.close_handles()
         # the cleaned segment keeps the age of the data it holds (delete horizon, retention.ms)
         os.utime(cleaned.log_path, ns=(newest_mtime * 1_000_000, newest_mtime * 1_000_000))
@@ -416,7 +465,8 @@ def _retained_batch(
 ) -> tuple[bytes | memoryview, int] | None:
     """The batch as it stays in the log, with its max timestamp; None when it goes."""
     original = memoryview(buf)[h.position : h.position + h.size]
-    if h.is_control or h.base_offset >= retention.range_end:
+    aborted = retention.aborted.is_aborted(h)
+    if h.is_control or (h.base_offset >= retention.range_end and not aborted):
         return original, h.max_timestamp
     payload = records_payload(buf, h)
     spans = list(scan_records(payload, h))
@@ -424,7 +474,9 @@ def _retained_batch(
     kept: list[RecordSpan] = []
     latest, range_end = retention.offset_map.latest, retention.range_end
     for span in spans:
-        if span.offset >= range_end:
+        if aborted:
+            stats.aborted_dropped += 1
+        elif span.offset >= range_end:
             kept.append(span)
         elif span.key is None:
             stats.keyless_dropped += 1

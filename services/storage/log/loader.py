@@ -13,7 +13,7 @@ from pathlib import Path
 from structlog.stdlib import BoundLogger
 
 from services.common.records.batch import BatchHeader
-from services.storage.log import files
+from services.storage.log import files, transactions
 from services.storage.log.config import LogConfig
 from services.storage.log.leader_epoch import LeaderEpochCache
 from services.storage.log.segment import LogSegment
@@ -61,7 +61,14 @@ def complete_swaps(dir: Path, config: LogConfig, log: BoundLogger) -> None:
             if (
                 off is not None
                 and base <= off < max(next_offset, base + 1)
-                and p.name.endswith((files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX))
+                and p.name.endswith(
+                    (
+                        files.LOG_SUFFIX,
+                        files.INDEX_SUFFIX,
+                        files.TIME_INDEX_SUFFIX,
+                        files.TXN_INDEX_SUFFIX,
+                    )
+                )
             ):
                 p.unlink()
                 replaced.append(p.name)
@@ -202,8 +209,14 @@ def replay_producer_state(
     log: BoundLogger,
 ) -> int | None:
     """Load the latest usable snapshot and replay the batch headers after it up to the log
-    end; returns the offset replayed from (None when the snapshot was at the log end)."""
+    end; returns the offset replayed from (None when the snapshot was at the log end). The
+    aborted transactions whose marker is replayed are written to the segments' ``.txnindex``
+    again (entries from the replayed range are dropped first), so a recovered or truncated
+    log has the index its batches say."""
     start = psm.load_snapshot(log_start_offset, log_end_offset)
+    for i, seg in enumerate(segments):
+        if i + 1 == len(segments) or segments[i + 1].base_offset > start:
+            seg.txn_index.truncate_to(start)
     replayed_from: int | None = None
     if start < log_end_offset:
         replayed_from = start
@@ -216,7 +229,9 @@ def replay_producer_state(
             for h in seg.iter_headers(position):
                 if h.base_offset < start:
                     continue
-                psm.update(h, h.base_offset, h.last_offset)
+                marker = transactions.segment_marker(seg, h) if h.is_control else None
+                completed = psm.update(h, h.base_offset, h.last_offset, marker)
+                transactions.record_completed(psm, seg, completed)
                 batches += 1
         log.info(
             "producer_state_rebuilt",
