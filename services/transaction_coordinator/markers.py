@@ -26,7 +26,7 @@ log = get_logger("transaction_coordinator.markers")
 
 TopicPartition = tuple[str, int]
 _FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
-_CALL_TIMEOUT_S = 10.0
+_CALL_TIMEOUT_S = 10.0  # a leader waits this long for its ISR
 
 
 class MarkerWriter:
@@ -92,46 +92,44 @@ class MarkerWriter:
         stub = self._storage.stub(leader)
         if stub is None:
             return set(), False
-        topics: dict[str, list[int]] = {}
-        for topic, partition in partitions:
-            topics.setdefault(topic, []).append(partition)
         request = storage_pb2.WriteTxnMarkersRequest(
             markers=[
-                storage_pb2.TxnMarker(
+                storage_pb2.WritableTxnMarker(
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
-                    committed=commit,
+                    transaction_result=commit,
                     coordinator_epoch=coordinator_epoch,
-                    topics=[
-                        storage_pb2.TxnMarkerTopic(name=name, partitions=ids)
-                        for name, ids in topics.items()
+                    partitions=[
+                        storage_pb2.TxnMarkerPartition(topic=topic, partition=partition)
+                        for topic, partition in partitions
                     ],
                 )
-            ]
+            ],
+            timeout_ms=int(_CALL_TIMEOUT_S * 1000),
         )
         try:
-            response = await stub.WriteTxnMarkers(request, timeout=_CALL_TIMEOUT_S)
+            response = await stub.WriteTxnMarkers(request, timeout=_CALL_TIMEOUT_S + 5.0)
         except grpc.aio.AioRpcError as exc:
             log.info("markers_retry", leader=leader, status=exc.code().name)
             return set(), False
         done: set[TopicPartition] = set()
         fenced = False
         for marker in response.markers:
-            for topic in marker.topics:
-                for result in topic.partitions:
-                    code = _code(result.error_code)
-                    tp = (topic.name, result.partition)
-                    if code == ErrorCode.NONE:
-                        done.add(tp)
-                    elif code in _FENCED:
-                        fenced = True
-                    else:
-                        log.info(
-                            "marker_retry",
-                            topic=topic.name,
-                            partition=result.partition,
-                            error=code.name,
-                        )
+            for result in marker.partitions:
+                code = _code(result.error_code)
+                tp = (result.topic, result.partition)
+                if code == ErrorCode.NONE:
+                    done.add(tp)
+                elif code in _FENCED:
+                    fenced = True
+                else:
+                    log.info(
+                        "marker_retry",
+                        topic=result.topic,
+                        partition=result.partition,
+                        error=code.name,
+                        message=result.error_message,
+                    )
         return done, fenced
 
 

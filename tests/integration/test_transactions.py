@@ -1,0 +1,165 @@
+"""Transactions end to end with confluent-kafka through the transaction coordinator: commits
+and aborts over several topics and partitions read by read_committed / read_uncommitted
+consumers, zombie fencing, an expired transaction aborted by the coordinator, and what the
+coordinator wrote to ``__transaction_state`` (read back with the project's decoder)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from kafka_support import TopicFactory, consume_confluent, wait_for
+
+from services.cli.local_cluster import LocalCluster
+from services.common.internal_topics.transaction_state import (
+    TxnState,
+    parse_key,
+    parse_value,
+)
+from services.common.zk.layout import TRANSACTION_STATE_TOPIC
+
+pytestmark = pytest.mark.integration
+
+TOPICS, PARTITIONS = 3, 3
+
+
+def _producer(bootstrap: str, txn_id: str, **extra: object) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "linger.ms": 5,
+            **extra,
+        }
+    )
+
+
+def _values(bootstrap: str, topic: str, expected: int, isolation: str) -> set[bytes]:
+    got = consume_confluent(
+        bootstrap,
+        topic,
+        list(range(PARTITIONS)),
+        expected,
+        extra_config={"isolation.level": isolation},
+    )
+    return {r.rec.value for recs in got.values() for r in recs if r.rec.value is not None}
+
+
+def _state_records(bootstrap: str, txn_id: str) -> list[TxnState]:
+    """The states written for ``txn_id`` to ``__transaction_state``, in log order."""
+    got = consume_confluent(bootstrap, TRANSACTION_STATE_TOPIC, list(range(50)), 1, timeout=30.0)
+    out = []
+    for recs in got.values():
+        for r in recs:
+            if r.rec.key is not None and parse_key(r.rec.key) == txn_id and r.rec.value:
+                out.append((r.offset, parse_value(r.rec.value).state))
+    return [state for _, state in sorted(out)]
+
+
+def test_commit_abort_over_topics_and_partitions(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+) -> None:
+    names = [topic(PARTITIONS) for _ in range(TOPICS)]
+    txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    p = _producer(bootstrap, txn_id)
+    started = time.monotonic()
+    p.init_transactions(60)
+    print(f"init_transactions took {time.monotonic() - started:.2f}s")
+    committed: set[bytes] = set()
+    aborted: set[bytes] = set()
+    for n in range(6):
+        commit = n % 3 != 2
+        p.begin_transaction()
+        batch = set()
+        for t in names:
+            for part in range(PARTITIONS):
+                for i in range(5):
+                    value = f"{n}-{t}-{part}-{i}".encode()
+                    p.produce(t, value=value, partition=part)
+                    batch.add((t, value))
+        assert p.flush(30) == 0  # in the log before the end (abort would purge unsent ones)
+        if commit:
+            p.commit_transaction(30)
+            committed |= batch
+        else:
+            p.abort_transaction(30)
+            aborted |= batch
+    p.flush(10)
+    for t in names:
+        want_committed = {v for tt, v in committed if tt == t}
+        want_all = want_committed | {v for tt, v in aborted if tt == t}
+        assert _values(bootstrap, t, len(want_committed), "read_committed") == want_committed
+        assert _values(bootstrap, t, len(want_all), "read_uncommitted") == want_all
+    states = _state_records(bootstrap, txn_id)
+    assert states[0] == TxnState.EMPTY
+    assert states[-1] == TxnState.COMPLETE_ABORT  # the last transaction (n = 5) aborts
+    assert states.count(TxnState.PREPARE_ABORT) == 2 and states.count(TxnState.COMPLETE_ABORT) == 2
+    assert states.count(TxnState.PREPARE_COMMIT) == 4
+
+
+def test_a_second_producer_fences_the_first(bootstrap: str, topic: TopicFactory) -> None:
+    name = topic(1)
+    txn_id = f"zombie-{uuid.uuid4().hex[:8]}"
+    first = _producer(bootstrap, txn_id)
+    first.init_transactions(60)
+    first.begin_transaction()
+    first.produce(name, value=b"zombie-open", partition=0)
+    first.flush(10)
+    # the new instance aborts the zombie's open transaction and takes over the id
+    second = _producer(bootstrap, txn_id)
+    second.init_transactions(60)
+    second.begin_transaction()
+    second.produce(name, value=b"fresh", partition=0)
+    second.commit_transaction(30)
+    with pytest.raises(KafkaException) as info:
+        first.produce(name, value=b"zombie-late", partition=0)
+        first.commit_transaction(30)
+    err = info.value.args[0]
+    print(f"zombie: {err}")
+    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                          KafkaError.INVALID_PRODUCER_EPOCH), err  # fmt: skip
+    assert _values_one(bootstrap, name, "read_committed", 1) == [b"fresh"]
+
+
+def _values_one(
+    bootstrap: str, name: str, isolation: str, expected: int, timeout: float = 60.0
+) -> list[bytes | None]:
+    got = consume_confluent(
+        bootstrap, name, [0], expected, timeout=timeout, extra_config={"isolation.level": isolation}
+    )
+    return [r.rec.value for r in got[0]]
+
+
+def test_an_expired_transaction_is_aborted_by_the_coordinator(
+    bootstrap: str, topic: TopicFactory
+) -> None:
+    name = topic(1)
+    txn_id = f"expire-{uuid.uuid4().hex[:8]}"
+    p = _producer(bootstrap, txn_id, **{"transaction.timeout.ms": 2000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(name, value=b"left-open", partition=0)
+    p.flush(10)
+    # the coordinator checks every transaction.abort.timed.out.transaction.cleanup.interval.ms
+    # (10 s by default): the transaction's records stay invisible and the LSO moves past them
+    after = _producer(bootstrap, f"after-{uuid.uuid4().hex[:8]}")
+    after.init_transactions(60)
+    after.begin_transaction()
+    after.produce(name, value=b"after", partition=0)
+    after.commit_transaction(30)
+
+    def aborted() -> bool:
+        try:
+            return _values_one(bootstrap, name, "read_committed", 1, timeout=3.0) == [b"after"]
+        except AssertionError:  # still blocked at the open transaction's first offset
+            return False
+
+    wait_for("the expired transaction to be aborted", aborted, timeout=40)
+    assert _values_one(bootstrap, name, "read_uncommitted", 2) == [b"left-open", b"after"]
+    # too long a timeout is refused before anything starts
+    bad = _producer(bootstrap, f"bad-{uuid.uuid4().hex[:8]}", **{"transaction.timeout.ms": 900001})
+    with pytest.raises(KafkaException) as info:
+        bad.init_transactions(30)
+    assert info.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
