@@ -184,10 +184,6 @@ async def test_create_internal_topic_refusals(shards_cluster: LocalCluster) -> N
 
         await wait_for(refused, 15, interval=0.1, what="the one storage node to be counted")
         assert await zk.exists(layout.topic_path(CONSUMER_OFFSETS_TOPIC)) is None
-        got = await call(shards_cluster, active, layout.TRANSACTION_STATE_TOPIC)
-        assert got.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-        assert "'transaction.state.log.replication.factor'" in got.error_message
-        assert await zk.exists(layout.topic_path(layout.TRANSACTION_STATE_TOPIC)) is None
     finally:
         await zk.stop()
 

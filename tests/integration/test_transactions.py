@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from kafka_support import TopicFactory, consume_confluent, wait_for
+from kafka_support import ApiUsage, TopicFactory, consume_confluent, gateway_requests, wait_for
 
 from services.cli.local_cluster import LocalCluster
 from services.common.internal_topics.transaction_state import (
@@ -59,10 +59,17 @@ def _state_records(bootstrap: str, txn_id: str) -> list[TxnState]:
 
 
 def test_commit_abort_over_topics_and_partitions(
-    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster, api_usage: ApiUsage
 ) -> None:
     names = [topic(PARTITIONS) for _ in range(TOPICS)]
     txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    with api_usage.record("confluent-kafka"):
+        _commit_and_abort(bootstrap, names, txn_id)
+    for api in ("InitProducerId", "AddPartitionsToTxn", "EndTxn", "FindCoordinator"):
+        print(api, gateway_requests(cluster, api))
+
+
+def _commit_and_abort(bootstrap: str, names: list[str], txn_id: str) -> None:
     p = _producer(bootstrap, txn_id)
     started = time.monotonic()
     p.init_transactions(60)
@@ -163,3 +170,52 @@ def test_an_expired_transaction_is_aborted_by_the_coordinator(
     with pytest.raises(KafkaException) as info:
         bad.init_transactions(30)
     assert info.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_kafka_python_and_aiokafka_transactions(bootstrap: str, topic: TopicFactory) -> None:
+    """The same commit/abort cycle with kafka-python's and aiokafka's transactional producers."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    name = topic(2)
+    kp = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:8]}")
+    try:
+        kp.init_transactions()
+        for n, commit in enumerate((True, False, True)):
+            kp.begin_transaction()
+            for part in range(2):
+                kp.send(name, value=f"kp-{n}-{part}".encode(), partition=part)
+            kp.flush()
+            if commit:
+                kp.commit_transaction()
+            else:
+                kp.abort_transaction()
+    finally:
+        kp.close(5)
+
+    async def aio() -> None:
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"aio-{uuid.uuid4().hex[:8]}"
+        )
+        await p.start()
+        try:
+            for n, commit in enumerate((False, True)):
+                await p.begin_transaction()
+                for part in range(2):
+                    await p.send_and_wait(name, f"aio-{n}-{part}".encode(), partition=part)
+                if commit:
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(aio())
+    committed = {f"kp-{n}-{p}".encode() for n in (0, 2) for p in range(2)}
+    committed |= {f"aio-1-{p}".encode() for p in range(2)}
+    got = consume_confluent(
+        bootstrap, name, [0, 1], len(committed), extra_config={"isolation.level": "read_committed"}
+    )
+    assert {r.rec.value for recs in got.values() for r in recs} == committed
