@@ -466,4 +466,3 @@ def test_transaction_log_decoder(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "state=Ongoing,partitions=[t-2],txnLastUpdateTimestamp=11,txnTimeoutMs=60000"
     )
     assert records[1].endswith("key: transaction_metadata::transactionalId=gone payload: <DELETE>")
-
