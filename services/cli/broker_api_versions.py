@@ -76,27 +76,38 @@ def node_text(host: str, port: int, node_id: int, rack: str | None) -> str:
     return f"{host}:{port} (id: {node_id} rack: {rack if rack else 'null'})"
 
 
-def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
-    """One ApiVersions v3 exchange (a v0 answer, KIP-511's fallback, is decoded too)."""
+def kafka_request(
+    host: str, port: int, api_key: int, version: int, body: Mapping[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """One request/response exchange on a fresh connection (its own codec); the response body.
+    A failure is one readable line (CliError)."""
     correlation = next(_correlation)
-    name, version = CLIENT_SOFTWARE
-    frame = encode_request(
-        ApiKey.API_VERSIONS,
-        3,
-        correlation,
-        "kafka-py-cli",
-        {"client_software_name": name, "client_software_version": version},
-    )
+    frame = encode_request(api_key, version, correlation, "kafka-py-cli", dict(body))
+    what = f"{api_name(api_key)} to {host}:{port}"
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(frame)
             size = struct.unpack(">i", recv_exact(sock, 4))[0]
             answer = recv_exact(sock, size)
     except OSError as exc:
-        raise CliError(f"ApiVersions to {host}:{port} failed: {exc.strerror or exc}") from None
-    got, body = decode_response(ApiKey.API_VERSIONS, 3, answer)
+        raise CliError(f"{what} failed: {exc.strerror or exc}") from None
+    got, response = decode_response(api_key, version, answer)
     if got != correlation:
-        raise CliError(f"ApiVersions to {host}:{port}: unexpected correlation id {got}")
+        raise CliError(f"{what}: unexpected correlation id {got}")
+    return response
+
+
+def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
+    """One ApiVersions v3 exchange (a v0 answer, KIP-511's fallback, is decoded too)."""
+    name, version = CLIENT_SOFTWARE
+    body = kafka_request(
+        host,
+        port,
+        ApiKey.API_VERSIONS,
+        3,
+        {"client_software_name": name, "client_software_version": version},
+        timeout_s,
+    )
     if body["error_code"] not in (0, 35):  # 35: v0 fallback, still carries the versions
         raise CliError(f"ApiVersions to {host}:{port} failed with error {body['error_code']}")
     return {e["api_key"]: (e["min_version"], e["max_version"]) for e in body["api_keys"]}

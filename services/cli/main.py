@@ -23,6 +23,7 @@ from services.cli import (
     leader_election,
     perf,
     topics,
+    transactions,
 )
 from services.cli.common import (
     DEFAULT_BOOTSTRAP,
@@ -95,6 +96,7 @@ def build_parser() -> Parser:
     leader_election.add_parser(sub, _common)
     delete_records.add_parser(sub, _common)
     broker_api_versions.add_parser(sub, _common)
+    transactions.add_parser(sub, _common)
     return parser
 
 
@@ -127,6 +129,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return delete_records.run(args, base, sys.stdout)
     if args.command == "broker-api-versions":
         return broker_api_versions.run(args, base, sys.stdout)
+    if args.command == "transactions":
+        return transactions.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 

@@ -22,6 +22,8 @@ API_NAMES = {
     int(ApiKey.ADD_PARTITIONS_TO_TXN): "AddPartitionsToTxn",
     int(ApiKey.ADD_OFFSETS_TO_TXN): "AddOffsetsToTxn",
     int(ApiKey.END_TXN): "EndTxn",
+    int(ApiKey.DESCRIBE_TRANSACTIONS): "DescribeTransactions",
+    int(ApiKey.LIST_TRANSACTIONS): "ListTransactions",
 }
 # The first version that knows PRODUCER_FENCED (older ones get INVALID_PRODUCER_EPOCH).
 _FENCED_SINCE = {
@@ -33,7 +35,11 @@ _FENCED_SINCE = {
 
 
 def transactional_ids(api_key: int, body: Body) -> list[str]:
-    """The transactional id a request names (none when empty)."""
+    """The transactional ids a request names (none when empty)."""
+    if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+        return [t for t in body.get("transactional_ids") or () if t]
+    if api_key == ApiKey.LIST_TRANSACTIONS:
+        return []
     txn_id = body.get(
         "v3_and_below_transactional_id"
         if api_key == ApiKey.ADD_PARTITIONS_TO_TXN
@@ -43,7 +49,7 @@ def transactional_ids(api_key: int, body: Body) -> list[str]:
 
 
 def versioned(api_key: int, version: int, code: ErrorCode) -> ErrorCode:
-    if code == ErrorCode.PRODUCER_FENCED and version < _FENCED_SINCE[ApiKey(api_key)]:
+    if code == ErrorCode.PRODUCER_FENCED and version < _FENCED_SINCE.get(ApiKey(api_key), 0):
         return ErrorCode.INVALID_PRODUCER_EPOCH
     return code
 
@@ -66,7 +72,36 @@ def error_response(api_key: int, version: int, body: Body, code: ErrorCode) -> B
                 for p in t.get("partitions") or []
             ]
         )
+    if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+        return {
+            "throttle_time": 0,
+            "transaction_states": [
+                describe_entry(txn_id, code) for txn_id in body.get("transactional_ids") or ()
+            ],
+        }
+    if api_key == ApiKey.LIST_TRANSACTIONS:
+        return {
+            "throttle_time": 0,
+            "error_code": int(code),
+            "unknown_state_filters": [],
+            "transaction_states": [],
+        }
     return {"throttle_time": 0, "error_code": int(code)}
+
+
+def describe_entry(txn_id: str, code: ErrorCode, **values: Any) -> Body:
+    """One DescribeTransactions answer (Kafka's defaults where ``values`` has none)."""
+    return {
+        "error_code": int(code),
+        "transactional_id": txn_id,
+        "transaction_state": "",
+        "transaction_timeout": 0,
+        "transaction_start_time": -1,
+        "producer_id": NO_PRODUCER_ID,
+        "producer_epoch": NO_PRODUCER_EPOCH,
+        "topics": [],
+        **values,
+    }
 
 
 def partitions_response(rows: list[tuple[tuple[str, int], ErrorCode]]) -> Body:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from services.common import protocol
 from services.common.admin_http import AdminServer
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.runtime import run, serve_until_signalled
@@ -30,7 +31,6 @@ from services.common.zk.registration import EphemeralRegistrar
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.handlers import HANDLERS, advertised_versions
 from services.gateway.offsets_cache import OffsetsCache

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.broker_config_store import BrokerConfigStore
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
@@ -16,7 +17,6 @@ from services.common.zk.client import AsyncZk
 from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.controller_client import ControllerClient
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache

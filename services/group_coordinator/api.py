@@ -19,6 +19,7 @@ from services.common.internal_topics.consumer_offsets import NO_LEADER_EPOCH, Of
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
 from services.common.shard_tasks import now_ms
+from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC
 from services.group_coordinator.group import JoinResult, SyncResult, TopicPartition
 from services.group_coordinator.groups import GroupShard
 from services.group_coordinator.requests import JoinRequest, LeavingMember
@@ -37,6 +38,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # from transaction coordinators, never from clients
 }
 
 # DescribeGroups authorized operations with no authorizer: every operation a group supports
@@ -53,6 +56,13 @@ class ShardLookup(Protocol):
     def shard(self, partition: int | None) -> GroupShard | ErrorCode: ...
 
     def loaded_shards(self) -> list[GroupShard]: ...
+
+    async def write_txn_marker(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """Write a transaction's marker to an owned ``__consumer_offsets`` partition and apply
+        (or drop) its transactional offsets."""
+        ...
 
 
 Handler = Callable[
@@ -107,6 +117,22 @@ def _by_topic(rows: Iterable[tuple[TopicPartition, dict[str, Any]]]) -> list[dic
 # ---- OffsetCommit ----------------------------------------------------------------------------
 
 
+def _offsets_of(
+    body: dict[str, Any], now: int, retention: int
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for topic in body["topics"]:
+        for p in topic["partitions"]:
+            offsets[(topic["name"], p["partition_index"])] = OffsetAndMetadata(
+                offset=p["committed_offset"],
+                leader_epoch=p.get("committed_leader_epoch", NO_LEADER_EPOCH),
+                metadata=p.get("committed_metadata") or NO_METADATA,
+                commit_timestamp=now,
+                expire_timestamp=now + retention if retention != -1 else -1,
+            )
+    return offsets
+
+
 async def _offset_commit(
     shards: ShardLookup, version: int, body: dict[str, Any], client_id: str, client_host: str
 ) -> dict[str, Any]:
@@ -114,16 +140,7 @@ async def _offset_commit(
     shard = _lookup(shards, group_id)
     now = now_ms() if isinstance(shard, ErrorCode) else shard.clock()
     retention = body.get("retention_time", -1) if version <= 4 else -1
-    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-    for topic in body["topics"]:
-        for p in topic["partitions"]:
-            offsets[(topic["name"], p["partition_index"])] = OffsetAndMetadata(
-                offset=p["committed_offset"],
-                leader_epoch=p.get("committed_leader_epoch", NO_LEADER_EPOCH),
-                metadata=p["committed_metadata"] or NO_METADATA,
-                commit_timestamp=now,
-                expire_timestamp=now + retention if retention != -1 else -1,
-            )
+    offsets = _offsets_of(body, now, retention)
     if isinstance(shard, ErrorCode):
         errors = {tp: shard for tp in offsets}
     else:
@@ -138,6 +155,57 @@ async def _offset_commit(
         "throttle_time": 0,
         "topics": _by_topic((tp, {"error_code": int(e)}) for tp, e in errors.items()),
     }
+
+
+# ---- TxnOffsetCommit and the markers of __consumer_offsets ------------------------------------
+
+
+async def _txn_offset_commit(
+    shards: ShardLookup, version: int, body: dict[str, Any], client_id: str, client_host: str
+) -> dict[str, Any]:
+    group_id = body["group_id"]
+    shard = _lookup(shards, group_id)
+    offsets = _offsets_of(body, now_ms() if isinstance(shard, ErrorCode) else shard.clock(), -1)
+    if isinstance(shard, ErrorCode):
+        errors = {tp: shard for tp in offsets}
+    else:
+        errors = await shard.txn_offset_commit(
+            group_id,
+            body["producer_id"],
+            body["producer_epoch"],
+            body.get("member_id") or "",
+            body.get("group_instance_id"),
+            body.get("generation_id", -1),
+            offsets,
+        )
+    return {
+        "throttle_time": 0,
+        "topics": _by_topic((tp, {"error_code": int(e)}) for tp, e in errors.items()),
+    }
+
+
+async def _write_txn_markers(
+    shards: ShardLookup, version: int, body: dict[str, Any], client_id: str, client_host: str
+) -> dict[str, Any]:
+    results = []
+    for m in body["markers"]:
+        rows = []
+        for t in m["topics"]:
+            for p in t["partition_indexes"]:
+                code = (
+                    await shards.write_txn_marker(
+                        p,
+                        m["producer_id"],
+                        m["producer_epoch"],
+                        m["coordinator_epoch"],
+                        m["transaction_result"],
+                    )
+                    if t["name"] == CONSUMER_OFFSETS_TOPIC
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                rows.append(((t["name"], p), {"error_code": int(code)}))
+        results.append({"producer_id": m["producer_id"], "topics": _by_topic(rows)})
+    return {"markers": results}
 
 
 # ---- OffsetFetch -----------------------------------------------------------------------------
@@ -445,4 +513,6 @@ _HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
 }

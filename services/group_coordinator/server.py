@@ -21,6 +21,8 @@ def group_ids(api_key: int, body: dict[str, Any]) -> list[str]:
         return [str(g) for g in body.get("groups_names") or ()]
     if api_key == ApiKey.OFFSET_FETCH and "groups" in body and "group_id" not in body:
         return [str(g.get("group_id", "")) for g in body.get("groups") or ()]
+    if api_key == ApiKey.WRITE_TXN_MARKERS:
+        return []  # names partitions, not groups
     group = body.get("group_id")
     return [group] if isinstance(group, str) and group else []
 

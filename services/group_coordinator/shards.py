@@ -10,12 +10,15 @@ is never taken for a deleted one (None: no load-time sweep).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from services.common.coordinator.markers import MarkerWriter
 from services.common.coordinator.shard_log import ShardLog
 from services.common.coordinator.shard_manager import ShardLogSettings
 from services.common.coordinator.shard_manager import ShardManager as CommonShardManager
+from services.common.errors import ErrorCode
 from services.common.internal_topics.consumer_offsets import group_metadata_key
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
@@ -28,6 +31,9 @@ from services.group_coordinator.replay import ShardReplay
 from services.group_coordinator.settings import GroupCoordinatorSettings
 
 log = get_logger("group_coordinator.shards")
+
+MARKER_RETRY_BACKOFF_MS = 100
+MARKER_WRITE_TIMEOUT_S = 10.0
 
 
 class ShardManager(CommonShardManager[GroupShard, ShardReplay]):
@@ -58,6 +64,42 @@ class ShardManager(CommonShardManager[GroupShard, ShardReplay]):
         )
         self._config = config
         self._topic_exists = topic_exists
+        self._markers = MarkerWriter(cache, storage, MARKER_RETRY_BACKOFF_MS)
+
+    async def write_txn_marker(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """A transaction coordinator's marker for an owned ``__consumer_offsets`` partition
+        (Kafka: WriteTxnMarkers to the partition's broker, which then tells its group
+        coordinator): written through the partition's leader, then the producer's
+        transactional offsets are applied (COMMIT) or dropped (ABORT). Retriable errors: the
+        transaction coordinator sends it again."""
+        shard = self.shard(partition)
+        if isinstance(shard, ErrorCode):
+            return shard
+        deadline = asyncio.get_running_loop().time() + MARKER_WRITE_TIMEOUT_S
+
+        def live() -> bool:
+            return not shard.resigned and asyncio.get_running_loop().time() < deadline
+
+        written = await self._markers.write(
+            producer_id, epoch, coordinator_epoch, commit, [(GROUP.topic, partition)], live
+        )
+        if not written:
+            if shard.resigned:
+                return ErrorCode.NOT_COORDINATOR
+            if asyncio.get_running_loop().time() >= deadline:
+                return ErrorCode.REQUEST_TIMED_OUT
+            return ErrorCode.INVALID_PRODUCER_EPOCH  # storage fenced the marker
+        applied = shard.complete_txn(producer_id, commit)
+        log.info(
+            "transaction_offsets_completed",
+            partition=partition,
+            producer_id=producer_id,
+            commit=commit,
+            offsets=applied,
+        )
+        return ErrorCode.NONE
 
     def new_replay(self) -> ShardReplay:
         return ShardReplay()

@@ -14,11 +14,13 @@ from typing import Any, Protocol
 
 from services.common.coordinator.forward import fit
 from services.common.errors import ErrorCode
+from services.common.internal_topics.transaction_state import TxnState
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
 from services.common.txn_errors import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    describe_entry,
     error_response,
     partitions_response,
     versioned,
@@ -35,6 +37,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 
@@ -42,6 +46,8 @@ class ShardLookup(Protocol):
     def partition_of(self, key: str) -> int | None: ...
 
     def shard(self, partition: int | None) -> TxnShard | ErrorCode: ...
+
+    def loaded_shards(self) -> list[TxnShard]: ...
 
 
 class OffsetsPartitions(Protocol):
@@ -164,9 +170,73 @@ async def _end_txn(shards: ShardLookup, _: OffsetsPartitions, version: int, body
     return error_response(key, version, body, code)
 
 
+async def _describe(shards: ShardLookup, _: OffsetsPartitions, version: int, body: Body) -> Body:
+    """Kafka's handleDescribeTransactions: each id's state, or why not."""
+    out = []
+    for txn_id in body.get("transactional_ids") or ():
+        shard = _shard(shards, txn_id)
+        entry = None if isinstance(shard, ErrorCode) else shard.entries.get(txn_id)
+        if isinstance(shard, ErrorCode):
+            out.append(describe_entry(txn_id, shard))
+        elif entry is None:
+            out.append(describe_entry(txn_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND))
+        else:
+            rec = entry.record
+            topics: dict[str, list[int]] = {}
+            for topic, partition in sorted(rec.partitions):
+                topics.setdefault(topic, []).append(partition)
+            out.append(
+                describe_entry(
+                    txn_id,
+                    ErrorCode.NONE,
+                    transaction_state=rec.state.kafka_name,
+                    transaction_timeout=rec.timeout_ms,
+                    transaction_start_time=rec.start_ms,
+                    producer_id=rec.producer_id,
+                    producer_epoch=rec.producer_epoch,
+                    topics=[{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                )
+            )
+    return {"throttle_time": 0, "transaction_states": out}
+
+
+async def _list(shards: ShardLookup, _: OffsetsPartitions, version: int, body: Body) -> Body:
+    """Kafka's handleListTransactions over the loaded shards: state, producer id and (v1)
+    duration filters; unknown state names are reported."""
+    known = {s.kafka_name: s for s in TxnState}
+    wanted = list(body.get("state_filters") or ())
+    states = {known[s] for s in wanted if s in known}
+    pids = set(body.get("producer_id_filters") or ())
+    duration = int(body.get("duration_filter", -1)) if version >= 1 else -1
+    out = []
+    for shard in shards.loaded_shards():
+        now = shard.clock()
+        for txn_id, entry in shard.entries.items():
+            rec = entry.record
+            if (wanted and rec.state not in states) or (pids and rec.producer_id not in pids):
+                continue
+            if duration >= 0 and (rec.start_ms < 0 or now - rec.start_ms < duration):
+                continue
+            out.append(
+                {
+                    "transactional_id": txn_id,
+                    "producer_id": rec.producer_id,
+                    "transaction_state": rec.state.kafka_name,
+                }
+            )
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "unknown_state_filters": [s for s in wanted if s not in known],
+        "transaction_states": out,
+    }
+
+
 _HANDLERS: dict[int, Handler] = {
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,
     ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets,
     ApiKey.END_TXN: _end_txn,
+    ApiKey.DESCRIBE_TRANSACTIONS: _describe,
+    ApiKey.LIST_TRANSACTIONS: _list,
 }

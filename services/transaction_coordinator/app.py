@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 import grpc
 
+from services.common.coordinator.clients import CoordinatorClients
+from services.common.coordinator.markers import MarkerWriter
 from services.common.coordinator.process import CoordinatorProcess
 from services.common.logging import configure_logging
 from services.common.rpc.kafkapy.v1 import transaction_coordinator_pb2_grpc
 from services.common.runtime import run, serve_until_signalled
 from services.common.zk import layout
 from services.common.zk.producer_ids import ProducerIdManager
-from services.transaction_coordinator.markers import MarkerWriter
 from services.transaction_coordinator.metrics import TransactionMetrics
 from services.transaction_coordinator.server import TransactionCoordinatorService
 from services.transaction_coordinator.settings import TransactionCoordinatorSettings
@@ -31,6 +32,7 @@ class TransactionCoordinatorApp(CoordinatorProcess):
     ) -> None:
         super().__init__(layout.TRANSACTION, settings)
         self.metrics = metrics or TransactionMetrics()
+        self.group_coordinators = CoordinatorClients(self.cache, layout.GROUP)
         self.shards = TxnShardManager(
             settings.node_id,
             self.cache,
@@ -38,7 +40,12 @@ class TransactionCoordinatorApp(CoordinatorProcess):
             settings,
             self.metrics,
             ProducerIdManager(self.zk, settings.node_id),
-            MarkerWriter(self.cache, self.storage, settings.transaction_marker_retry_backoff_ms),
+            MarkerWriter(
+                self.cache,
+                self.storage,
+                settings.transaction_marker_retry_backoff_ms,
+                groups=self.group_coordinators,
+            ),
             registration=lambda: self.registrar.czxid,
         )
         self.metrics.watch_states(
@@ -53,6 +60,9 @@ class TransactionCoordinatorApp(CoordinatorProcess):
         if topic is None or not topic.partitions:
             return None
         return layout.group_partition(group_id, len(topic.partitions))
+
+    async def on_stopping(self) -> None:
+        await self.group_coordinators.close()
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
         transaction_coordinator_pb2_grpc.add_TransactionCoordinatorServicer_to_server(

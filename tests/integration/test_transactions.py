@@ -10,7 +10,16 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from kafka_support import ApiUsage, TopicFactory, consume_confluent, gateway_requests, wait_for
+from kafka_support import (
+    ApiUsage,
+    TopicFactory,
+    cli_ok,
+    consume_confluent,
+    gateway_requests,
+    kafka_py,
+    one_line,
+    wait_for,
+)
 
 from services.cli.local_cluster import LocalCluster
 from services.common.internal_topics.transaction_state import (
@@ -219,3 +228,94 @@ def test_kafka_python_and_aiokafka_transactions(bootstrap: str, topic: TopicFact
         bootstrap, name, [0, 1], len(committed), extra_config={"isolation.level": "read_committed"}
     )
     assert {r.rec.value for recs in got.values() for r in recs} == committed
+
+
+def test_consume_transform_produce_with_send_offsets(bootstrap: str, topic: TopicFactory) -> None:
+    """Exactly once with confluent-kafka: the input offsets commit with the output
+    (AddOffsetsToTxn + TxnOffsetCommit); an aborted batch leaves neither output nor offsets."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as TP
+
+    source, sink = topic(1), topic(1)
+    feeder = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(20):
+        feeder.produce(source, value=f"in-{i}".encode(), partition=0)
+    assert feeder.flush(30) == 0
+    group = f"eos-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = _producer(bootstrap, f"eos-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions(60)
+    try:
+        consumer.subscribe([source])
+
+        def batch(n: int) -> list[bytes]:
+            out: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while len(out) < n and time.monotonic() < deadline:
+                for msg in consumer.consume(n - len(out), timeout=1.0):
+                    assert msg.error() is None, msg.error()
+                    out.append(msg.value())
+            assert len(out) == n, out
+            return out
+
+        for commit in (True, False, True):
+            values = batch(10)
+            producer.begin_transaction()
+            for v in values:
+                producer.produce(sink, value=v.replace(b"in-", b"out-"), partition=0)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+                consumer.seek(TP(source, 0, 10))  # the aborted batch is read again
+        committed = consumer.committed([TP(source, 0)], timeout=30)
+        assert committed[0].offset == 20
+    finally:
+        consumer.close()
+    out = _values_one(bootstrap, sink, "read_committed", 20)
+    assert out == [f"out-{i}".encode() for i in range(20)]
+
+
+def test_transactions_cli_lists_and_describes(bootstrap: str, topic: TopicFactory) -> None:
+    """``kafka-py transactions list|describe`` (DescribeTransactions, ListTransactions)."""
+    name = topic(2)
+    txn_id = f"cli-{uuid.uuid4().hex[:8]}"
+    p = _producer(bootstrap, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(name, value=b"x", partition=1)
+    p.produce(name, value=b"y", partition=0)
+    assert p.flush(30) == 0
+    listed = cli_ok("transactions", "list", "--bootstrap-server", bootstrap, "--state", "Ongoing")
+    header, *rows = listed.splitlines()
+    assert header.split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    mine = [r.split() for r in rows if r.split()[0] == txn_id]
+    assert len(mine) == 1 and mine[0][3] == "Ongoing"
+    described = cli_ok(
+        "transactions", "describe", "--bootstrap-server", bootstrap, "--transactional-id", txn_id
+    )
+    head, row = described.splitlines()
+    fields = dict(zip(head.split(), row.split(), strict=True))
+    assert fields["TransactionState"] == "Ongoing" and fields["ProducerId"] == mine[0][2]
+    assert fields["TopicPartitions"] == f"{name}-0,{name}-1"
+    p.commit_transaction(30)
+    after = cli_ok(
+        "transactions", "describe", "--bootstrap-server", bootstrap, "--transactional-id", txn_id
+    )
+    assert "CompleteCommit" in after
+    missing = kafka_py(
+        "transactions", "describe", "--bootstrap-server", bootstrap, "--transactional-id", "nope"
+    )
+    assert missing.returncode != 0
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in one_line(missing.stderr)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
@@ -24,6 +25,7 @@ from services.common.internal_topics.schema import build_records_batch
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
 from services.common.records.batch import iter_headers
+from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.storage_client import StorageClients
 from services.common.storage_wire import PartitionAppend, append_request
@@ -58,6 +60,13 @@ class Replay(Protocol):
         """Apply every whole batch of ``records``; the offset after the last one applied (-1
         when none was whole)."""
         ...
+
+
+@dataclass(slots=True)
+class _ForeignProducer:
+    epoch: int
+    next_sequence: int = 0
+    in_doubt: tuple[bytes, int] | None = None
 
 
 class ShardFencedError(KafkaError):
@@ -102,6 +111,7 @@ class ShardLog:
         self._in_doubt: bytes | None = None  # a batch whose outcome is not known yet
         self._in_doubt_count = 0
         self.fenced = False
+        self._foreign: dict[int, _ForeignProducer] = {}  # TxnOffsetCommit producers
 
     # ---- loading ------------------------------------------------------------------------
     async def load(self, replay: Replay) -> None:
@@ -141,7 +151,43 @@ class ShardLog:
             self._next_sequence += len(records)
             return offset
 
-    async def _send(self, batch: bytes, deadline: float) -> int:
+    async def append_transactional(
+        self, records: Sequence[tuple[bytes, bytes | None]], producer_id: int, epoch: int
+    ) -> None:
+        """Append ``records`` as a transactional batch of a client's producer (TxnOffsetCommit:
+        its transaction's marker commits or aborts them). Sequences of that producer continue
+        per epoch; a batch whose outcome is unknown is sent again first. Storage refusing the
+        client's epoch raises KafkaError (it does not fence this owner)."""
+        if self.fenced:
+            raise ShardFencedError(f"{self.topic}-{self.partition}: this owner was fenced")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._commit_timeout_s
+        async with self._lock:
+            state = self._foreign.get(producer_id)
+            if state is None or state.epoch != epoch:
+                state = self._foreign[producer_id] = _ForeignProducer(epoch)
+            if state.in_doubt is not None:
+                await self._send(state.in_doubt[0], deadline, own=False)
+                state.next_sequence += state.in_doubt[1]
+                state.in_doubt = None
+            batch = build_batch(
+                [Record(timestamp=int(time.time() * 1000), key=k, value=v) for k, v in records],
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=state.next_sequence,
+                is_transactional=True,
+            )
+            state.in_doubt = (batch, len(records))
+            try:
+                await self._send(batch, deadline, own=False)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.REQUEST_TIMED_OUT:
+                    state.in_doubt = None  # refused: nothing was appended
+                raise
+            state.in_doubt = None
+            state.next_sequence += len(records)
+
+    async def _send(self, batch: bytes, deadline: float, own: bool = True) -> int:
         """Append ``batch`` (acks=all) until storage answers definitely; its base offset."""
         loop = asyncio.get_running_loop()
         part = PartitionAppend(self.topic, self.partition, batch)
@@ -175,7 +221,7 @@ class ShardLog:
             if code in _RETRY_ON_NEW_LEADER:
                 await self._wait_new_leader(info.leader if info else -1, remaining)
                 continue
-            if code in _FENCED:
+            if code in _FENCED and own:
                 self.fenced = True
                 self._on_fenced(self.partition)
                 raise ShardFencedError(
@@ -259,13 +305,18 @@ class ShardLog:
         )
 
     def _track_sequence(self, records: memoryview) -> None:
-        """Continue after the last batch this producer id wrote with this epoch."""
+        """Continue after the last batch this producer id wrote with this epoch (and, for the
+        transactional producers of TxnOffsetCommit, after their last batch)."""
         for header in iter_headers(records):
             if (
                 header.producer_id == self.owner.producer_id
                 and header.producer_epoch == self.owner.epoch
             ):
                 self._next_sequence = header.last_sequence + 1
+            elif header.is_transactional and not header.is_control:
+                self._foreign[header.producer_id] = _ForeignProducer(
+                    header.producer_epoch, header.last_sequence + 1
+                )
 
     async def _wait_or_fail(self, old_leader: int, deadline: float) -> None:
         remaining = deadline - asyncio.get_running_loop().time()

@@ -22,6 +22,14 @@ class ShardStore(Protocol):
         ...
 
 
+class TransactionalShardStore(ShardStore, Protocol):
+    async def append_transactional(
+        self, records: Sequence[tuple[bytes, bytes | None]], producer_id: int, epoch: int
+    ) -> None:
+        """Persist records as a transactional batch of a client's producer (TxnOffsetCommit)."""
+        ...
+
+
 def store_error(exc: BaseException, mapping: dict[ErrorCode, ErrorCode]) -> ErrorCode:
     """The Kafka error to answer for a failed append."""
     if isinstance(exc, KafkaError):

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
 from services.common.zk.layout import GROUP, TRANSACTION, CoordinatorKind, Endpoint
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.handlers.base import ApiHandler, Body
 from services.gateway.handlers.metadata import live_gateways
 from services.gateway.routing import candidates, client_zone, leader_for, topic_hash

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import (
@@ -19,7 +20,6 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk import layout
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerError
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.handlers import find_coordinator, metadata
 
 from .fake_group_coordinator import group_in, place

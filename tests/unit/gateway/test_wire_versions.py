@@ -240,6 +240,34 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "producer_epoch": 0,
         "group_id": "g",
     },
+    ApiKey.TXN_OFFSET_COMMIT: {
+        "transactional_id": "tx",
+        "group_id": "g",
+        "producer_id": 5,
+        "producer_epoch": 0,
+        "generation_id": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": "a",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 3,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+        ],
+    },
+    ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["tx", "ty"]},
+    ApiKey.LIST_TRANSACTIONS: {
+        "state_filters": ["Ongoing"],
+        "producer_id_filters": [],
+        "duration_filter": -1,
+    },
     ApiKey.END_TXN: {
         "transactional_id": "tx",
         "producer_id": 5,

@@ -70,6 +70,9 @@ class Lookup:
     def shard(self, partition: int | None) -> TxnShard | ErrorCode:
         return self._shard
 
+    def loaded_shards(self) -> list[TxnShard]:
+        return [self._shard] if isinstance(self._shard, TxnShard) else []
+
 
 class Env:
     def __init__(self, records: dict[str, TxnRecord] | None = None) -> None:
@@ -294,6 +297,33 @@ async def test_expired_ids_are_tombstoned() -> None:
     assert set(env.shard.entries) == {"busy"}
 
 
+async def test_describe_and_list_transactions() -> None:
+    env = Env()
+    await env.init(txn="a")
+    await env.init(txn="b")
+    await env.add(4001, 0, {"t": [1, 0], "u": [2]}, txn="b")
+    env.clock.now += 5000
+    r = await env.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=["b", "a", "nope"])
+    b, a, nope = r["transaction_states"]
+    assert (b["transaction_state"], b["producer_id"], b["producer_epoch"]) == ("Ongoing", 4001, 0)
+    assert b["topics"] == [{"topic": "t", "partitions": [0, 1]}, {"topic": "u", "partitions": [2]}]
+    assert b["transaction_start_time"] == env.clock.now - 5000 and b["transaction_timeout"] == 1000
+    assert (a["error_code"], a["transaction_state"], a["topics"]) == (0, "Empty", [])
+    assert nope["error_code"] == E.TRANSACTIONAL_ID_NOT_FOUND
+
+    async def listed(**filters: Any) -> tuple[list[str], list[str]]:
+        body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1} | filters
+        r = await env.call(ApiKey.LIST_TRANSACTIONS, 1, **body)
+        ids = sorted(t["transactional_id"] for t in r["transaction_states"])
+        return ids, r["unknown_state_filters"]
+
+    assert await listed() == (["a", "b"], [])
+    assert await listed(state_filters=["Ongoing", "Bogus"]) == (["b"], ["Bogus"])
+    assert await listed(producer_id_filters=[4000]) == (["a"], [])
+    assert await listed(duration_filter=4000) == (["b"], [])  # open for 5 s
+    assert await listed(duration_filter=6000) == ([], [])
+
+
 @pytest.mark.parametrize("api_key", sorted(api.SUPPORTED_VERSIONS))
 async def test_not_coordinator_in_every_shape(api_key: int) -> None:
     low, high = api.SUPPORTED_VERSIONS[api_key]
@@ -304,11 +334,16 @@ async def test_not_coordinator_in_every_shape(api_key: int) -> None:
                 body[field] = "tx"
         if "v3_and_below_topics" in body:
             body["v3_and_below_topics"] = [{"name": "a", "partitions": [0]}]
+        if "transactional_ids" in body:
+            body["transactional_ids"] = ["tx"]
+        if api_key == ApiKey.LIST_TRANSACTIONS:
+            continue  # asks the loaded shards only: no shard, nothing to list
         resp = await api.handle(Lookup(E.NOT_COORDINATOR), lambda g: 0, api_key, version, body)
-        codes = (
-            [p["partition_error_code"] for t in resp["results_by_topic_v3_and_below"]
-             for p in t["results_by_partition"]]
-            if api_key == ApiKey.ADD_PARTITIONS_TO_TXN
-            else [resp["error_code"]]
-        )  # fmt: skip
+        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            codes = [p["partition_error_code"] for t in resp["results_by_topic_v3_and_below"]
+                     for p in t["results_by_partition"]]  # fmt: skip
+        elif api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+            codes = [t["error_code"] for t in resp["transaction_states"]]
+        else:
+            codes = [resp["error_code"]]
         assert codes == [E.NOT_COORDINATOR]

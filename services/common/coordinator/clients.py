@@ -34,7 +34,7 @@ from services.common.rpc.kafkapy.v1 import (
 from services.common.storage_client import ChannelPool
 from services.common.zk.layout import GROUP, TRANSACTION, CoordinatorKind, shard_of
 
-log = get_logger("gateway.coordinators")
+log = get_logger("coordinator.clients")
 
 
 @dataclass(frozen=True, slots=True)
