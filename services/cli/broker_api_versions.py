@@ -9,16 +9,12 @@ kafka-py's protocol codec. "usable" is the highest version both the broker and t
 from __future__ import annotations
 
 import argparse
-import itertools
-import socket
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from services.cli.common import CliError, kafka_error_text
-from services.cli.probes import recv_exact
+from services.cli.wire import exchange
 from services.common.protocol import ApiKey
-from services.common.protocol.messages import decode_response, encode_request
 from services.common.protocol.schema import known_versions
 
 CLIENT_SOFTWARE = ("kafka-py-cli", "1.0")
@@ -36,7 +32,6 @@ _CONTROLLER_ONLY = frozenset(
         ApiKey.UPDATE_RAFT_VOTER,
     }
 )
-_correlation = itertools.count(1)
 
 
 def api_name(key: int) -> str:
@@ -76,31 +71,10 @@ def node_text(host: str, port: int, node_id: int, rack: str | None) -> str:
     return f"{host}:{port} (id: {node_id} rack: {rack if rack else 'null'})"
 
 
-def kafka_request(
-    host: str, port: int, api_key: int, version: int, body: Mapping[str, Any], timeout_s: float
-) -> dict[str, Any]:
-    """One request/response exchange on a fresh connection (its own codec); the response body.
-    A failure is one readable line (CliError)."""
-    correlation = next(_correlation)
-    frame = encode_request(api_key, version, correlation, "kafka-py-cli", dict(body))
-    what = f"{api_name(api_key)} to {host}:{port}"
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(frame)
-            size = struct.unpack(">i", recv_exact(sock, 4))[0]
-            answer = recv_exact(sock, size)
-    except OSError as exc:
-        raise CliError(f"{what} failed: {exc.strerror or exc}") from None
-    got, response = decode_response(api_key, version, answer)
-    if got != correlation:
-        raise CliError(f"{what}: unexpected correlation id {got}")
-    return response
-
-
 def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
     """One ApiVersions v3 exchange (a v0 answer, KIP-511's fallback, is decoded too)."""
     name, version = CLIENT_SOFTWARE
-    body = kafka_request(
+    body = exchange(
         host,
         port,
         ApiKey.API_VERSIONS,

@@ -1,5 +1,5 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
-leader-election, delete-records, broker-api-versions.
+leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs.
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
 Ctrl-C exits 130 quietly. ``-v`` shows client logs and tracebacks.
@@ -21,7 +21,9 @@ from services.cli import (
     console_producer,
     delete_records,
     leader_election,
+    log_dirs,
     perf,
+    reassign_partitions,
     topics,
     transactions,
 )
@@ -97,6 +99,8 @@ def build_parser() -> Parser:
     delete_records.add_parser(sub, _common)
     broker_api_versions.add_parser(sub, _common)
     transactions.add_parser(sub, _common)
+    reassign_partitions.add_parser(sub, _common)
+    log_dirs.add_parser(sub, _common)
     return parser
 
 
@@ -131,6 +135,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return broker_api_versions.run(args, base, sys.stdout)
     if args.command == "transactions":
         return transactions.run(args, base, sys.stdout)
+    if args.command == "reassign-partitions":
+        return reassign_partitions.run(args, base, sys.stdout)
+    if args.command == "log-dirs":
+        return log_dirs.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 

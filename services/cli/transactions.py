@@ -1,6 +1,6 @@
 """``kafka-py transactions list | describe`` (kafka-transactions.sh's commands and columns).
 
-``list`` sends ListTransactions (v1) to the first bootstrap server (a gateway asks every
+``list`` sends ListTransactions (v1) to a bootstrap server (``services.cli.wire``) (a gateway asks every
 transaction coordinator) and names each id's coordinator as FindCoordinator answers it;
 ``describe --transactional-id ID`` sends DescribeTransactions. Filters as Kafka's tool:
 ``--state``, ``--producer-id``, ``--duration-filter``. A failure is one line and exit 1.
@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from services.cli.broker_api_versions import kafka_request
 from services.cli.common import CliError
-from services.cli.probes import split_bootstrap
+from services.cli.wire import bootstrap_exchange
 from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 
@@ -59,11 +58,11 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
-    host, port = split_bootstrap(str(conf["bootstrap.servers"]))[0]
+    bootstrap = str(conf["bootstrap.servers"])
     timeout_s = args.request_timeout_ms / 1000.0
 
     def call(api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        return kafka_request(host, port, api_key, version, body, timeout_s)
+        return bootstrap_exchange(bootstrap, api_key, version, body, timeout_s)
 
     def coordinator(txn_id: str) -> str:
         r = call(ApiKey.FIND_COORDINATOR, 3, {"key": txn_id, "key_type": 1})

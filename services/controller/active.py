@@ -46,6 +46,7 @@ from services.controller.model import (
     TopicState,
     Transition,
 )
+from services.controller.reassignment import Reassigner
 from services.controller.settings import ControllerSettings
 from services.controller.zkstore import ControllerMovedError, Create, EpochGuard, Op, SetData
 
@@ -92,6 +93,7 @@ class ActiveController:
         self.metrics = metrics
         self.deleter = TopicDeleter(self)
         self.balancer = LeaderBalancer(self)
+        self.reassigner = Reassigner(self)
         self.shards = ShardPlacer(zk, self.guard, settings.controller_id, layout.GROUP)
         self.txn_shards = ShardPlacer(zk, self.guard, settings.controller_id, layout.TRANSACTION)
         self._on_moved = on_moved
@@ -135,6 +137,7 @@ class ActiveController:
             if ev.future is not None and not ev.future.done():
                 ev.future.set_exception(NotControllerError())
         self.deleter.fail_waiters()
+        self.reassigner.fail_waiters()
         await self.links.close_all()
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
@@ -183,6 +186,7 @@ class ActiveController:
             "log_dir_event": self._on_log_dir_event,
             "coordinators": self.place_shards,
             "broker_config": self._elect_offline_partitions,
+            "reassign_partitions": self.reassigner.on_legacy_change,
         }
         if kind == "topic" and arg is not None:
             self.enqueue(
@@ -270,6 +274,7 @@ class ActiveController:
         for broker_id in sorted(self.ctx.brokers):
             self.send_full_state(broker_id, new_parts=created)
         await self.deleter.on_delete_topics_change()
+        await self.reassigner.resume()
         await self.place_shards()
 
     async def place_shards(self) -> None:
@@ -290,13 +295,7 @@ class ActiveController:
             if got is None:
                 return
             await self.guard.commit(
-                [
-                    SetData(
-                        layout.topic_path(topic.name),
-                        layout.topic_assignment_json(got[0], topic.topic_id),
-                        got[2],
-                    )
-                ]
+                [SetData(layout.topic_path(topic.name), topic.assignment_json(), got[2])]
             )
             log.info("assigned topic id", topic=topic.name, topic_id=topic.topic_id)
         self.ctx.topics[topic.name] = topic
@@ -552,6 +551,7 @@ class ActiveController:
             await self.links.remove(broker_id)
             del self.ctx.brokers[broker_id]
             self.ctx.offline_replicas.pop(broker_id, None)
+            self.ctx.shutting_down.discard(broker_id)
         if gone:
             await self._on_brokers_failure(gone)
         started = new | bounced | moved
@@ -601,6 +601,7 @@ class ActiveController:
         )
         self.send_states(sorted(created), is_new=True, skip=started)
         self.deleter.resume()
+        await self.reassigner.on_brokers_startup(started)
 
     # ---- topic changes --------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
@@ -668,3 +669,4 @@ class ActiveController:
         await self.guard.commit(
             [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
         )
+        await self.reassigner.on_isr_change(parts)

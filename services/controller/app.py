@@ -118,6 +118,9 @@ class ControllerApp:
         self.metrics.update(None)
         for path, kind in CHILDREN_WATCHES:
             self.zk.watch_children(path, self._children_watcher(kind))
+        self.zk.watch_data(
+            layout.REASSIGN_PARTITIONS, lambda _data, _stat: self._dispatch("reassign_partitions")
+        )
         await set_serving(self._health, True)
         log.info(
             "controller started",
@@ -357,6 +360,7 @@ class ControllerApp:
         registrations themselves and do nothing when nothing changed."""
         for _path, kind in CHILDREN_WATCHES:
             self._dispatch(kind)
+        self._dispatch("reassign_partitions")
 
     def _dispatch(self, kind: str, arg: str | None = None) -> None:
         active = self.active

@@ -45,6 +45,17 @@ class ControllerMetrics:
             buckets=_ELECTION_BUCKETS_MS,
             registry=registry,
         )
+        self.controlled_shutdown_ms = Histogram(
+            "kafka_controller_controllerstats_controlledshutdownrateandtimems",
+            "time of controlled shutdown requests, until the other replicas acknowledged (ms)",
+            buckets=_ELECTION_BUCKETS_MS,
+            registry=registry,
+        )
+        self.reassigning_partitions = Gauge(
+            "kafkapy_controller_reassigning_partitions",
+            "partitions with replicas being added or removed (active controller)",
+            registry=registry,
+        )
         self.coordinator_shards = Gauge(
             "kafkapy_controller_coordinator_shards",
             "__consumer_offsets partitions placed on each group coordinator (active controller)",
@@ -59,6 +70,7 @@ class ControllerMetrics:
         self.topics.set(len(ctx.topics) if ctx else 0)
         self.partitions.set(ctx.partition_count() if ctx else 0)
         self.preferred_imbalance.set(ctx.preferred_imbalance_count() if ctx else 0)
+        self.reassigning_partitions.set(ctx.reassigning_count() if ctx else 0)
         if ctx is None:
             self.coordinator_shards.clear()
 

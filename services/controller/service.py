@@ -15,6 +15,7 @@ from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
+from services.controller.controlled_shutdown import ControlledShutdowns
 from services.controller.core import NotControllerError
 
 if TYPE_CHECKING:
@@ -101,6 +102,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             lambda code, msg: pb.ElectLeadersResponse(error_code=int(code), error_message=msg),
         )
 
+    async def ControlledShutdown(
+        self, request: pb.ControlledShutdownRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ControlledShutdownResponse:
+        return await self._serve(
+            "ControlledShutdown",
+            lambda a: ControlledShutdowns(a.c).handle(request),
+            lambda code, msg: pb.ControlledShutdownResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
     async def AlterConfigs(
         self, request: pb.AlterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AlterConfigsResponse:
@@ -118,3 +130,29 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             )
 
         return await self._serve("AlterConfigs", lambda a: a.alter_configs(request), reject)
+
+    async def AlterPartitionReassignments(
+        self,
+        request: pb.AlterPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        return await self._serve(
+            "AlterPartitionReassignments",
+            lambda a: a.alter_partition_reassignments(request),
+            lambda code, msg: pb.AlterPartitionReassignmentsResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+    async def ListPartitionReassignments(
+        self,
+        request: pb.ListPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ListPartitionReassignmentsResponse:
+        return await self._serve(
+            "ListPartitionReassignments",
+            lambda a: a.list_partition_reassignments(request),
+            lambda code, msg: pb.ListPartitionReassignmentsResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )

@@ -49,10 +49,12 @@ def _lookup(
     p: Partition, timestamp: int, isolation_level: int, result: pb.PartitionOffsetResult
 ) -> None:
     last_fetchable = _last_fetchable_offset(p, isolation_level)
-    if p.leader_epoch_start_offset > last_fetchable:
+    # Kafka compares the epoch's start with the high watermark whatever the isolation level
+    # (an open transaction may keep the LSO below it for long)
+    if p.leader_epoch_start_offset > p.high_watermark:
         raise KafkaError(
             ErrorCode.OFFSET_NOT_AVAILABLE,
-            f"high watermark {last_fetchable} has not reached the start offset "
+            f"high watermark {p.high_watermark} has not reached the start offset "
             f"{p.leader_epoch_start_offset} of leader epoch {p.leader_epoch}",
         )
     result.error_code = ErrorCode.NONE

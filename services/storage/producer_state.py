@@ -185,6 +185,9 @@ class ProducerStateManager:
         # transactions whose marker is not yet below the high watermark (Kafka's
         # unreplicatedTxns): their data stays unstable until the marker is replicated
         self._unreplicated: list[CompletedTxn] = []
+        # producer id -> first offset of its open transaction (kept as entries change, so the
+        # LSO asked on every fetch does not walk every producer)
+        self._ongoing: dict[int, int] = {}
 
     # ------------------------------------------------------------------ reads
     @property
@@ -197,21 +200,15 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """Smallest first offset of an ongoing transaction or of a completed one whose marker
         is not replicated yet (the last stable offset is min(this, high watermark))."""
-        offsets = [
-            e.current_txn_first_offset
-            for e in self._producers.values()
-            if e.current_txn_first_offset is not None
-        ]
+        if not self._ongoing and not self._unreplicated:
+            return None
+        offsets = list(self._ongoing.values())
         offsets.extend(t.first_offset for t in self._unreplicated)
-        return min(offsets) if offsets else None
+        return min(offsets)
 
     def ongoing_txns(self) -> dict[int, int]:
         """Producer id -> first offset of its ongoing transaction."""
-        return {
-            pid: e.current_txn_first_offset
-            for pid, e in self._producers.items()
-            if e.current_txn_first_offset is not None
-        }
+        return dict(self._ongoing)
 
     def last_stable_offset_after(self, completed: CompletedTxn) -> int:
         """The LSO right after ``completed`` ends (Kafka's lastStableOffset(completedTxn)):
@@ -400,6 +397,10 @@ class ProducerStateManager:
             completed = self._apply(entry, header, first_offset, last_offset, marker)
             if completed is not None:
                 self._unreplicated.append(completed)
+            if entry.current_txn_first_offset is None:
+                self._ongoing.pop(entry.producer_id, None)
+            else:
+                self._ongoing[entry.producer_id] = entry.current_txn_first_offset
         self.map_end_offset = last_offset + 1
         return completed
 
@@ -430,6 +431,7 @@ class ProducerStateManager:
         """Forget every producer and delete every snapshot."""
         self._producers.clear()
         self._unreplicated.clear()
+        self._ongoing.clear()
         for off in self.snapshot_offsets():
             self.remove_snapshot(off)
         self._last_snap_offset = 0
@@ -438,6 +440,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         self._producers.clear()
         self._unreplicated.clear()
+        self._ongoing.clear()
 
     # -------------------------------------------------------------- snapshots
     def snapshot_path(self, offset: int) -> Path:
@@ -484,8 +487,11 @@ class ProducerStateManager:
             if off > offset:
                 self.remove_snapshot(off)
 
-    def load_snapshot(self, log_start_offset: int, max_offset: int) -> int:
-        """Reset state from the latest valid snapshot at or below ``max_offset``.
+    def load_snapshot(
+        self, log_start_offset: int, max_offset: int, at_most: int | None = None
+    ) -> int:
+        """Reset state from the latest valid snapshot at or below ``max_offset`` (and
+        ``at_most``, when the log from there must be replayed anyway: recovered segments).
 
         Snapshots above ``max_offset`` or at/below the log start (except one equal to it) are
         deleted. Returns the offset the state is valid up to (``map_end_offset``): the caller
@@ -493,11 +499,14 @@ class ProducerStateManager:
         """
         self._producers.clear()
         self._unreplicated.clear()
+        self._ongoing.clear()
         for off in self.snapshot_offsets():
             if off > max_offset or off < log_start_offset:
                 self.remove_snapshot(off)
         now = self._now_ms()
         for off in reversed(self.snapshot_offsets()):
+            if at_most is not None and off > at_most:
+                continue
             path = self.snapshot_path(off)
             try:
                 entries = read_snapshot(path)
@@ -508,6 +517,8 @@ class ProducerStateManager:
             for entry in entries:
                 if not self._is_expired(entry, now):
                     self._producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset is not None:
+                        self._ongoing[entry.producer_id] = entry.current_txn_first_offset
             self.map_end_offset = self._last_snap_offset = off
             return off
         self.map_end_offset = self._last_snap_offset = log_start_offset

@@ -31,19 +31,23 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.common.errors import KafkaError
 from services.common.logging import get_logger
 from services.common.records.batch import HEADER_SIZE, BatchHeader, iter_headers, parse_header
 from services.common.records.record import (
     RecordSpan,
+    delete_horizon_ms,
     rebuild_batch,
     records_payload,
     scan_records,
+    with_delete_horizon,
 )
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX
 from services.storage.log.log import Log
 from services.storage.log.offset_map import OffsetMap
 from services.storage.log.segment import LogSegment
+from services.storage.log.transactions import batch_marker
 from services.storage.log.txn_index import AbortedTxn
 
 log = get_logger(__name__)
@@ -96,6 +100,7 @@ class CleanStats:
     keyless_dropped: int = 0
     tombstones_dropped: int = 0
     aborted_dropped: int = 0  # records of aborted transactions
+    markers_dropped: int = 0  # markers of transactions without data, past their delete horizon
     segments_before: int = 0
     segments_after: int = 0
     map_entries: int = 0
@@ -167,6 +172,7 @@ def clean(
     again from the checkpoint.
     """
     started = time.monotonic()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     stats = CleanStats(first_dirty_offset=rng.first_dirty_offset)
     with lg.locked():
         all_segs = lg.segments
@@ -195,7 +201,7 @@ def clean(
         if not dirty:
             return stats
         offset_map = OffsetMap(settings.map_budget_bytes, rng.first_dirty_offset)
-        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace, AbortedBatches(aborted))
+        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace, TxnBatches(aborted))
         stats.end_offset = end
         stats.map_entries = len(offset_map)
         stats.map_bytes = offset_map.bytes_used
@@ -203,7 +209,7 @@ def clean(
             return stats
         to_clean = [s for s in segs if s.base_offset < end]
         stats.segments_before = len(to_clean)
-        tracker = AbortedBatches(aborted)
+        tracker = TxnBatches(aborted)
         for group in _group_by_size(to_clean, ends, lg.config.segment_bytes):
             if pace.stopping():
                 stats.aborted = True
@@ -212,7 +218,16 @@ def clean(
                 lg,
                 group,
                 readers,
-                _Retention(offset_map, end, delete_horizon_ms, last_batch_of_producer, tracker),
+                _Retention(
+                    offset_map,
+                    end,
+                    delete_horizon_ms,
+                    last_batch_of_producer,
+                    tracker,
+                    now,
+                    lg.config.delete_retention_ms,
+                    set(),
+                ),
                 stats,
                 pace,
             )
@@ -311,7 +326,7 @@ def _build_offset_map(
     ends: dict[int, int],
     lg: Log,
     pace: Pace,
-    aborted: AbortedBatches,
+    aborted: TxnBatches,
 ) -> int:
     """Fill ``offset_map`` from the dirty segments; returns where the mapped range ends: the
     end of the last segment read whole, or the first record that did not fit. Records of
@@ -322,7 +337,7 @@ def _build_offset_map(
             break
         for h, buf in readers.batches(seg):
             pace.throttle(h.size)
-            if aborted.is_aborted(h):
+            if aborted.is_aborted(h, buf):
                 continue
             if h.is_control or h.record_count == 0 or h.last_offset < offset_map.start:
                 continue
@@ -374,34 +389,63 @@ class _Retention:
     range_end: int  # records from here on were not mapped: they all stay
     delete_horizon_ms: int
     last_batch_of_producer: dict[int, int]  # producer id -> offset of its last batch
-    aborted: AbortedBatches
+    txns: TxnBatches
+    now_ms: int
+    delete_retention_ms: int
+    dropped_markers: set[int]  # ABORT markers removed: their .txnindex entries go too
 
 
-class AbortedBatches:
-    """Which batches belong to aborted transactions, for a pass over batches in offset order
-    (Kafka's CleanedTransactionMetadata): a producer's transaction is aborted from the first
-    offset of an aborted-transaction entry to its ABORT marker."""
+class TxnBatches:
+    """The transactions a pass over batches in offset order goes through (Kafka's
+    CleanedTransactionMetadata): which data batches belong to aborted transactions (from the
+    aborted-transaction entries: a producer's transaction is aborted from the entry's first
+    offset to its ABORT marker), and which markers end a transaction with no data left in
+    the log - those may go once their KIP-534 delete horizon has passed."""
 
     def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
         self._pending = sorted(aborted, key=lambda t: t.first_offset)
         self._next = 0
-        self._active: dict[int, int] = {}  # producer id -> offset of the ABORT marker
+        self._aborted: dict[int, list[int]] = {}  # producer id -> [marker offset, data seen]
+        self._with_data: set[int] = set()  # producers whose current (not aborted) txn has data
 
-    def is_aborted(self, h: BatchHeader) -> bool:
-        """True for a transactional data batch of an aborted transaction (call in order)."""
+    def read(self, h: BatchHeader, buf: bytes) -> tuple[bool, bool]:
+        """(``h`` is data of an aborted transaction, ``h`` is a marker of a transaction without
+        data left); call for every batch, in offset order."""
         pending = self._pending
         while self._next < len(pending) and pending[self._next].first_offset <= h.base_offset:
             txn = pending[self._next]
-            self._active[txn.producer_id] = txn.last_offset
+            self._aborted[txn.producer_id] = [txn.last_offset, 0]
             self._next += 1
-        marker = self._active.get(h.producer_id)
-        if marker is None or not h.is_transactional:
-            return False
+        pid = h.producer_id
         if h.is_control:
-            if h.base_offset >= marker:
-                del self._active[h.producer_id]
-            return False
-        return h.base_offset < marker
+            return False, self._marker_without_data(h, buf)
+        if not h.is_transactional:
+            return False, False
+        state = self._aborted.get(pid)
+        if state is not None and h.base_offset < state[0]:
+            state[1] = 1
+            return True, False
+        self._with_data.add(pid)
+        return False, False
+
+    def is_aborted(self, h: BatchHeader, buf: bytes) -> bool:
+        return self.read(h, buf)[0]
+
+    def _marker_without_data(self, h: BatchHeader, buf: bytes) -> bool:
+        if h.record_count == 0:  # an emptied control batch: nothing left to keep
+            return True
+        try:
+            marker = batch_marker(buf, h)
+        except KafkaError:
+            return False  # not readable: keep it as it is
+        if marker is None:
+            return False  # another control type
+        if marker.commit:
+            had_data = h.producer_id in self._with_data
+            self._with_data.discard(h.producer_id)
+            return not had_data
+        state = self._aborted.pop(h.producer_id, None)
+        return not (state is not None and state[1])
 
 
 def _clean_group(
@@ -434,9 +478,10 @@ def _clean_group(
                 stats.bytes_written += len(data)
                 pace.throttle(len(data))
             readers.done_with(seg)
-        for seg in group:  # the aborted transactions whose markers the group holds stay known
+        for seg in group:  # the aborted transactions whose markers the group keeps stay known
             for txn in seg.txn_index.entries:
-                cleaned.txn_index.append(txn)
+                if txn.last_offset not in retention.dropped_markers:
+                    cleaned.txn_index.append(txn)
         cleaned.on_become_inactive()
         _fsync_paths(
             cleaned.log_path,
@@ -465,8 +510,10 @@ def _retained_batch(
 ) -> tuple[bytes | memoryview, int] | None:
     """The batch as it stays in the log, with its max timestamp; None when it goes."""
     original = memoryview(buf)[h.position : h.position + h.size]
-    aborted = retention.aborted.is_aborted(h)
-    if h.is_control or (h.base_offset >= retention.range_end and not aborted):
+    aborted, marker_without_data = retention.txns.read(h, buf)
+    if h.is_control:
+        return _retained_marker(h, buf, original, marker_without_data, retention, stats)
+    if h.base_offset >= retention.range_end and not aborted:
         return original, h.max_timestamp
     payload = records_payload(buf, h)
     spans = list(scan_records(payload, h))
@@ -495,6 +542,29 @@ def _retained_batch(
         return None
     rebuilt = rebuild_batch(h, payload, kept)
     return rebuilt, parse_header(rebuilt).max_timestamp
+
+
+def _retained_marker(
+    h: BatchHeader,
+    buf: bytes,
+    original: memoryview,
+    without_data: bool,
+    retention: _Retention,
+    stats: CleanStats,
+) -> tuple[bytes | memoryview, int] | None:
+    """KIP-534 for transaction markers: one whose transaction has no data left gets a delete
+    horizon (now + delete.retention.ms) the first time, and goes once it has passed."""
+    if not without_data:
+        return original, h.max_timestamp
+    horizon = delete_horizon_ms(h)
+    if horizon is None:
+        stamped = with_delete_horizon(buf, h, retention.now_ms + retention.delete_retention_ms)
+        return stamped, h.max_timestamp
+    if retention.now_ms < horizon:
+        return original, h.max_timestamp
+    retention.dropped_markers.add(h.base_offset)
+    stats.markers_dropped += 1
+    return None
 
 
 def _fsync_paths(*paths: Path) -> None:

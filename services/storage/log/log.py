@@ -174,12 +174,18 @@ class Log:
         ]
         self._segments = segments
         recovered_from: int | None = None
+        rebuild_from: int | None = None  # below it the .txnindex files were fsynced and kept
         if not clean_shutdown:
             self._segments, self.recovery, recovered_from = loader.recover_segments(
                 self._segments, recovery_point, self.leader_epoch_cache, self._log
             )
             self._log.info("log_recovered", **asdict(self.recovery))
-        self._segments = loader.check_indexes(self._segments, recovered_from, self._log)
+            rebuild_from = recovery_point
+        self._segments, checked_from = loader.check_indexes(
+            self._segments, recovered_from, self._log
+        )
+        if checked_from is not None:
+            rebuild_from = checked_from if rebuild_from is None else min(rebuild_from, checked_from)
         active = self._segments[-1]
         active.make_active()
         self._leo = active.read_next_offset()
@@ -204,7 +210,7 @@ class Log:
         self._hw = self.log_start_offset
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(rebuild_from)
         self._log.info(
             "log_loaded",
             segments=len(self._segments),
@@ -214,9 +220,14 @@ class Log:
             clean_shutdown=clean_shutdown,
         )
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, rebuild_from: int | None = None) -> None:
         replayed_from = loader.replay_producer_state(
-            self.producer_state, self._segments, self.log_start_offset, self._leo, self._log
+            self.producer_state,
+            self._segments,
+            self.log_start_offset,
+            self._leo,
+            self._log,
+            rebuild_from,
         )
         if replayed_from is not None:
             self.producer_state_replayed_from = replayed_from
