@@ -114,6 +114,9 @@ class ShardManager(CommonShardManager[GroupShard, ShardReplay]):
         return {
             "groups": len(snapshot.groups),
             "offsets": sum(len(o) for o in snapshot.offsets.values()),
+            "pending_txn_offsets": sum(
+                len(o) for g in snapshot.pending_txn.values() for o in g.values()
+            ),
         }
 
     def on_loaded(self, partition: int, state: GroupShard) -> None:
