@@ -230,7 +230,9 @@ def test_kafka_python_and_aiokafka_transactions(bootstrap: str, topic: TopicFact
     assert {r.rec.value for recs in got.values() for r in recs} == committed
 
 
-def test_consume_transform_produce_with_send_offsets(bootstrap: str, topic: TopicFactory) -> None:
+def test_consume_transform_produce_with_send_offsets(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+) -> None:
     """Exactly once with confluent-kafka: the input offsets commit with the output
     (AddOffsetsToTxn + TxnOffsetCommit); an aborted batch leaves neither output nor offsets."""
     from confluent_kafka import Consumer
@@ -285,6 +287,8 @@ def test_consume_transform_produce_with_send_offsets(bootstrap: str, topic: Topi
         consumer.close()
     out = _values_one(bootstrap, sink, "read_committed", 20)
     assert out == [f"out-{i}".encode() for i in range(20)]
+    for api in ("AddOffsetsToTxn", "TxnOffsetCommit"):
+        print(api, gateway_requests(cluster, api))
 
 
 def test_transactions_cli_lists_and_describes(bootstrap: str, topic: TopicFactory) -> None:
