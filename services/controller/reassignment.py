@@ -35,6 +35,7 @@ whose node does not acknowledge its deletion is deleted again when the node regi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from kazoo.exceptions import NoNodeError
@@ -168,6 +169,25 @@ class Reassigner:
             topic = self.c.ctx.topics.get(name)
             if topic is not None and p in topic.assignment:
                 await self._step(topic, p, announce=False)
+
+    async def forget_deleted(self) -> None:
+        """Topics gone or queued for deletion end their reassignments (their waiters resolve;
+        the legacy znode drops them): the deletion stops every replica of the full set."""
+        ctx = self.c.ctx
+        gone = {
+            (t, p)
+            for t, p in self._ongoing | set(self._waiters)
+            if t not in ctx.topics or t in ctx.topics_to_delete
+        }
+        for tp in sorted(gone):
+            self._finished(tp)
+        got = await self.c.zk.get_or_none(layout.REASSIGN_PARTITIONS)
+        if got is not None:
+            with contextlib.suppress(ValueError):
+                named = layout.parse_reassign_partitions(got[0])
+                await self._remove_from_legacy(
+                    {tp for tp in named if tp[0] not in ctx.topics or tp[0] in ctx.topics_to_delete}
+                )
 
     # ---- submitting -----------------------------------------------------------------------
     async def _submit(
