@@ -4,7 +4,8 @@
 AlterPartitionReassignments / ListPartitionReassignments go to a gateway (which forwards them to
 the active controller) with kafka-py's own codec, since confluent-kafka has no call for them;
 the current assignment comes from Metadata. Replication throttles and the progress display are
-plug-ins (:data:`PLUGINS`): each adds its options and runs after --execute / during --verify.
+plug-ins (:data:`PLUGINS`): each adds its options and runs around --execute / during --verify
+(``services.cli.reassign_throttle``: ``--throttle``, the clearing and the progress display).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.cli.partition_json import (
     topics_to_move,
     tp_text,
 )
+from services.cli.reassign_throttle import ThrottlePlugin
 from services.cli.wire import bootstrap_exchange
 from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
@@ -48,6 +50,15 @@ class ReassignPlugin(Protocol):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
+    def check_arguments(self, args: argparse.Namespace) -> None:
+        """Refuse (UsageError) options that do not go with ``args.action``."""
+
+    def before_execute(
+        self, args: argparse.Namespace, cluster: Cluster, plan: Plan, out: TextIO
+    ) -> None:
+        """The plan is checked, the reassignments are about to start (throttles go first, as
+        kafka-reassign-partitions.sh sets them)."""
+
     def after_execute(
         self, args: argparse.Namespace, conf: dict[str, Any], plan: Plan, out: TextIO
     ) -> None:
@@ -64,7 +75,7 @@ class ReassignPlugin(Protocol):
         """The status was printed; ``done``: no partition of the plan is still moving."""
 
 
-PLUGINS: list[ReassignPlugin] = []
+PLUGINS: list[ReassignPlugin] = [ThrottlePlugin()]
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -273,6 +284,8 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     print("", file=out)
     print("Save this to use as the --reassignment-json-file option during rollback", file=out)
     plan = Plan(moves, current)
+    for plugin in PLUGINS:
+        plugin.before_execute(args, cluster, plan, out)
     errors = cluster.alter(dict(moves))
     if errors:
         lines = [f"{tp_text(tp)}: {text}" for tp, text in sorted(errors.items())]
@@ -336,4 +349,6 @@ _ACTIONS: dict[str, Callable[[Cluster, argparse.Namespace, TextIO], int]] = {
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
+    for plugin in PLUGINS:
+        plugin.check_arguments(args)
     return _ACTIONS[args.action](Cluster(conf, args.request_timeout_ms), args, out)

@@ -35,6 +35,7 @@ from services.controller import zkstore
 from services.controller.coordinator_shards import ShardPlacer
 from services.controller.core import AckMap, NotControllerError
 from services.controller.deletion import TopicDeleter
+from services.controller.elastic import ElasticStorage
 from services.controller.elections import NO_LEADER, initial_leader_isr, next_leader_isr
 from services.controller.leader_balance import LeaderBalancer
 from services.controller.links import BrokerLinks, OrderResult
@@ -46,6 +47,7 @@ from services.controller.model import (
     TopicState,
     Transition,
 )
+from services.controller.provisioners.factory import make_provisioner
 from services.controller.reassignment import Reassigner
 from services.controller.settings import ControllerSettings
 from services.controller.zkstore import ControllerMovedError, Create, EpochGuard, Op, SetData
@@ -95,6 +97,12 @@ class ActiveController:
         self.balancer = LeaderBalancer(self)
         self.reassigner = Reassigner(self)
         self.shards = ShardPlacer(zk, self.guard, settings.controller_id)
+        self.elastic = ElasticStorage(
+            self,
+            self.reassigner,
+            make_provisioner(settings, zk, self.guard, lambda: self.ctx.brokers),
+            metrics.elastic,
+        )
         self._on_moved = on_moved
         self.watch_topic = watch_topic
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -116,6 +124,7 @@ class ActiveController:
         self._worker = asyncio.create_task(self._run(), name="controller-events")
         if self.settings.auto_leader_rebalance_enable:
             self.spawn(self.balancer.run(), "leader-balance")
+        await self._retrying_zk(self.elastic.start)
         self.metrics.update(self.ctx)
 
     async def stop(self) -> None:
@@ -138,6 +147,8 @@ class ActiveController:
         self.deleter.fail_waiters()
         self.reassigner.fail_waiters()
         await self.links.close_all()
+        if self.elastic.provisioner is not None:
+            await self.elastic.provisioner.close()
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -548,6 +559,7 @@ class ActiveController:
             await self.links.remove(broker_id)
             del self.ctx.brokers[broker_id]
             self.ctx.offline_replicas.pop(broker_id, None)
+            self.ctx.shutting_down.discard(broker_id)
         if gone:
             await self._on_brokers_failure(gone)
         started = new | bounced | moved
@@ -556,6 +568,8 @@ class ActiveController:
             self.links.add(broker_id, current[broker_id].registration.address)
         if started:
             await self._on_brokers_startup(started)
+        if new:
+            self.elastic.on_brokers_added(new)
 
     async def _on_brokers_failure(self, dead: set[int]) -> None:
         parts = [

@@ -7,6 +7,7 @@ from collections import Counter
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
 
 from services.common.zk.layout import ShardMap
+from services.controller.elastic_metrics import ElasticMetrics
 from services.controller.model import ControllerContext
 
 _ELECTION_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
@@ -45,6 +46,12 @@ class ControllerMetrics:
             buckets=_ELECTION_BUCKETS_MS,
             registry=registry,
         )
+        self.controlled_shutdown_ms = Histogram(
+            "kafka_controller_controllerstats_controlledshutdownrateandtimems",
+            "time of controlled shutdown requests, until the other replicas acknowledged (ms)",
+            buckets=_ELECTION_BUCKETS_MS,
+            registry=registry,
+        )
         self.reassigning_partitions = Gauge(
             "kafkapy_controller_reassigning_partitions",
             "partitions with replicas being added or removed (active controller)",
@@ -56,6 +63,7 @@ class ControllerMetrics:
             ["coordinator"],
             registry=registry,
         )
+        self.elastic = ElasticMetrics(registry)
 
     def update(self, ctx: ControllerContext | None) -> None:
         """Refresh the gauges from the active controller's context (None = standby: all 0)."""

@@ -233,6 +233,7 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "include_documentation": True,
     },
     ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False},
+    ApiKey.DESCRIBE_LOG_DIRS: {"topics": [{"topic": "a", "partitions": [0]}]},
     ApiKey.ELECT_LEADERS: {
         "election_type": 0,
         "topic_partitions": [{"topic": "a", "partitions": [0]}],
