@@ -192,7 +192,7 @@ class ActiveController:
         handlers: dict[str, Callable[[], Awaitable[Any]]] = {
             "brokers": self._on_broker_change,
             "topics": self._on_topic_change,
-            "delete_topics": self.deleter.on_delete_topics_change,
+            "delete_topics": self._on_delete_topics_change,
             "isr_change": self._on_isr_change_notification,
             "log_dir_event": self._on_log_dir_event,
             "coordinators": self.place_shards,
@@ -617,6 +617,10 @@ class ActiveController:
         await self.reassigner.on_brokers_startup(started)
 
     # ---- topic changes --------------------------------------------------------------------
+    async def _on_delete_topics_change(self) -> None:
+        await self.deleter.on_delete_topics_change()
+        await self.reassigner.forget_deleted()
+
     async def _on_topic_change(self) -> None:
         names = set(await self.zk.get_children(layout.BROKER_TOPICS))
         removed = set(self.ctx.topics) - names
@@ -634,6 +638,8 @@ class ActiveController:
                     "new topic found in ZooKeeper", topic=name, partitions=len(got[0].assignment)
                 )
         await self._bring_online(added, {t.name: sorted(t.assignment) for t in added})
+        if removed:
+            await self.reassigner.forget_deleted()
         if layout.SHARDED_TOPICS & (removed | {t.name for t in added}):
             await self.place_shards()
 
