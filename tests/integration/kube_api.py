@@ -15,8 +15,11 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 @contextlib.contextmanager
-def emulated_api(node_labels: Mapping[str, Mapping[str, str]]) -> Iterator[str]:
-    """Serve one Node per entry of ``node_labels`` (name -> labels); yields the API's URL."""
+def emulated_api(
+    node_labels: Mapping[str, Mapping[str, str]], host: str = "127.0.0.1"
+) -> Iterator[str]:
+    """Serve one Node per entry of ``node_labels`` (name -> labels) on ``host``; yields the
+    API's URL (with the port; the host part is ``host``)."""
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
@@ -24,7 +27,7 @@ def emulated_api(node_labels: Mapping[str, Mapping[str, str]]) -> Iterator[str]:
 
     async def serve() -> None:
         emu = kmock.KubernetesEmulator()
-        async with emu, kmock.Server(emu) as srv:
+        async with emu, kmock.Server(emu, host=host) as srv:
             emu.resources["v1/nodes"] = {}
             for name, labels in node_labels.items():
                 emu.objects[kmock.resource("", "v1", "nodes"), None, name] = {
