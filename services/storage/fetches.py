@@ -19,15 +19,19 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage.log.transactions import next_offset_after
 from services.storage.partition import Partition, TopicPartition
 from services.storage.replica_manager import ReplicaManager
 from services.storage.wire import FetchReply, FetchResult
 
 log = get_logger("storage.fetch")
+
+READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
@@ -48,13 +52,18 @@ class _Read:
     seen: list[_Seen]
 
 
-def _visible_end(p: Partition, follower: bool) -> int:
-    return p.log.log_end_offset if follower else p.high_watermark
+def _visible_end(p: Partition, follower: bool, committed: bool) -> int:
+    """Followers read to the log end, read_committed consumers to the last stable offset,
+    the others to the high watermark."""
+    if follower:
+        return p.log.log_end_offset
+    return p.log.last_stable_offset if committed else p.high_watermark
 
 
 async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
     follower = req.replica_id >= 0
-    read = _read_all(rm, req, follower, first=True)
+    committed = not follower and req.isolation_level == READ_COMMITTED
+    read = _read_all(rm, req, follower, committed, first=True)
     if (
         req.max_wait_ms > 0
         and req.partitions
@@ -66,9 +75,9 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
         keys = [s.key for s in read.seen]
         while (remaining := deadline - loop.time()) > 0:
             moved = await rm.fetch_waiters.wait_until(
-                keys, functools.partial(_progressed, rm, read.seen, follower), remaining
+                keys, functools.partial(_progressed, rm, read.seen, follower, committed), remaining
             )
-            read = _read_all(rm, req, follower, first=False)
+            read = _read_all(rm, req, follower, committed, first=False)
             if not moved or read.total_bytes >= req.min_bytes or read.errored:
                 break
     _count_bytes_out(rm, read.results, follower)
@@ -77,7 +86,7 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
     return FetchReply(read.results)
 
 
-def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool) -> bool:
+def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool, committed: bool) -> bool:
     for s in seen:
         p = rm.get(*s.key)
         if p is not s.partition:
@@ -87,13 +96,15 @@ def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool) -> bool:
         if (
             p.leader_epoch != s.leader_epoch
             or not p.is_leader
-            or _visible_end(p, follower) != s.end
+            or _visible_end(p, follower, committed) != s.end
         ):
             return True
     return False
 
 
-def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first: bool) -> _Read:
+def _read_all(
+    rm: ReplicaManager, req: pb.FetchRequest, follower: bool, committed: bool, *, first: bool
+) -> _Read:
     out = _Read([], 0, False, [])
     bytes_left = req.max_bytes
     min_one_batch = True
@@ -108,19 +119,26 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
             if follower:
                 p.check_follower(req.replica_id)
             limit = max(0, min(pf.partition_max_bytes, bytes_left))
-            info = p.log.read(
-                pf.fetch_offset,
-                limit,
-                max_offset=None if follower else p.high_watermark,
-                min_one_batch=min_one_batch,
-            )
+            lso = p.log.last_stable_offset
+            if follower and _leader_throttled(rm, p, req.replica_id):
+                records: Any = b""  # Kafka's shouldLeaderThrottle: no records this time
+            else:
+                records = p.log.read(
+                    pf.fetch_offset,
+                    limit,
+                    max_offset=None if follower else (lso if committed else p.high_watermark),
+                    min_one_batch=min_one_batch,
+                ).records
             if follower and first:
                 rm.on_follower_fetch(p, req.replica_id, pf.fetch_offset, pf.log_start_offset)
-            size = len(info.records)
-            result.records = info.records
+            size = len(records)
+            result.records = records
             result.error_code = ErrorCode.NONE
             result.high_watermark = p.high_watermark
-            result.last_stable_offset = p.high_watermark
+            result.last_stable_offset = lso
+            if committed and size:
+                upper = next_offset_after(records, lso)
+                result.aborted_transactions = p.log.aborted_transactions(pf.fetch_offset, upper)
             result.log_start_offset = p.log.log_start_offset
             if follower:
                 result.log_end_offset = p.log.log_end_offset
@@ -151,16 +169,32 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
                 (pf.topic, pf.partition),
                 p,
                 p.leader_epoch if p else -1,
-                _visible_end(p, follower) if p else -1,
+                _visible_end(p, follower, committed) if p else -1,
             )
         )
     return out
 
 
+def _leader_throttled(rm: ReplicaManager, p: Partition, replica_id: int) -> bool:
+    """A throttled partition's follower out of the ISR waits while the leader's quota is
+    exceeded; one in the ISR never does."""
+    quota = rm.quotas.leader
+    return (
+        quota.is_throttled(p.topic, p.partition, p.config)
+        and replica_id not in p.isr
+        and quota.hold_back()
+    )
+
+
 def _count_bytes_out(rm: ReplicaManager, results: list[FetchResult], follower: bool) -> None:
+    """Metrics of what is sent, and the leader's throttle (bytes of throttled partitions, in
+    or out of the ISR, count against it, as Kafka's ``sizeOfThrottledPartitions``)."""
     for r in results:
         if r.records:
             if follower:
                 rm.metrics.replication_bytes_out.labels(r.topic).inc(len(r.records))
+                p = rm.get(r.topic, r.partition)
+                if p is not None and rm.quotas.leader.is_throttled(p.topic, p.partition, p.config):
+                    rm.quotas.leader.record(r.topic, len(r.records))
             else:
                 rm.metrics.topic(r.topic).bytes_out.inc(len(r.records))
