@@ -185,3 +185,68 @@ def test_images_are_what_the_chart_expects() -> None:
     assert labels["org.opencontainers.image.version"] == VERSION
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
     assert Path(ROOT / "deploy" / "image" / "Containerfile").is_file()
+
+
+def _isr_complete(zk_host: str, topic: str, partitions: int, replicas: int) -> bool:
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=zk_host)
+    zk.start(timeout=30)
+    try:
+        states = [
+            json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+            for p in range(partitions)
+        ]
+    finally:
+        zk.stop()
+    return all(len(s["isr"]) == replicas for s in states)
+
+
+def test_a_deleted_storage_pod_comes_back_with_its_volume(sim: tuple[Simulation, int]) -> None:
+    """Delete storage-1 (SIGTERM with the pod's grace period: the controlled shutdown runs)
+    while an idempotent acks=all producer writes; start it again on the same volume as the
+    StatefulSet controller would: it becomes ready, rejoins every ISR, and every partition holds
+    exactly what was acknowledged, once, in order."""
+    import threading
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    s, port = sim
+    bootstrap = f"127.0.0.1:{port}"
+    topic = "kube-sim-delete-pod"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(
+        60
+    )
+    zk_host = f"{next(p for p in s.pods if s.component(p) == 'zookeeper').ip}:2181"
+    pod = next(p for p in s.pods if s.component(p) == "storage" and p.ordinal == 1)
+
+    before = [r for p in range(3) for r in make_text_records(f"before{p}", 1000, p)]
+    during = [r for p in range(3) for r in make_text_records(f"during{p}", 1000, p)]
+    after = [r for p in range(3) for r in make_text_records(f"after{p}", 1000, p)]
+    produce_confluent(bootstrap, topic, before, timeout=120)
+    errors: list[BaseException] = []
+
+    def produce_during() -> None:
+        try:
+            produce_confluent(bootstrap, topic, during, config={"linger.ms": 50}, timeout=240)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    writer = threading.Thread(target=produce_during)
+    writer.start()
+    grace = str(pod.spec["terminationGracePeriodSeconds"])
+    podman("stop", "-t", grace, pod.container, timeout=int(grace) + 30)
+    podman("rm", pod.container)
+    s.start(pod)  # same name, same volume: what the StatefulSet controller does
+    s.wait_ready([pod], 120)
+    writer.join(300)
+    assert not writer.is_alive() and not errors, errors
+    produce_confluent(bootstrap, topic, after, timeout=120)
+
+    deadline = time.monotonic() + 120
+    while not _isr_complete(zk_host, topic, 3, 3):
+        assert time.monotonic() < deadline, "storage-1 did not rejoin every ISR"
+        time.sleep(1)
+    got = consume_confluent(bootstrap, topic, [0, 1, 2], len(before + during + after), timeout=180)
+    assert_partition_logs(before + during + after, got, check_timestamps=False)
