@@ -24,6 +24,7 @@ import pytest
 
 from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker import Checker, Schedule, evidence_dir
+from tests.integration.kafka_support import running_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -33,22 +34,17 @@ FAULT_SECONDS = 90.0
 
 @pytest.fixture
 def chaos_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
+        start_timeout=120,
         gateways=2,
         storage_nodes=3,
         controllers=2,
         group_coordinators=2,
-        gateway_port=0,
-        zk_port=0,
         zk_session_timeout_ms=SESSION_TIMEOUT_MS,
         extra={"storage": ["--replica.lag.time.max.ms", "5000"]},
-    )
-    cluster.start(timeout=120)
-    try:
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.timeout(420)
