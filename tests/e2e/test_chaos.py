@@ -4,8 +4,8 @@ Four idempotent acks=all writers (two confluent-kafka with 5 in flight, kafka-py
 aiokafka) and a two-member consumer group run on a 6-partition topic (RF 3,
 min.insync.replicas 2) while the nemesis applies, one after another for at least 90 s:
 kill -9, SIGSTOP/SIGCONT and SIGTERM + restart of storage nodes, controllers (mostly the active
-one), gateways and group coordinators, and ZooKeeper paused past the session timeout at least
-three times. After the heal: 0 lost, 0 duplicate, 0 reordered, 0 inconsistent, no group
+one), gateways and group coordinators, ZooKeeper paused past the session timeout at least
+three times, and ZooKeeper killed -9 and restarted on its data dir. After the heal: 0 lost, 0 duplicate, 0 reordered, 0 inconsistent, no group
 anomaly, and the cluster is live again (one acting controller, every partition led with a full
 ISR, every shard placed, writers acked, the group reads to the end and commits).
 
