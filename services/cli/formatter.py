@@ -200,7 +200,7 @@ class OffsetsMessageFormatter:
 
     @staticmethod
     def _format(rec: ConsumedRecord) -> bytes:
-        from services.group_coordinator.offsets_topic import (
+        from services.common.internal_topics.consumer_offsets import (
             OffsetKey,
             parse_key,
             parse_offset_value,

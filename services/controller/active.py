@@ -33,6 +33,7 @@ from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.controller import zkstore
 from services.controller.coordinator_shards import ShardPlacer
+from services.controller.core import AckMap, NotControllerError
 from services.controller.deletion import TopicDeleter
 from services.controller.elections import NO_LEADER, initial_leader_isr, next_leader_isr
 from services.controller.leader_balance import LeaderBalancer
@@ -53,11 +54,7 @@ log = get_logger("controller")
 ELECTION_ATTEMPTS = 3
 ZK_RETRY_S = 0.1
 
-AckMap = dict[int, asyncio.Future[OrderResult]]
-
-
-class NotControllerError(Exception):
-    """This controller's term ended before the request was handled."""
+__all__ = ["AckMap", "ActiveController", "NotControllerError"]
 
 
 @dataclass(slots=True)

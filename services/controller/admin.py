@@ -241,7 +241,7 @@ class AdminOps:
 
     # ---- leader elections -----------------------------------------------------------------
     async def elect_leaders(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
-        return await LeaderElections(self.c).elect_leaders(req)
+        return await LeaderElections(self.c, self.c.balancer.plan).elect_leaders(req)
 
     # ---- internal topics ------------------------------------------------------------------
     async def create_internal_topic(

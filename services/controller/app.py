@@ -103,7 +103,9 @@ class ControllerApp:
         await self.zk.ensure_layout()
         await self.broker_config_sync.start()
         self._server, self._health = new_grpc_server()
-        controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(self), self._server)
+        controller_pb2_grpc.add_ControllerServicer_to_server(
+            ControllerService(lambda: self.admin), self._server
+        )
         self.grpc_port = self._server.add_insecure_port(self.settings.listener.bind_target)
         await self._server.start()
         adv = self.settings.advertised(self.grpc_port)

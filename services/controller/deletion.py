@@ -9,18 +9,15 @@ and deletion resumes when the node registers again.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoNodeError
 
 from services.common.logging import get_logger
 from services.common.zk import layout
 from services.controller import zkstore
+from services.controller.core import ControllerCore
 from services.controller.links import OrderResult
 from services.controller.zkstore import Delete
-
-if TYPE_CHECKING:
-    from services.controller.active import ActiveController
 
 log = get_logger("controller.deletion")
 
@@ -28,7 +25,7 @@ RETRY_S = 1.0
 
 
 class TopicDeleter:
-    def __init__(self, controller: ActiveController) -> None:
+    def __init__(self, controller: ControllerCore) -> None:
         self.c = controller
         self._in_flight: set[str] = set()
         self._waiters: dict[str, list[asyncio.Future[bool]]] = {}

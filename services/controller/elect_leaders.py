@@ -14,16 +14,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
+from services.controller.core import ControllerCore, Plan
 from services.controller.elections import NO_LEADER, offline_leader, preferred_leader
 from services.controller.model import Part, Transition
-
-if TYPE_CHECKING:
-    from services.controller.active import ActiveController
 
 log = get_logger("controller.elect_leaders")
 
@@ -49,8 +47,10 @@ def _result(topic: str, p: int, code: ErrorCode, message: str = "") -> pb.Partit
 
 
 class LeaderElections:
-    def __init__(self, controller: ActiveController) -> None:
+    def __init__(self, controller: ControllerCore, plan_preferred: Plan) -> None:
+        """``plan_preferred``: the leader balancer's plan (preferred replica, if in the ISR)."""
         self.c = controller
+        self._plan_preferred = plan_preferred
 
     async def elect_leaders(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
         if req.election_type not in _STRATEGY:
@@ -140,9 +140,6 @@ class LeaderElections:
             f"Failed to elect leader for partition {name}-{p} under strategy "
             f"{_STRATEGY[election_type]}",
         )
-
-    def _plan_preferred(self, parts: Sequence[Part]) -> list[Transition]:
-        return self.c.balancer.plan(parts)
 
     def _plan_unclean(self, parts: Sequence[Part]) -> list[Transition]:
         out: list[Transition] = []

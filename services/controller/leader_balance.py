@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from services.common.logging import get_logger
+from services.controller.core import ControllerCore
 from services.controller.elections import imbalanced_partitions, preferred_leader
 from services.controller.model import Part, Transition
-
-if TYPE_CHECKING:
-    from services.controller.active import ActiveController
 
 log = get_logger("controller.leader_balance")
 
@@ -30,7 +27,7 @@ EVENT = "AutoPreferredReplicaLeaderElection"
 
 
 class LeaderBalancer:
-    def __init__(self, controller: ActiveController) -> None:
+    def __init__(self, controller: ControllerCore) -> None:
         self.c = controller
 
     async def run(self) -> None:

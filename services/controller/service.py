@@ -15,11 +15,10 @@ from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
-from services.controller.active import NotControllerError
+from services.controller.core import NotControllerError
 
 if TYPE_CHECKING:
     from services.controller.admin import AdminOps
-    from services.controller.app import ControllerApp
 
 log = get_logger("controller.service")
 
@@ -31,8 +30,9 @@ def _topic_results(names: list[str], code: ErrorCode, message: str) -> list[pb.T
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
-    def __init__(self, app: ControllerApp) -> None:
-        self._app = app
+    def __init__(self, admin: Callable[[], AdminOps | None]) -> None:
+        """``admin``: the active term's operations, None while this controller is standby."""
+        self._admin = admin
 
     async def _serve(
         self,
@@ -40,7 +40,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         op: Callable[[AdminOps], Awaitable[R]],
         reject: Callable[[ErrorCode, str], R],
     ) -> R:
-        admin = self._app.admin
+        admin = self._admin()
         if admin is None:
             return reject(ErrorCode.NOT_CONTROLLER, "")
         try:

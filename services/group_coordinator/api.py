@@ -14,17 +14,14 @@ from typing import Any, Protocol
 
 from services.common.errors import ErrorCode
 from services.common.group_errors import error_response
+from services.common.internal_topics.consumer_offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
 from services.common.protocol.schema import EntitySpec
+from services.common.shard_tasks import now_ms
 from services.group_coordinator.group import JoinResult, SyncResult, TopicPartition
-from services.group_coordinator.groups import (
-    GroupShard,
-    JoinRequest,
-    LeavingMember,
-    now_ms,
-)
-from services.group_coordinator.model import NO_LEADER_EPOCH, OffsetAndMetadata
+from services.group_coordinator.groups import GroupShard
+from services.group_coordinator.requests import JoinRequest, LeavingMember
 
 log = get_logger("group_coordinator.api")
 

@@ -14,8 +14,12 @@ from enum import StrEnum
 from typing import TypeVar
 
 from services.common.errors import ErrorCode
+from services.common.internal_topics.consumer_offsets import (
+    GroupMetadata,
+    MemberMetadata,
+    OffsetAndMetadata,
+)
 from services.group_coordinator.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
-from services.group_coordinator.model import GroupMetadata, MemberMetadata, OffsetAndMetadata
 
 TopicPartition = tuple[str, int]
 Protocols = list[tuple[str, bytes]]

@@ -9,28 +9,26 @@ first, so memory always matches the order of the log.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from itertools import count
-from typing import TYPE_CHECKING
 
-from services.common.errors import ErrorCode, KafkaError
-from services.common.logging import get_logger
-from services.group_coordinator.consumer_protocol import PROTOCOL_TYPE
-from services.group_coordinator.group import Group, GroupState, TopicPartition
-from services.group_coordinator.model import OffsetAndMetadata
-from services.group_coordinator.offsets_topic import (
+from services.common.errors import ErrorCode
+from services.common.internal_topics.consumer_offsets import (
+    OffsetAndMetadata,
     group_metadata_key,
     offset_commit_key,
     offset_commit_value,
 )
-
-if TYPE_CHECKING:
-    from services.group_coordinator.groups import GroupShard
+from services.common.logging import get_logger
+from services.common.shard_tasks import ShardTasks
+from services.group_coordinator.config import GroupConfig
+from services.group_coordinator.consumer_protocol import PROTOCOL_TYPE
+from services.group_coordinator.group import Group, GroupState, TopicPartition
+from services.group_coordinator.shard_store import Records, ShardStore, store_error
 
 log = get_logger("group_coordinator.offsets")
 
 S = GroupState
-Records = list[tuple[bytes, bytes | None]]
 
 # storeOffsets' mapping of append errors (GroupMetadataManager.storeOffsets).
 _COMMIT_ERRORS = {
@@ -45,39 +43,46 @@ _COMMIT_ERRORS = {
 }
 
 
-def store_error(exc: BaseException, mapping: dict[ErrorCode, ErrorCode]) -> ErrorCode:
-    """The Kafka error to answer for a failed append."""
-    if isinstance(exc, KafkaError):
-        return mapping.get(exc.code, exc.code)
-    log.error("offsets_append_failed", error=repr(exc))
-    return ErrorCode.UNKNOWN_SERVER_ERROR
-
-
 class ShardOffsets:
-    def __init__(self, shard: GroupShard) -> None:
-        self._shard = shard
+    def __init__(
+        self,
+        groups: dict[str, Group],
+        store: ShardStore,
+        config: GroupConfig,
+        tasks: ShardTasks,
+        clock: Callable[[], int],
+    ) -> None:
+        """``groups`` is the shard's own dict (shared with its ``GroupShard``)."""
+        self._groups = groups
+        self._store = store
+        self._config = config
+        self._tasks = tasks
+        self._clock = clock
         self._seq = count()
         self._expiry_timer: asyncio.TimerHandle | None = None
+
+    def _live(self, group: Group) -> bool:
+        return not self._tasks.resigned and self._groups.get(group.group_id) is group
 
     async def _append(self, records: Records) -> ErrorCode:
         """Append in a task of its own (a caller that goes away cannot cut it short)."""
 
         async def append() -> ErrorCode:
-            if self._shard.resigned:
+            if self._tasks.resigned:
                 return ErrorCode.NOT_COORDINATOR
             try:
-                await self._shard.store.append(records)
+                await self._store.append(records)
             except Exception as exc:
                 return store_error(exc, _COMMIT_ERRORS)
             return ErrorCode.NONE
 
-        return await asyncio.shield(self._shard.spawn(append()))
+        return await asyncio.shield(self._tasks.spawn(append()))
 
     # ---- OffsetCommit ----------------------------------------------------------------------
     async def store_offsets(
         self, group: Group, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> dict[TopicPartition, ErrorCode]:
-        max_bytes = self._shard.config.offset_metadata_max_bytes
+        max_bytes = self._config.offset_metadata_max_bytes
         valid = {tp: o for tp, o in offsets.items() if len(o.metadata) <= max_bytes}
         if not valid:
             return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
@@ -92,7 +97,7 @@ class ShardOffsets:
         finally:
             group.pending_commits.subtract(valid.keys())
             group.pending_commits += type(group.pending_commits)()
-        if error is ErrorCode.NONE and self._shard.live(group) and not group.is_(S.DEAD):
+        if error is ErrorCode.NONE and self._live(group) and not group.is_(S.DEAD):
             for tp, offset in valid.items():
                 if seq > group.offset_seq.get(tp, -1):
                     group.offsets[tp] = offset
@@ -104,7 +109,7 @@ class ShardOffsets:
         self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
     ) -> list[tuple[TopicPartition, OffsetAndMetadata | None, ErrorCode]]:
         """Committed offsets of ``partitions`` (None = every partition the group has)."""
-        group = self._shard.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None or group.is_(S.DEAD):
             return [(tp, None, ErrorCode.NONE) for tp in partitions or ()]
         wanted = list(group.offsets) if partitions is None else partitions
@@ -123,12 +128,11 @@ class ShardOffsets:
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """Kafka's handleDeleteOffsets: (group error, per-partition errors)."""
-        shard = self._shard
-        if shard.resigned:
+        if self._tasks.resigned:
             return ErrorCode.NOT_COORDINATOR, {}
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, {}
-        group = shard.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None or group.is_(S.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         errors: dict[TopicPartition, ErrorCode] = {}
@@ -151,7 +155,7 @@ class ShardOffsets:
         if error is not ErrorCode.NONE:
             return error, {}
         removed = 0
-        if shard.live(group):
+        if self._live(group):
             for tp in eligible:
                 if seq > group.offset_seq.get(tp, -1):
                     removed += group.offsets.pop(tp, None) is not None
@@ -174,10 +178,10 @@ class ShardOffsets:
             f"Group {group.group_id} transitioned to Dead in generation {group.generation_id}",
             group=group.group_id,
         )
-        group.transition_to(S.DEAD, self._shard.clock())
-        del self._shard.groups[group.group_id]
+        group.transition_to(S.DEAD, self._clock())
+        del self._groups[group.group_id]
         if group.generation_id > 0:  # generation 0: only offsets were ever stored
-            self._shard.spawn(self._tombstone_group(group.group_id))
+            self._tasks.spawn(self._tombstone_group(group.group_id))
 
     async def _tombstone_group(self, group_id: str) -> None:
         error = await self._append([(group_metadata_key(group_id), None)])
@@ -187,7 +191,7 @@ class ShardOffsets:
     # ---- deleted topics --------------------------------------------------------------------
     def topics(self) -> set[str]:
         """Every topic some group of the shard has a committed offset for."""
-        return {t for group in self._shard.groups.values() for t, _ in group.offsets}
+        return {t for group in self._groups.values() for t, _ in group.offsets}
 
     async def remove_topics(self, topics: Collection[str]) -> int:
         """Kafka's cleanupGroupMetadata for deleted topics: every group's offsets of ``topics``
@@ -195,14 +199,13 @@ class ShardOffsets:
         lands first is covered); groups left Empty without offsets become Dead. Memory is
         updated first: the topics are gone whether or not the tombstones get written (a
         failed write is retried by the next load of the shard). Returns the offsets removed."""
-        shard = self._shard
-        if shard.resigned or not topics:
+        if self._tasks.resigned or not topics:
             return 0
         wanted = set(topics)
         seq = next(self._seq)
         records: Records = []
         removed: list[TopicPartition] = []
-        for group in list(shard.groups.values()):
+        for group in list(self._groups.values()):
             gone = [tp for tp in group.offsets if tp[0] in wanted]
             gone += [tp for tp, n in group.pending_commits.items() if n > 0 and tp[0] in wanted]
             if not gone:
@@ -229,17 +232,16 @@ class ShardOffsets:
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         """Kafka's handleDeleteGroups; a group stays Dead while its tombstones are written and
         becomes Empty again if that fails."""
-        shard = self._shard
         errors: dict[str, ErrorCode] = {}
         eligible: list[Group] = []
         for group_id in dict.fromkeys(group_ids):
-            group = shard.groups.get(group_id)
-            if shard.resigned:
+            group = self._groups.get(group_id)
+            if self._tasks.resigned:
                 errors[group_id] = ErrorCode.NOT_COORDINATOR
             elif group is None or group.is_(S.DEAD):
                 errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
             elif group.is_(S.EMPTY):
-                group.transition_to(S.DEAD, shard.clock())
+                group.transition_to(S.DEAD, self._clock())
                 eligible.append(group)
             else:
                 errors[group_id] = ErrorCode.NON_EMPTY_GROUP
@@ -254,12 +256,12 @@ class ShardOffsets:
         removed = 0
         for group in eligible:
             errors[group.group_id] = error
-            if not shard.live(group):
+            if not self._live(group):
                 continue
             if error is ErrorCode.NONE:
                 removed += len(group.offsets)
                 group.offsets.clear()
-                del shard.groups[group.group_id]
+                del self._groups[group.group_id]
             else:
                 group.state = S.EMPTY  # nothing was deleted: the group is back as it was
         if error is ErrorCode.NONE:
@@ -272,8 +274,8 @@ class ShardOffsets:
 
     # ---- expiry ----------------------------------------------------------------------------
     def start_expiry(self) -> None:
-        self._expiry_timer = self._shard.call_later(
-            self._shard.config.offsets_retention_check_interval_ms, self._on_expiry_timer
+        self._expiry_timer = self._tasks.call_later(
+            self._config.offsets_retention_check_interval_ms, self._on_expiry_timer
         )
 
     def stop_expiry(self) -> None:
@@ -283,20 +285,19 @@ class ShardOffsets:
 
     def _on_expiry_timer(self) -> None:
         self._expiry_timer = None
-        task = self._shard.spawn(self.expire_offsets())
-        task.add_done_callback(lambda _: None if self._shard.resigned else self.start_expiry())
+        task = self._tasks.spawn(self.expire_offsets())
+        task.add_done_callback(lambda _: None if self._tasks.resigned else self.start_expiry())
 
     async def expire_offsets(self) -> int:
         """Remove expired offsets (tombstones) and the groups left Empty without offsets;
         returns the number of offsets removed."""
-        shard = self._shard
-        if shard.resigned:
+        if self._tasks.resigned:
             return 0
-        now = shard.clock()
+        now = self._clock()
         records: Records = []
         removed = 0
-        for group in list(shard.groups.values()):
-            expired = group.expired_offsets(now, shard.config.offsets_retention_ms)
+        for group in list(self._groups.values()):
+            expired = group.expired_offsets(now, self._config.offsets_retention_ms)
             if expired:
                 seq = next(self._seq)
                 for tp in expired:
@@ -311,7 +312,7 @@ class ShardOffsets:
                     group=group.group_id,
                 )
                 group.transition_to(S.DEAD, now)
-                del shard.groups[group.group_id]
+                del self._groups[group.group_id]
                 if group.generation_id > 0:
                     records.append((group_metadata_key(group.group_id), None))
         if records:
@@ -320,5 +321,5 @@ class ShardOffsets:
                 # memory already forgot them; the log keeps them until a later owner expires
                 # them again on its own schedule (as Kafka, whose tombstones are acks=0)
                 log.error("expired_offsets_tombstones_failed", error=error.name)
-        log.info(f"Removed {removed} expired offsets in {shard.clock() - now} milliseconds.")
+        log.info(f"Removed {removed} expired offsets in {self._clock() - now} milliseconds.")
         return removed

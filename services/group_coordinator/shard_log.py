@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from services.common.errors import ErrorCode, KafkaError
+from services.common.internal_topics.consumer_offsets import group_metadata_key
+from services.common.internal_topics.schema import build_records_batch
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
 from services.common.records.batch import iter_headers
@@ -26,11 +28,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.storage_client import StorageClients
 from services.common.storage_wire import PartitionAppend, append_request
 from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardOwner
-from services.group_coordinator.offsets_topic import (
-    ShardReplay,
-    build_records_batch,
-    group_metadata_key,
-)
+from services.group_coordinator.replay import ShardReplay
 
 log = get_logger("group_coordinator.shard_log")
 

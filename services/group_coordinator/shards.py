@@ -23,7 +23,7 @@ from services.common.zk.layout import ShardOwner, group_partition
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.groups import GroupShard
 from services.group_coordinator.metrics import CoordinatorMetrics
-from services.group_coordinator.offsets_topic import ShardReplay
+from services.group_coordinator.replay import ShardReplay
 from services.group_coordinator.settings import GroupCoordinatorSettings
 from services.group_coordinator.shard_log import ShardFencedError, ShardLog
 
@@ -221,7 +221,7 @@ class ShardManager:
             groups = GroupShard(partition, owned.log, self._config, coordinator_id=self.node_id)
             groups.load(snapshot)
             owned.groups = groups
-            groups.spawn(self._remove_offsets_of_deleted_topics(groups))
+            groups.tasks.spawn(self._remove_offsets_of_deleted_topics(groups))
             owned.loaded_at = time.monotonic()
             seconds = owned.loaded_at - started
             self._metrics.load_seconds.observe(seconds)
@@ -239,7 +239,7 @@ class ShardManager:
     def on_topic_removed(self, topic: str) -> None:
         """A topic left the metadata cache (its deletion completed)."""
         for shard in self.loaded_shards():
-            shard.spawn(shard.offsets.remove_topics({topic}))
+            shard.tasks.spawn(shard.offsets.remove_topics({topic}))
 
     async def _remove_offsets_of_deleted_topics(self, shard: GroupShard) -> None:
         if self._topic_exists is None:

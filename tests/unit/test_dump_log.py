@@ -394,8 +394,8 @@ def test_main_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_offsets_decoder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from services.group_coordinator.model import OffsetAndMetadata
-    from services.group_coordinator.offsets_topic import (
+    from services.common.internal_topics.consumer_offsets import (
+        OffsetAndMetadata,
         group_metadata_key,
         offset_commit_key,
         offset_commit_value,

@@ -1,4 +1,8 @@
-"""A partition's log: segments, offsets, appends, reads, retention, truncation (Kafka's UnifiedLog).
+"""A partition's log (Kafka's UnifiedLog): its state (segments, offsets, high watermark,
+recovery point) and the operations that change it under one lock - open, append, roll,
+truncate, retention, flush, close. The work itself lives in one module per job: ``loader``
+(open and recovery), ``append`` (checks and offset placement), ``reads`` (read path and
+timestamp lookups), ``retention`` (which segments go, delayed file removal), ``flush``.
 
 Thread-safety: every method may be called from several threads (e.g. the event loop and
 an executor); mutations are serialized by one lock, fsync runs outside it.
@@ -7,113 +11,55 @@ an executor); mutations are serialized by one lock, fsync runs outside it.
 from __future__ import annotations
 
 import shutil
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
-from services.common.records.batch import (
-    LOG_OVERHEAD,
-    TIMESTAMP_TYPE_FLAG,
-    BatchHeader,
-    set_base_offset,
-    set_log_append_time,
+from services.common.records.batch import BatchHeader
+from services.storage.log import files, flush, loader, reads, retention
+from services.storage.log.append import (
+    AppendInfo,
+    UnexpectedAppendOffsetError,
+    check_follower_batches,
+    check_leader_batches,
+    place_batches,
+    plan_offsets,
+    span,
 )
-from services.common.records.record import iter_records
-from services.storage.log import files
 from services.storage.log.config import LONG_MAX, LogConfig
+from services.storage.log.flush import FlushPlan
 from services.storage.log.leader_epoch import LeaderEpochCache
+from services.storage.log.loader import LogRecovery
 from services.storage.log.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from services.storage.log.recompression import needs_recompression, to_codec
-from services.storage.log.record_validation import validate_records
-from services.storage.log.segment import LogSegment, fsync_targets
+from services.storage.log.reads import ReadInfo
+from services.storage.log.segment import LogSegment
 from services.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     AppendOrigin,
     ProducerStateManager,
 )
 
-log = get_logger(__name__)
+__all__ = [
+    "AppendInfo",
+    "Log",
+    "LogRecovery",
+    "ReadInfo",
+    "UnexpectedAppendOffsetError",
+    "wall_clock_ms",
+]
 
-_PREFIX = struct.Struct(">qi")
-_LEFTOVER_SUFFIXES = (
-    files.DELETED_SUFFIX,
-    files.CLEANED_SUFFIX,
-    files.SWAP_SUFFIX,
-    files.TMP_SUFFIX,
-)
+log = get_logger(__name__)
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass
-class AppendInfo:
-    first_offset: int
-    last_offset: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    log_start_offset: int
-    record_count: int
-    duplicate: bool = False
-    max_timestamp: int = -1
-    offset_of_max_timestamp: int = -1
-    size_bytes: int = 0
-
-
-@dataclass
-class ReadInfo:
-    records: bytes | memoryview  # whole batches, possibly empty (a view of the read: no copy)
-    first_offset: int | None  # base offset of the first returned batch
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int = 0
-
-
-class UnexpectedAppendOffsetError(KafkaError):
-    """A follower append whose offsets are below the log end offset or not increasing."""
-
-    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
-        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
-        self.first_offset = first_offset
-        self.log_end_offset = log_end_offset
-
-
-@dataclass(frozen=True)
-class LogRecovery:
-    """What the recovery at open did (also logged as ``log_recovered``)."""
-
-    recovery_point: int
-    from_segment: int  # base offset of the first segment read
-    from_position: int  # where validation began in it (> 0: its fsynced prefix was skipped)
-    segments_skipped: int  # segments wholly below the recovery point, not read
-    segments_recovered: int
-    batches_recovered: int  # batches validated (CRC32C)
-    bytes_scanned: int  # bytes validated or cut
-    bytes_truncated: int
-    indexes_rebuilt: int
-
-
-@dataclass
-class _FlushPlan:
-    target: int  # the recovery point once the handles are fsynced
-    targets: list[int | Path]  # own descriptors (closed after the fsync) or files
-    sync_dir: bool  # the directory changed (segments created): fsync it too
-    truncations: int  # Log.truncations when planned
-    messages: int  # unflushed messages the flush covers
-
-
-@dataclass
-class _PendingDelete:
-    deadline_ms: int
-    paths: list[Path]
 
 
 class Log:
@@ -144,7 +90,7 @@ class Log:
         self._last_flush_ms = now_ms()
         self._pending_flush_offset: int | None = None
         self._dir_dirty = False
-        self._pending_deletes: list[_PendingDelete] = []
+        self._pending_deletes = retention.PendingDeletes()
         self._truncated_to: int | None = None  # lowest truncation since the cleaner last looked
         self.truncations = 0  # how many times the log was truncated (compaction checks it)
         self._closed = False
@@ -182,8 +128,8 @@ class Log:
         self = cls(dir, topic, partition, config, now_ms, producer_id_expiration_ms)
         with self._lock:
             self._load_topic_id(topic_id)
-            self._complete_swaps()
-            self._remove_leftovers()
+            loader.complete_swaps(dir, config, self._log)
+            loader.remove_leftovers(dir, self._log)
             self.leader_epoch_cache = LeaderEpochCache(dir, lambda: self._leo)
             self._load(recovery_point, clean_shutdown, log_start_offset)
         return self
@@ -205,65 +151,11 @@ class Log:
         with self._lock:
             self._load_topic_id(topic_id)
 
-    def _complete_swaps(self) -> None:
-        """Finish compaction swaps cut short by a crash (Kafka's completeSwapOperations): a
-        ``.swap`` segment is complete (fsynced before it got that name), so the live segments
-        it replaces - those starting inside its offset range - go and it takes their place."""
-        for swap in sorted(self.dir.glob("*" + files.LOG_SUFFIX + files.SWAP_SUFFIX)):
-            base = files.offset_from_name(swap.name)
-            if base is None:
-                continue
-            seg = LogSegment.load(
-                self.dir, base, self.config, active=False, suffix=files.SWAP_SUFFIX
-            )
-            next_offset = base
-            for h in seg.iter_headers():
-                next_offset = h.next_offset
-            seg.close_handles()
-            replaced = []
-            for p in self.dir.iterdir():
-                off = files.offset_from_name(p.name)
-                if (
-                    off is not None
-                    and base <= off < max(next_offset, base + 1)
-                    and p.name.endswith(
-                        (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
-                    )
-                ):
-                    p.unlink()
-                    replaced.append(p.name)
-            seg.change_suffix("")
-            self._log.warning(
-                "log_swap_completed", segment=base, next_offset=next_offset, replaced=replaced
-            )
-
-    def _remove_leftovers(self) -> None:
-        removed = []
-        for p in self.dir.iterdir():
-            if p.is_file() and p.name.endswith(_LEFTOVER_SUFFIXES):
-                p.unlink(missing_ok=True)
-                removed.append(p.name)
-        if removed:
-            self._log.info("log_leftovers_removed", files=removed)
-
     def _load(
         self, recovery_point: int, clean_shutdown: bool, log_start_checkpoint: int | None
     ) -> None:
         cfg = self.config
-        bases: list[int] = []
-        for p in self.dir.iterdir():
-            off = files.offset_from_name(p.name)
-            if off is None:
-                continue
-            if p.name.endswith(files.LOG_SUFFIX):
-                bases.append(off)
-            elif p.name.endswith(
-                (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)
-            ):
-                if not files.log_file(self.dir, off).exists():
-                    self._log.warning("orphan_index_removed", file=p.name)
-                    p.unlink()
-        bases.sort()
+        bases = loader.segment_bases(self.dir, self._log)
         start_checkpoint = log_start_checkpoint or 0
         if not bases:
             base = start_checkpoint
@@ -280,27 +172,11 @@ class Log:
         self._segments = segments
         recovered_from: int | None = None
         if not clean_shutdown:
-            recovered_from = self._recover(recovery_point)
-        # sanity of the indexes that recovery did not rebuild
-        for i, seg in enumerate(list(self._segments)):
-            if recovered_from is not None and seg.base_offset >= recovered_from:
-                break
-            sane = seg.offset_index.is_sane(seg.size) and seg.time_index.is_sane()
-            if sane and i == len(self._segments) - 1 and seg.scan_tail()[1] != seg.size:
-                sane = False  # e.g. an untrimmed preallocated log file
-            if not sane:
-                self._log.warning(
-                    "segment_recovered_on_load",
-                    segment=seg.base_offset,
-                    reason="missing or corrupt index, or trailing bytes",
-                )
-                truncated = seg.recover().bytes_truncated
-                if i < len(self._segments) - 1:
-                    seg.offset_index.make_readonly()
-                    seg.time_index.make_readonly()
-                if truncated and i < len(self._segments) - 1:
-                    self._drop_segments_after(i)
-                    break
+            self._segments, self.recovery, recovered_from = loader.recover_segments(
+                self._segments, recovery_point, self.leader_epoch_cache, self._log
+            )
+            self._log.info("log_recovered", **asdict(self.recovery))
+        self._segments = loader.check_indexes(self._segments, recovered_from, self._log)
         active = self._segments[-1]
         active.make_active()
         self._leo = active.read_next_offset()
@@ -335,100 +211,12 @@ class Log:
             clean_shutdown=clean_shutdown,
         )
 
-    def _recover(self, recovery_point: int) -> int:
-        """Recover what follows ``recovery_point`` (Kafka's LogLoader.recoverLog, batch by batch).
-
-        Segments wholly below it were fsynced and are not read. The segment holding it is
-        validated from the batch holding ``recovery_point`` on (its fsynced prefix keeps its
-        index entries; Kafka rescans that whole segment), later ones entirely. A torn or
-        corrupt batch ends the log there: the segment is cut and later segments are deleted.
-        Returns the base offset of the first segment recovered.
-        """
-        segs = self._segments
-        start = 0
-        for i, seg in enumerate(segs):
-            if seg.base_offset <= recovery_point:
-                start = i
-        latest_epoch = self.leader_epoch_cache.latest_epoch
-
-        def on_batch(h: BatchHeader) -> None:
-            nonlocal latest_epoch
-            epoch = h.partition_leader_epoch
-            if epoch >= 0 and (latest_epoch is None or epoch > latest_epoch):
-                self.leader_epoch_cache.assign(epoch, h.base_offset)
-                latest_epoch = epoch
-
-        total_truncated = total_batches = bytes_scanned = rebuilt = 0
-        from_position = 0
-        i = start
-        while i < len(segs):
-            seg = segs[i]
-            result = seg.recover(on_batch, flushed_offset=recovery_point if i == start else None)
-            if i == start:
-                from_position = result.start_position
-            rebuilt += 1
-            total_truncated += result.bytes_truncated
-            total_batches += result.batches
-            bytes_scanned += result.bytes_scanned
-            if i < len(segs) - 1:
-                if result.bytes_truncated:
-                    self._drop_segments_after(i)
-                    segs = self._segments
-                    break
-                seg.offset_index.make_readonly()
-                seg.time_index.make_readonly()
-            i += 1
-        self.recovery = LogRecovery(
-            recovery_point=recovery_point,
-            from_segment=segs[start].base_offset if segs else 0,
-            from_position=from_position,
-            segments_skipped=start,
-            segments_recovered=rebuilt,
-            batches_recovered=total_batches,
-            bytes_scanned=bytes_scanned,
-            bytes_truncated=total_truncated,
-            indexes_rebuilt=rebuilt * 2,
-        )
-        self._log.info("log_recovered", **asdict(self.recovery))
-        return self._segments[start].base_offset if start < len(self._segments) else 0
-
-    def _drop_segments_after(self, i: int) -> None:
-        dropped = self._segments[i + 1 :]
-        for seg in dropped:
-            self._log.warning(
-                "segment_deleted_after_corruption", segment=seg.base_offset, size=seg.size
-            )
-            seg.delete_files()
-        self._segments = self._segments[: i + 1]
-
     def _rebuild_producer_state(self) -> None:
-        psm = self.producer_state
-        start = psm.load_snapshot(self.log_start_offset, self._leo)
-        if start < self._leo:
-            self.producer_state_replayed_from = start
-            batches = 0
-            for seg_idx, seg in enumerate(self._segments):
-                nxt = (
-                    self._segments[seg_idx + 1].base_offset
-                    if seg_idx + 1 < len(self._segments)
-                    else None
-                )
-                if nxt is not None and nxt <= start:
-                    continue
-                position = seg.offset_index.lookup(start)[1] if seg.base_offset <= start else 0
-                for h in seg.iter_headers(position):
-                    if h.base_offset < start:
-                        continue
-                    psm.update(h, h.base_offset, h.last_offset)
-                    batches += 1
-            self._log.info(
-                "producer_state_rebuilt",
-                from_offset=start,
-                to_offset=self._leo,
-                batches=batches,
-                producers=len(psm.producers),
-            )
-        psm.update_map_end_offset(self._leo)
+        replayed_from = loader.replay_producer_state(
+            self.producer_state, self._segments, self.log_start_offset, self._leo, self._log
+        )
+        if replayed_from is not None:
+            self.producer_state_replayed_from = replayed_from
 
     # ============================================================= properties
     @property
@@ -484,49 +272,19 @@ class Log:
         a duplicate idempotent batch is not appended and the original
         offsets are returned with ``duplicate=True``.
         """
-        if not headers:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
         now = self._now() if now_ms is None else now_ms
         cfg = self.config
         append_time = cfg.log_append_time
-        for h in headers:
-            if h.size > cfg.max_message_bytes:
-                raise KafkaError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"record batch of {h.size} bytes exceeds max.message.bytes "
-                    f"{cfg.max_message_bytes}",
-                )
-            if h.is_control and origin is AppendOrigin.CLIENT:
-                raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        validate_records(records, headers, cfg, now, f"{self.topic}-{self.partition}")
-        codec = cfg.target_codec
-        if codec is not None and needs_recompression(headers, codec):
-            records, headers = to_codec(records, headers, codec)
-            for h in headers:  # Kafka checks the rewritten batches again
-                if h.size > cfg.max_message_bytes:
-                    raise KafkaError(
-                        ErrorCode.MESSAGE_TOO_LARGE,
-                        f"record batch of {h.size} bytes in {cfg.compression_type} exceeds "
-                        f"max.message.bytes {cfg.max_message_bytes}",
-                    )
-        start_pos = headers[0].position
-        end_pos = headers[-1].position + headers[-1].size
+        records, headers = check_leader_batches(
+            records, headers, cfg, origin, now, f"{self.topic}-{self.partition}"
+        )
+        start_pos, end_pos = span(headers)
         size = end_pos - start_pos
-        if size > cfg.segment_bytes:
-            raise KafkaError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"{size} bytes of batches exceed segment.bytes {cfg.segment_bytes}",
-            )
         record_count = sum(h.record_count for h in headers)
         with self._lock:
             self._check_open()
             first = self._leo
-            placed: list[tuple[BatchHeader, int]] = []
-            next_offset = first
-            for h in headers:
-                placed.append((h, next_offset))
-                next_offset += h.last_offset_delta + 1
-            last = next_offset - 1
+            placed, last = plan_offsets(headers, first)
             duplicate = self.producer_state.analyze(placed, origin)
             if duplicate is not None:
                 return AppendInfo(
@@ -537,17 +295,9 @@ class Log:
                     record_count,
                     duplicate=True,
                 )
-            max_ts, offset_of_max = -1, first
-            final: list[tuple[BatchHeader, int]] = []
-            for h, base in placed:
-                set_base_offset(records, h.position, base, leader_epoch)
-                if append_time:
-                    set_log_append_time(records, h.position, h.size, now)
-                    h = replace(h, max_timestamp=now, attributes=h.attributes | TIMESTAMP_TYPE_FLAG)
-                h = h.placed(base, leader_epoch)
-                if h.max_timestamp > max_ts:
-                    max_ts, offset_of_max = h.max_timestamp, h.last_offset
-                final.append((h, base))
+            final, max_ts, offset_of_max = place_batches(
+                records, placed, leader_epoch, append_time, now, first
+            )
             self._append_locked(
                 memoryview(records)[start_pos:end_pos],
                 first,
@@ -586,31 +336,11 @@ class Log:
             if not headers:
                 return AppendInfo(self._leo, self._leo - 1, -1, self.log_start_offset, 0)
             first = headers[0].base_offset
-            if first < self._leo:
-                raise UnexpectedAppendOffsetError(
-                    f"first offset {first} is below the log end offset {self._leo}",
-                    first,
-                    self._leo,
-                )
-            expected = first
-            max_ts, offset_of_max = -1, first
-            for h in headers:
-                if h.base_offset < expected:
-                    raise UnexpectedAppendOffsetError(
-                        f"offsets out of order: batch at {h.base_offset} after offset {expected - 1}",
-                        first,
-                        self._leo,
-                    )
-                expected = h.next_offset
-                if h.max_timestamp > max_ts:
-                    max_ts, offset_of_max = h.max_timestamp, h.last_offset
-            start_pos = headers[0].position
-            end_pos = headers[-1].position + headers[-1].size
+            max_ts, offset_of_max = check_follower_batches(
+                headers, self._leo, self.config.segment_bytes
+            )
+            start_pos, end_pos = span(headers)
             size = end_pos - start_pos
-            if size > self.config.segment_bytes:
-                raise KafkaError(
-                    ErrorCode.RECORD_LIST_TOO_LARGE, f"{size} bytes of batches exceed segment.bytes"
-                )
             last = headers[-1].last_offset
             record_count = sum(h.record_count for h in headers)
             self._append_locked(
@@ -733,118 +463,30 @@ class Log:
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
     ) -> ReadInfo:
         self._check_open()
-        segments = self._segments
         leo, lso, hw = self._leo, self.log_start_offset, self._hw
         if offset < lso or offset > leo:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} is out of range [{lso}, {leo}] for {self.topic}-{self.partition}",
             )
-        empty = ReadInfo(b"", None, lso, leo, hw)
         if offset == leo:
-            return empty
-        idx = self._segment_index_for(segments, offset)
-        chunks: list[bytes | memoryview] = []
-        first_offset: int | None = None
-        budget = max(max_bytes, 0)
-        while idx < len(segments):
-            seg = segments[idx]
-            if first_offset is None:
-                start = seg.translate_offset(offset)
-                if start is None:
-                    idx += 1
-                    continue
-                if max_offset is not None and start.base_offset >= max_offset:
-                    break
-                if min_one_batch:
-                    budget = max(budget, start.size)
-                position = start.position
-            else:
-                position = 0
-            if budget <= 0:
-                break
-            limit = min(budget, seg.size - position)
-            if limit <= 0:  # empty segment
-                idx += 1
-                continue
-            data = seg.read_bytes(position, limit)
-            cut = _whole_batches(data, max_offset)
-            if cut == 0:
-                break
-            if first_offset is None:
-                first_offset = _PREFIX.unpack_from(data, 0)[0]
-            chunks.append(data if cut == len(data) else memoryview(data)[:cut])
-            budget -= cut
-            if cut < len(data) or position + cut < seg.size:
-                break
-            idx += 1
-        if not chunks:
-            return empty
-        return ReadInfo(
-            chunks[0] if len(chunks) == 1 else b"".join(chunks), first_offset, lso, leo, hw
+            return ReadInfo(b"", None, lso, leo, hw)
+        data, first_offset = reads.read_batches(
+            self._segments, offset, max_bytes, max_offset, min_one_batch
         )
-
-    @staticmethod
-    def _segment_index_for(segments: Sequence[LogSegment], offset: int) -> int:
-        lo, hi = 0, len(segments) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if segments[mid].base_offset <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return ReadInfo(data, first_offset, lso, leo, hw)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` (ListOffsets)."""
         with self._lock:
             self._check_open()
-            return self._offset_for_timestamp_locked(timestamp)
-
-    def _offset_for_timestamp_locked(self, timestamp: int) -> tuple[int, int] | None:
-        start_offset = self.log_start_offset
-        for seg in self._segments:
-            if seg.max_timestamp < timestamp:
-                continue
-            h = seg.find_by_timestamp(timestamp, start_offset)
-            if h is None:
-                continue
-            return self._exact_record(seg, h, lambda ts: ts >= timestamp, start_offset)
-        return None
+            return reads.offset_for_timestamp(self._segments, timestamp, self.log_start_offset)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the largest timestamp (ListOffsets -3)."""
         with self._lock:
             self._check_open()
-            return self._max_timestamp_offset_locked()
-
-    def _max_timestamp_offset_locked(self) -> tuple[int, int] | None:
-        best: LogSegment | None = None
-        for seg in self._segments:
-            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None or best.max_timestamp < 0:
-            return None
-        target = best.max_timestamp
-        position = best.offset_index.lookup(best.offset_of_max_timestamp)[1]
-        for h in best.iter_headers(position):
-            if h.max_timestamp == target:
-                return self._exact_record(best, h, lambda ts: ts == target, self.log_start_offset)
-        return None
-
-    def _exact_record(
-        self, seg: LogSegment, h: BatchHeader, match: Callable[[int], bool], start_offset: int
-    ) -> tuple[int, int]:
-        """(offset, timestamp) of the first record of batch ``h`` that matches (decodes that batch)."""
-        if h.log_append_time:  # every record carries the batch's append time
-            return max(h.base_offset, start_offset), h.max_timestamp
-        if h.base_offset >= start_offset and match(h.base_timestamp):
-            return h.base_offset, h.base_timestamp
-        buf = seg.read_bytes(h.position, h.size)
-        for rec in iter_records(buf, replace(h, position=0)):
-            if rec.offset >= start_offset and match(rec.timestamp):
-                return rec.offset, rec.timestamp
-        return max(h.base_offset, start_offset), h.max_timestamp
+            return reads.max_timestamp_offset(self._segments, self.log_start_offset)
 
     # ============================================================= compaction
     def locked(self) -> threading.RLock:
@@ -891,10 +533,7 @@ class Log:
                 return False
             now = self._now()
             for seg in old:
-                paths = seg.rename_with_suffix(files.DELETED_SUFFIX)
-                self._pending_deletes.append(
-                    _PendingDelete(now + self.config.file_delete_delay_ms, paths)
-                )
+                self._pending_deletes.defer(seg, now + self.config.file_delete_delay_ms)
             new.change_suffix("")
             self._segments = [*segs[:i], new, *segs[i + n :]]
             files.fsync_dir(self.dir)
@@ -917,56 +556,30 @@ class Log:
         with self._lock:
             self._check_open()
             deleted = self._delete_old_segments(
-                lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
-                "log_start_offset_breach",
-                now_ms,
+                retention.below_log_start(self.log_start_offset), "log_start_offset_breach", now_ms
             )
-            if self.config.delete_enabled:
-                deleted += self._delete_retention_size_breached(now_ms)
-                deleted += self._delete_retention_ms_breached(now_ms)
+            cfg = self.config
+            if cfg.delete_enabled:
+                size = self.size_bytes()
+                if cfg.retention_bytes >= 0 and size >= cfg.retention_bytes:
+                    deleted += self._delete_old_segments(
+                        retention.retention_size_breached(size, cfg.retention_bytes),
+                        "retention_size_breach",
+                        now_ms,
+                    )
+                if cfg.retention_ms >= 0:
+                    deleted += self._delete_old_segments(
+                        retention.retention_ms_breached(now_ms, cfg.retention_ms),
+                        "retention_ms_breach",
+                        now_ms,
+                    )
         self.purge_deleted(now_ms)
         return deleted
 
-    def _delete_retention_ms_breached(self, now_ms: int) -> int:
-        retention = self.config.retention_ms
-        if retention < 0:
-            return 0
-        return self._delete_old_segments(
-            lambda seg, nxt: now_ms - seg.largest_timestamp() > retention,
-            "retention_ms_breach",
-            now_ms,
-        )
-
-    def _delete_retention_size_breached(self, now_ms: int) -> int:
-        retention = self.config.retention_bytes
-        size = self.size_bytes()
-        if retention < 0 or size < retention:
-            return 0
-        diff = size - retention
-
-        def should_delete(seg: LogSegment, nxt: LogSegment | None) -> bool:
-            nonlocal diff
-            if diff - seg.size >= 0:
-                diff -= seg.size
-                return True
-            return False
-
-        return self._delete_old_segments(should_delete, "retention_size_breach", now_ms)
-
     def _delete_old_segments(
-        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str, now_ms: int
+        self, predicate: retention.SegmentPredicate, reason: str, now_ms: int
     ) -> int:
-        deletable: list[LogSegment] = []
-        segs = self._segments
-        for i, seg in enumerate(segs):
-            nxt = segs[i + 1] if i + 1 < len(segs) else None
-            upper = nxt.base_offset if nxt is not None else self._leo
-            if nxt is None and seg.size == 0:
-                break
-            if self._hw >= upper and predicate(seg, nxt):
-                deletable.append(seg)
-            else:
-                break
+        deletable = retention.deletable_segments(self._segments, self._leo, self._hw, predicate)
         if not deletable:
             return 0
         if len(deletable) == len(self._segments):
@@ -985,29 +598,13 @@ class Log:
 
     def _delete_segment_async(self, seg: LogSegment, now_ms: int) -> None:
         self.producer_state.remove_snapshot(seg.base_offset)
-        if self.config.file_delete_delay_ms <= 0:
-            seg.delete_files()
-            return
-        paths = seg.rename_with_suffix(files.DELETED_SUFFIX)
-        self._pending_deletes.append(
-            _PendingDelete(now_ms + self.config.file_delete_delay_ms, paths)
-        )
+        self._pending_deletes.delete_segment(seg, now_ms, self.config.file_delete_delay_ms)
 
     def purge_deleted(self, now_ms: int | None = None) -> int:
         """Remove ``.deleted`` files whose delay has passed; returns files removed."""
         now = self._now() if now_ms is None else now_ms
-        removed = 0
         with self._lock:
-            keep: list[_PendingDelete] = []
-            for pending in self._pending_deletes:
-                if pending.deadline_ms <= now:
-                    for p in pending.paths:
-                        p.unlink(missing_ok=True)
-                        removed += 1
-                else:
-                    keep.append(pending)
-            self._pending_deletes = keep
-        return removed
+            return self._pending_deletes.purge(now)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset forward (DeleteRecords); beyond the high watermark is
@@ -1113,18 +710,11 @@ class Log:
         with self._lock:
             self._finish_flush(plan)
 
-    def _plan_flush(self, target: int) -> _FlushPlan:
+    def _plan_flush(self, target: int) -> FlushPlan:
         """What to fsync for offsets below ``target`` not yet flushed (under the lock)."""
-        targets: list[int | Path] = []
-        if target > self.recovery_point:
-            segs = self._segments
-            for i, seg in enumerate(segs):
-                end = segs[i + 1].base_offset if i + 1 < len(segs) else self._leo
-                if seg.base_offset < target and end > self.recovery_point:
-                    targets.extend(seg.flush_targets())
-        plan = _FlushPlan(
+        plan = FlushPlan(
             target,
-            targets,
+            flush.flush_targets(self._segments, self._leo, self.recovery_point, target),
             self._dir_dirty,
             self.truncations,
             self._unflushed_messages if target >= self._leo else 0,
@@ -1132,21 +722,15 @@ class Log:
         self._dir_dirty = False
         return plan
 
-    def _run_flush(self, plan: _FlushPlan) -> None:
+    def _run_flush(self, plan: FlushPlan) -> None:
         """The fsyncs of a plan (no lock needed); a failed one leaves the directory dirty."""
-        targets, plan.targets = plan.targets, []
         try:
-            fsync_targets(targets)
-            if plan.sync_dir:
-                try:
-                    files.fsync_dir(self.dir)
-                except FileNotFoundError:  # the log was deleted meanwhile
-                    pass
+            flush.run_flush(plan, self.dir)
         except BaseException:
             self._dir_dirty = self._dir_dirty or plan.sync_dir
             raise
 
-    def _finish_flush(self, plan: _FlushPlan, now_ms: int | None = None) -> None:
+    def _finish_flush(self, plan: FlushPlan, now_ms: int | None = None) -> None:
         """Advance the recovery point to what was fsynced (under the lock). A truncation
         meanwhile may have replaced what was flushed: the recovery point then stays put."""
         if plan.truncations != self.truncations:
@@ -1246,16 +830,3 @@ class Log:
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.topic}-{self.partition} is closed"
             )
-
-
-def _whole_batches(data: bytes, max_offset: int | None) -> int:
-    """Length of the prefix of ``data`` made of whole batches with base offset < ``max_offset``."""
-    n = len(data)
-    pos = 0
-    while n - pos >= LOG_OVERHEAD:
-        base, length = _PREFIX.unpack_from(data, pos)
-        size = length + LOG_OVERHEAD
-        if pos + size > n or (max_offset is not None and base >= max_offset):
-            break
-        pos += size
-    return pos

@@ -175,8 +175,8 @@ def test_broker_api_versions_format() -> None:
 
 
 def test_offsets_message_formatter_reads_kafkas_records() -> None:
-    from services.group_coordinator.model import OffsetAndMetadata
-    from services.group_coordinator.offsets_topic import (
+    from services.common.internal_topics.consumer_offsets import (
+        OffsetAndMetadata,
         group_metadata_key,
         offset_commit_key,
         offset_commit_value,

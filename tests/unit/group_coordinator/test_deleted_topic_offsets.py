@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from services.common.errors import ErrorCode, KafkaError
-from services.group_coordinator.offsets_topic import group_metadata_key, offset_commit_key
+from services.common.internal_topics.consumer_offsets import group_metadata_key, offset_commit_key
 from tests.unit.group_coordinator.test_groups import Env, offsets_of, stable_group
 
 

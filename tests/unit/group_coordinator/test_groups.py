@@ -12,17 +12,18 @@ from typing import Any
 import pytest
 
 from services.common.errors import ErrorCode, KafkaError
+from services.common.internal_topics.consumer_offsets import (
+    GroupMetadata,
+    MemberMetadata,
+    OffsetAndMetadata,
+    group_metadata_key,
+    offset_commit_key,
+)
 from services.common.protocol import default_dict, message_spec
 from services.group_coordinator import api
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.groups import GroupShard
-from services.group_coordinator.model import (
-    GroupMetadata,
-    MemberMetadata,
-    OffsetAndMetadata,
-    ShardSnapshot,
-)
-from services.group_coordinator.offsets_topic import group_metadata_key, offset_commit_key
+from services.group_coordinator.replay import ShardSnapshot
 
 E = ErrorCode
 CONFIG = GroupConfig(

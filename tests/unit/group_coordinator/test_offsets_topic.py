@@ -9,14 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.common.errors import KafkaError
-from services.common.records.record import build_end_txn_marker
-from services.common.records.varint import encode_unsigned_varint
-from services.group_coordinator.model import GroupMetadata, MemberMetadata, OffsetAndMetadata
-from services.group_coordinator.offsets_topic import (
+from services.common.internal_topics.consumer_offsets import (
     GroupKey,
+    GroupMetadata,
+    MemberMetadata,
+    OffsetAndMetadata,
     OffsetKey,
-    ShardReplay,
-    build_records_batch,
     describe_record,
     group_metadata_key,
     group_metadata_value,
@@ -26,6 +24,10 @@ from services.group_coordinator.offsets_topic import (
     parse_key,
     parse_offset_value,
 )
+from services.common.internal_topics.schema import build_records_batch
+from services.common.records.record import build_end_txn_marker
+from services.common.records.varint import encode_unsigned_varint
+from services.group_coordinator.replay import ShardReplay
 
 
 def s16(text: str | None) -> bytes:

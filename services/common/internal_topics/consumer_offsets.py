@@ -1,0 +1,267 @@
+"""The records of ``__consumer_offsets`` in Kafka's own binary schemas, so Kafka's tools
+(``kafka-console-consumer --formatter ...OffsetsMessageFormatter``, ``kafka-dump-log
+--offsets-decoder``) read what kafka-py writes, and kafka-py reads what Kafka wrote.
+
+Keys and values start with an int16 version:
+- ``OffsetCommitKey`` v0/v1: group, topic, partition (v1 is what Kafka writes);
+- ``GroupMetadataKey`` v2: group;
+- ``OffsetCommitValue`` v0 (offset, metadata, commit ts), v1 (+ expire ts), v2 (as v0),
+  v3 (offset, leader epoch, metadata, commit ts), v4 (v3, flexible);
+- ``GroupMetadataValue`` v0..v4: protocol type, generation, protocol, leader, (v2+) current
+  state timestamp, members (member id, (v3+) group instance id, client id, client host, (v1+)
+  rebalance timeout, session timeout, subscription, assignment); v4 is v3, flexible.
+
+Kafka writes OffsetCommitValue v3, or v1 when a commit carries an explicit expire timestamp
+(OffsetCommit v1-v4's ``retention_time``), and GroupMetadataValue v3; so does kafka-py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from services.common.errors import KafkaError
+from services.common.internal_topics.schema import SchemaReader, SchemaWriter
+
+NO_EXPIRE_TIMESTAMP = -1
+NO_LEADER_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset (the next offset to consume) of one group and partition."""
+
+    offset: int
+    leader_epoch: int = NO_LEADER_EPOCH
+    metadata: str = ""
+    commit_timestamp: int = 0
+    expire_timestamp: int = NO_EXPIRE_TIMESTAMP  # only OffsetCommitValue v1 carries one
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    """One member as GroupMetadataValue stores it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes  # the metadata of the selected protocol
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadata:
+    """A group's persisted state (written after each completed rebalance and when it empties)."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = -1
+    members: tuple[MemberMetadata, ...] = field(default_factory=tuple)
+
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_VALUE_VERSION = 3
+_FLEXIBLE_OFFSET_VALUE = 4
+_FLEXIBLE_GROUP_VALUE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+# ---- writing -----------------------------------------------------------------------------
+
+
+def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
+    w = SchemaWriter(OFFSET_KEY_VERSION)
+    w.string(group_id)
+    w.string(topic)
+    w.i32(partition)
+    return w.done()
+
+
+def group_metadata_key(group_id: str) -> bytes:
+    w = SchemaWriter(GROUP_KEY_VERSION)
+    w.string(group_id)
+    return w.done()
+
+
+def offset_commit_value(o: OffsetAndMetadata) -> bytes:
+    if o.expire_timestamp != NO_EXPIRE_TIMESTAMP:
+        w = SchemaWriter(OFFSET_VALUE_VERSION_WITH_EXPIRY)
+        w.i64(o.offset)
+        w.string(o.metadata)
+        w.i64(o.commit_timestamp)
+        w.i64(o.expire_timestamp)
+        return w.done()
+    w = SchemaWriter(OFFSET_VALUE_VERSION)
+    w.i64(o.offset)
+    w.i32(o.leader_epoch)
+    w.string(o.metadata)
+    w.i64(o.commit_timestamp)
+    return w.done()
+
+
+def group_metadata_value(g: GroupMetadata) -> bytes:
+    w = SchemaWriter(GROUP_VALUE_VERSION)
+    w.string(g.protocol_type)
+    w.i32(g.generation)
+    w.string(g.protocol)
+    w.string(g.leader)
+    w.i64(g.current_state_timestamp)
+    w.i32(len(g.members))
+    for m in g.members:
+        w.string(m.member_id)
+        w.string(m.group_instance_id)
+        w.string(m.client_id)
+        w.string(m.client_host)
+        w.i32(m.rebalance_timeout_ms)
+        w.i32(m.session_timeout_ms)
+        w.bytes_(m.subscription)
+        w.bytes_(m.assignment)
+    return w.done()
+
+
+# ---- reading -----------------------------------------------------------------------------
+
+
+def parse_key(key: bytes | memoryview) -> OffsetKey | GroupKey:
+    """Raises KafkaError(CORRUPT_MESSAGE) for malformed keys and unknown versions."""
+    r = SchemaReader(key, "__consumer_offsets key")
+    version = r.i16()
+    if version in (0, 1):
+        out: OffsetKey | GroupKey = OffsetKey(r.string(), r.string(), r.i32())
+    elif version == GROUP_KEY_VERSION:
+        out = GroupKey(r.string())
+    else:
+        raise r.corrupt(f"unknown key version {version}")
+    r.end()
+    return out
+
+
+def parse_offset_value(value: bytes | memoryview) -> OffsetAndMetadata:
+    r = SchemaReader(value, "OffsetCommitValue")
+    version = r.version(_FLEXIBLE_OFFSET_VALUE)
+    r.flexible = version >= _FLEXIBLE_OFFSET_VALUE
+    offset = r.i64()
+    leader_epoch = r.i32() if version >= 3 else NO_LEADER_EPOCH
+    metadata = r.string()
+    commit_ts = r.i64()
+    expire_ts = r.i64() if version == 1 else NO_EXPIRE_TIMESTAMP
+    r.tagged_fields()
+    r.end()
+    return OffsetAndMetadata(offset, leader_epoch, metadata, commit_ts, expire_ts)
+
+
+def parse_group_value(value: bytes | memoryview) -> GroupMetadata:
+    r = SchemaReader(value, "GroupMetadataValue")
+    version = r.version(_FLEXIBLE_GROUP_VALUE)
+    r.flexible = version >= _FLEXIBLE_GROUP_VALUE
+    protocol_type = r.string()
+    generation = r.i32()
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
+    state_ts = r.i64() if version >= 2 else -1
+    members = []
+    for _ in range(r.array_len()):
+        member_id = r.string()
+        instance_id = r.nullable_string() if version >= 3 else None
+        client_id = r.string()
+        client_host = r.string()
+        rebalance_timeout = r.i32() if version >= 1 else -1
+        session_timeout = r.i32()
+        if version == 0:
+            rebalance_timeout = session_timeout  # Kafka's reading of v0
+        subscription = r.bytes_()
+        assignment = r.bytes_()
+        r.tagged_fields()
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
+    r.tagged_fields()
+    r.end()
+    return GroupMetadata(protocol_type, generation, protocol, leader, state_ts, tuple(members))
+
+
+# ---- text, for dump-log --offsets-decoder --------------------------------------------------
+
+
+def describe_record(key: bytes | None, value: bytes | None) -> tuple[str, str]:
+    """Key and value as Kafka's offsets decoder prints them (``offset_commit::...`` /
+    ``group_metadata::...``); unreadable input is described, never raised."""
+    if key is None:
+        return "NULL", "<no key: not a __consumer_offsets record>"
+    try:
+        parsed = parse_key(key)
+    except KafkaError as exc:
+        return "<unreadable key>", str(exc)
+    if isinstance(parsed, OffsetKey):
+        key_text = (
+            f"offset_commit::group={parsed.group},partition={parsed.topic}-{parsed.partition}"
+        )
+        if value is None:
+            return key_text, "<DELETE>"
+        try:
+            o = parse_offset_value(value)
+        except KafkaError as exc:
+            return key_text, str(exc)
+        return key_text, (
+            f"offset={o.offset},metadata={o.metadata},commitTimestamp={o.commit_timestamp}"
+            + (f",expireTimestamp={o.expire_timestamp}" if o.expire_timestamp >= 0 else "")
+            + (f",leaderEpoch={o.leader_epoch}" if o.leader_epoch >= 0 else "")
+        )
+    key_text = f"group_metadata::group={parsed.group}"
+    if value is None:
+        return key_text, "<DELETE>"
+    try:
+        g = parse_group_value(value)
+    except KafkaError as exc:
+        return key_text, str(exc)
+    return key_text, json.dumps(
+        {
+            "protocolType": g.protocol_type,
+            "protocol": g.protocol,
+            "generationId": g.generation,
+            "leader": g.leader,
+            "currentStateTimestamp": g.current_state_timestamp,
+            "members": [
+                {
+                    "memberId": m.member_id,
+                    "groupInstanceId": m.group_instance_id,
+                    "clientId": m.client_id,
+                    "clientHost": m.client_host,
+                    "rebalanceTimeoutMs": m.rebalance_timeout_ms,
+                    "sessionTimeoutMs": m.session_timeout_ms,
+                    "subscriptionBytes": len(m.subscription),
+                    "assignmentBytes": len(m.assignment),
+                }
+                for m in g.members
+            ],
+        },
+        separators=(",", ":"),
+    )
