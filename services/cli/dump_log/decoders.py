@@ -18,7 +18,7 @@ def utf8(data: bytes) -> str:
 
 
 def _offsets_decoder() -> RecordDecoder:
-    from services.group_coordinator.offsets_topic import describe_record
+    from services.common.internal_topics.consumer_offsets import describe_record
 
     return describe_record
 
