@@ -76,7 +76,15 @@ class RefusedBatches:
         ):
             prior.code, prior.at_ms = code, now_ms  # a retry refused again
             return
+        self._forget_expired(now_ms)
         self._by_producer[pid] = _Refused(epoch, first, last, code, now_ms)
+
+    def _forget_expired(self, now_ms: int) -> None:
+        """Drop refusals older than TTL_MS (a follower refuses producers that never append
+        here: without this they would pile up)."""
+        expired = [pid for pid, r in self._by_producer.items() if now_ms - r.at_ms > TTL_MS]
+        for pid in expired:
+            del self._by_producer[pid]
 
     def appended(self, headers: Sequence[BatchHeader]) -> None:
         """``headers`` were written (or recognised as duplicates): the producer moved on."""

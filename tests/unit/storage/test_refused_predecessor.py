@@ -18,10 +18,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from services.common.errors import ErrorCode
+from services.common.records.batch import validate_batches
 from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.storage.appends import append
 from services.storage.metrics import StorageMetrics
+from services.storage.refused_batches import TTL_MS, RefusedBatches
 from services.storage.replica_manager import ReplicaManager
 
 TOPIC = "orders"
@@ -144,3 +146,16 @@ async def test_a_batch_refused_before_this_node_led_explains_the_next_one(tmp_pa
     await order(rm, 2, [1, 2])
     r2 = await produce(rm, batch(4), acks=1)
     assert r2.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode(r2.error_code).name
+
+
+def test_refusals_expire_and_do_not_pile_up() -> None:
+    refused = RefusedBatches()
+    for pid in range(100):  # producers refused by a follower, never appending here
+        refused.refused(validate_batches(batch(0, pid=pid)), ErrorCode.NOT_LEADER_OR_FOLLOWER, 0)
+    assert len(refused) == 100
+    assert refused.explains(validate_batches(batch(2, pid=7)), TTL_MS) is not None
+    assert refused.explains(validate_batches(batch(2, pid=8)), TTL_MS + 1) is None
+    refused.refused(
+        validate_batches(batch(0, pid=500)), ErrorCode.NOT_LEADER_OR_FOLLOWER, TTL_MS + 1
+    )
+    assert len(refused) == 1
