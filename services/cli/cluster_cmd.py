@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from services.cli.cluster_control import ControlServer
 from services.cli.common import CliError, UsageError
 from services.cli.local_cluster import (
     LocalCluster,
@@ -28,7 +29,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     cluster = sub.add_parser(
         "cluster", help="run a local cluster", description="Run a local kafka-py cluster."
     )
-    ops = cluster.add_subparsers(dest="cluster_op", metavar="{up}")
+    ops = cluster.add_subparsers(dest="cluster_op", metavar="{up,restart}")
     ops.required = True
     p = ops.add_parser(
         "up",
@@ -73,6 +74,41 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         type=int,
         default=5,
         help="restarts allowed per process within 10 minutes (0 = never restart)",
+    )
+
+    r = ops.add_parser(
+        "restart",
+        help="restart the storage nodes of a running local cluster one at a time",
+        description="Rolling restart of a local cluster started by 'kafka-py cluster up': one "
+        "storage node at a time, a controlled shutdown (leadership moves away first), a start "
+        "with the same data dir, then a wait until no partition is under-replicated and the "
+        "node leads its preferred partitions again.",
+    )
+    r.add_argument(
+        "--rolling",
+        required=True,
+        metavar="storage",
+        help="what to restart (only 'storage' is supported)",
+    )
+    r.add_argument(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        help=f"the running cluster's data dir (default {DEFAULT_DATA_DIR})",
+    )
+    r.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a node may take to stop before it is killed (default 120)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait per node for its start, full ISRs and its preferred "
+        "leadership (default 300)",
     )
 
 
@@ -178,10 +214,12 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         supervisor = Supervisor(
             cluster, say, max_restarts=args.max_restarts, ready_timeout=args.start_timeout
         )
+        control = ControlServer(cluster, say)  # `kafka-py cluster restart` from elsewhere
         while not stopping:
             time.sleep(TICK_S)
             if not stopping:
                 try:
+                    control.poll()
                     supervisor.tick()
                 except LocalClusterInterrupted:
                     break
@@ -195,4 +233,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster_op == "restart":
+        from services.cli.cluster_restart import run_restart
+
+        return run_restart(args)
     return run_up(args)

@@ -551,6 +551,7 @@ class ActiveController:
             await self.links.remove(broker_id)
             del self.ctx.brokers[broker_id]
             self.ctx.offline_replicas.pop(broker_id, None)
+            self.ctx.shutting_down.discard(broker_id)
         if gone:
             await self._on_brokers_failure(gone)
         started = new | bounced | moved

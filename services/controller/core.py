@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from services.common.zk.client import AsyncZk
 from services.controller.links import BrokerLinks, OrderResult
+from services.controller.metrics import ControllerMetrics
 from services.controller.model import ControllerContext, Part, TopicState, Transition
 from services.controller.settings import ControllerSettings
 from services.controller.zkstore import EpochGuard, Op
@@ -32,6 +33,7 @@ class ControllerCore(Protocol):
     ctx: ControllerContext
     guard: EpochGuard
     links: BrokerLinks
+    metrics: ControllerMetrics
     running: bool
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:

@@ -69,7 +69,7 @@ class LeaderBalancer:
             st = topic.states.get(p)
             if st is None:
                 continue
-            live = self.c.ctx.live_for(topic.name, p)
+            live = self.c.ctx.live_for(topic.name, p) - self.c.ctx.shutting_down
             li = preferred_leader(topic.assignment[p], st.leader, st.isr, live)
             if li is not None:
                 out.append(Transition(topic.name, p, li.leader, li.isr, False))

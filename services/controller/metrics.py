@@ -45,6 +45,12 @@ class ControllerMetrics:
             buckets=_ELECTION_BUCKETS_MS,
             registry=registry,
         )
+        self.controlled_shutdown_ms = Histogram(
+            "kafka_controller_controllerstats_controlledshutdownrateandtimems",
+            "time of controlled shutdown requests, until the other replicas acknowledged (ms)",
+            buckets=_ELECTION_BUCKETS_MS,
+            registry=registry,
+        )
         self.coordinator_shards = Gauge(
             "kafkapy_controller_coordinator_shards",
             "__consumer_offsets partitions placed on each group coordinator (active controller)",

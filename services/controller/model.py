@@ -71,6 +71,8 @@ class ControllerContext:
     topics_to_delete: set[str] = field(default_factory=set)
     # replicas in a failed log dir of a live broker (KIP-112), until that broker restarts
     offline_replicas: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
+    # brokers in a controlled shutdown, until they deregister: never elected leader again
+    shutting_down: set[int] = field(default_factory=set)
 
     def preferred_imbalance_count(self) -> int:
         """Partitions led by another replica than their preferred (first) one."""

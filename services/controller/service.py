@@ -15,6 +15,7 @@ from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
+from services.controller.controlled_shutdown import ControlledShutdowns
 from services.controller.core import NotControllerError
 
 if TYPE_CHECKING:
@@ -99,6 +100,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             "ElectLeaders",
             lambda a: a.elect_leaders(request),
             lambda code, msg: pb.ElectLeadersResponse(error_code=int(code), error_message=msg),
+        )
+
+    async def ControlledShutdown(
+        self, request: pb.ControlledShutdownRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ControlledShutdownResponse:
+        return await self._serve(
+            "ControlledShutdown",
+            lambda a: ControlledShutdowns(a.c).handle(request),
+            lambda code, msg: pb.ControlledShutdownResponse(
+                error_code=int(code), error_message=msg
+            ),
         )
 
     async def AlterConfigs(

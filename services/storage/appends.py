@@ -123,29 +123,42 @@ def _append_one(
 
 
 async def _await_replication(rm: ReplicaManager, pending: list[_Pending], timeout_ms: int) -> None:
-    def current(w: _Pending) -> bool:
-        return rm.get(w.partition.topic, w.partition.partition) is w.partition
+    outcomes = await await_replication(
+        rm, [(w.partition, w.required_offset) for w in pending], timeout_ms
+    )
+    for w, (code, message) in zip(pending, outcomes, strict=True):
+        if code != ErrorCode.NONE:
+            _fail(w.result, code, message)
 
-    def status(w: _Pending) -> ErrorCode | None:
-        if not current(w):
+
+async def await_replication(
+    rm: ReplicaManager, waits: list[tuple[Partition, int]], timeout_ms: int
+) -> list[tuple[ErrorCode, str]]:
+    """acks=all: wait (in the produce purgatory) until each partition's high watermark passes
+    its required offset, or ``timeout_ms``; returns (error code, message) per wait."""
+
+    def status(p: Partition, required: int) -> ErrorCode | None:
+        if rm.get(p.topic, p.partition) is not p:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return w.partition.replication_error(w.required_offset)
+        return p.replication_error(required)
 
     await rm.produce_waiters.wait_until(
-        [w.partition.key for w in pending],
-        lambda: all(status(w) is not None for w in pending),
+        [p.key for p, _ in waits],
+        lambda: all(status(p, r) is not None for p, r in waits),
         max(timeout_ms, 0) / 1000.0,
     )
-    for w in pending:
-        code = status(w)
+    out: list[tuple[ErrorCode, str]] = []
+    for p, required in waits:
+        code = status(p, required)
         if code is None:
-            _fail(
-                w.result,
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"not replicated to the ISR within {timeout_ms} ms",
+            out.append(
+                (ErrorCode.REQUEST_TIMED_OUT, f"not replicated to the ISR within {timeout_ms} ms")
             )
         elif code != ErrorCode.NONE:
-            _fail(w.result, code, _message(code, w.partition))
+            out.append((code, _message(code, p)))
+        else:
+            out.append((ErrorCode.NONE, ""))
+    return out
 
 
 def _note_refusal(p: Partition, records: bytearray, code: ErrorCode, now_ms: int) -> None:

@@ -23,11 +23,14 @@ from dataclasses import dataclass
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage.log.transactions import next_offset_after
 from services.storage.partition import Partition, TopicPartition
 from services.storage.replica_manager import ReplicaManager
 from services.storage.wire import FetchReply, FetchResult
 
 log = get_logger("storage.fetch")
+
+READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
@@ -48,13 +51,18 @@ class _Read:
     seen: list[_Seen]
 
 
-def _visible_end(p: Partition, follower: bool) -> int:
-    return p.log.log_end_offset if follower else p.high_watermark
+def _visible_end(p: Partition, follower: bool, committed: bool) -> int:
+    """Followers read to the log end, read_committed consumers to the last stable offset,
+    the others to the high watermark."""
+    if follower:
+        return p.log.log_end_offset
+    return p.log.last_stable_offset if committed else p.high_watermark
 
 
 async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
     follower = req.replica_id >= 0
-    read = _read_all(rm, req, follower, first=True)
+    committed = not follower and req.isolation_level == READ_COMMITTED
+    read = _read_all(rm, req, follower, committed, first=True)
     if (
         req.max_wait_ms > 0
         and req.partitions
@@ -66,9 +74,9 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
         keys = [s.key for s in read.seen]
         while (remaining := deadline - loop.time()) > 0:
             moved = await rm.fetch_waiters.wait_until(
-                keys, functools.partial(_progressed, rm, read.seen, follower), remaining
+                keys, functools.partial(_progressed, rm, read.seen, follower, committed), remaining
             )
-            read = _read_all(rm, req, follower, first=False)
+            read = _read_all(rm, req, follower, committed, first=False)
             if not moved or read.total_bytes >= req.min_bytes or read.errored:
                 break
     _count_bytes_out(rm, read.results, follower)
@@ -77,7 +85,7 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
     return FetchReply(read.results)
 
 
-def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool) -> bool:
+def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool, committed: bool) -> bool:
     for s in seen:
         p = rm.get(*s.key)
         if p is not s.partition:
@@ -87,13 +95,15 @@ def _progressed(rm: ReplicaManager, seen: list[_Seen], follower: bool) -> bool:
         if (
             p.leader_epoch != s.leader_epoch
             or not p.is_leader
-            or _visible_end(p, follower) != s.end
+            or _visible_end(p, follower, committed) != s.end
         ):
             return True
     return False
 
 
-def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first: bool) -> _Read:
+def _read_all(
+    rm: ReplicaManager, req: pb.FetchRequest, follower: bool, committed: bool, *, first: bool
+) -> _Read:
     out = _Read([], 0, False, [])
     bytes_left = req.max_bytes
     min_one_batch = True
@@ -108,10 +118,11 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
             if follower:
                 p.check_follower(req.replica_id)
             limit = max(0, min(pf.partition_max_bytes, bytes_left))
+            lso = p.log.last_stable_offset
             info = p.log.read(
                 pf.fetch_offset,
                 limit,
-                max_offset=None if follower else p.high_watermark,
+                max_offset=None if follower else (lso if committed else p.high_watermark),
                 min_one_batch=min_one_batch,
             )
             if follower and first:
@@ -120,7 +131,10 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
             result.records = info.records
             result.error_code = ErrorCode.NONE
             result.high_watermark = p.high_watermark
-            result.last_stable_offset = p.high_watermark
+            result.last_stable_offset = lso
+            if committed and size:
+                upper = next_offset_after(info.records, lso)
+                result.aborted_transactions = p.log.aborted_transactions(pf.fetch_offset, upper)
             result.log_start_offset = p.log.log_start_offset
             if follower:
                 result.log_end_offset = p.log.log_end_offset
@@ -151,7 +165,7 @@ def _read_all(rm: ReplicaManager, req: pb.FetchRequest, follower: bool, *, first
                 (pf.topic, pf.partition),
                 p,
                 p.leader_epoch if p else -1,
-                _visible_end(p, follower) if p else -1,
+                _visible_end(p, follower, committed) if p else -1,
             )
         )
     return out

@@ -27,6 +27,7 @@ from services.common.runtime import freeze_startup_heap, new_grpc_server, set_se
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk
+from services.storage.controlled_shutdown import ControlledShutdown, ShutdownSettings
 from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.meta_properties import (
@@ -405,13 +406,45 @@ class StorageNode:
             wait_s = (period_ms() if callable(period_ms) else period_ms) / 1000.0
 
     # ---- shutdown ---------------------------------------------------------------------------
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown, while this node still serves (it keeps answering
+        followers and in-flight requests until it deregisters)."""
+        s, registrar = self.settings, self.registrar
+        if not s.controlled_shutdown_enable:
+            log.info("controlled shutdown disabled (controlled.shutdown.enable=false)")
+            return
+        if not any(len(p.replicas) > 1 for p in (self.rm.partitions() if self.rm else ())):
+            log.info("controlled shutdown: no replicated partition here, nothing to move")
+            return
+        assert registrar is not None
+        await ControlledShutdown(
+            self.zk,
+            s.broker_id,
+            lambda: registrar.czxid,
+            ShutdownSettings(
+                s.controlled_shutdown_max_retries,
+                s.controlled_shutdown_retry_backoff_ms,
+                s.controller_socket_timeout_ms,
+            ),
+        ).run()
+
+    def _leader_count(self) -> int:
+        """Partitions this node leads now (logged as it deregisters: after a controlled
+        shutdown, only those no other in-sync replica could take)."""
+        if self.rm is None:
+            return 0
+        return sum(1 for p in self.rm.partitions() if p.is_leader)
+
     async def stop(self) -> bool:
         """Graceful stop. Returns True when every log was closed cleanly (marker written)."""
         self._stopping = True
         log.info("storage node shutting down")
+        if self.registrar is not None and self.registrar.registered:
+            await self._controlled_shutdown()
         if self._health is not None:
             await set_serving(self._health, False)
         if self.registrar is not None:
+            log.info("deregistering", leaders=self._leader_count())
             await self.registrar.deregister()
         if self.grpc_server is not None:
             await self.grpc_server.stop(self.settings.shutdown_grace_ms / 1000.0)

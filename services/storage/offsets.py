@@ -1,8 +1,7 @@
 """Storage.ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups (leader only).
 
 As Kafka's ``Partition.fetchOffsetForTimestamp`` for consumers: "latest" is the high watermark
-(read_uncommitted) or the last stable offset (read_committed; equal to the HW until
-transactions exist); lookups by timestamp only return offsets below that bound; a leader whose
+(read_uncommitted) or the last stable offset (read_committed); lookups by timestamp only return offsets below that bound; a leader whose
 high watermark has not yet reached the start of its epoch answers OFFSET_NOT_AVAILABLE.
 """
 
@@ -20,6 +19,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 NO_TIMESTAMP = -1
+READ_COMMITTED = 1
 
 
 def list_offsets(rm: ReplicaManager, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
@@ -41,18 +41,20 @@ def list_offsets(rm: ReplicaManager, req: pb.ListOffsetsRequest) -> pb.ListOffse
 
 
 def _last_fetchable_offset(p: Partition, isolation_level: int) -> int:
-    # read_committed reads up to the last stable offset, which is the HW until transactions exist.
-    return p.high_watermark
+    """read_committed reads up to the last stable offset, read_uncommitted to the HW."""
+    return p.log.last_stable_offset if isolation_level == READ_COMMITTED else p.high_watermark
 
 
 def _lookup(
     p: Partition, timestamp: int, isolation_level: int, result: pb.PartitionOffsetResult
 ) -> None:
     last_fetchable = _last_fetchable_offset(p, isolation_level)
-    if p.leader_epoch_start_offset > last_fetchable:
+    # Kafka compares the epoch's start with the high watermark whatever the isolation level
+    # (an open transaction may keep the LSO below it for long)
+    if p.leader_epoch_start_offset > p.high_watermark:
         raise KafkaError(
             ErrorCode.OFFSET_NOT_AVAILABLE,
-            f"high watermark {last_fetchable} has not reached the start offset "
+            f"high watermark {p.high_watermark} has not reached the start offset "
             f"{p.leader_epoch_start_offset} of leader epoch {p.leader_epoch}",
         )
     result.error_code = ErrorCode.NONE

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.records.batch import BatchHeader
+from services.storage.producer_state import AppendOrigin
 from services.storage.refused_batches import RefusedBatches
 
 NO_EPOCH = -1  # "not checked" in requests; "unknown" for a replica's state
@@ -72,6 +73,11 @@ class LogLike(Protocol):
     def log_end_offset(self) -> int: ...
 
     @property
+    def last_stable_offset(self) -> int: ...
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[Any]: ...
+
+    @property
     def leader_epoch_cache(self) -> EpochCacheLike: ...
 
     def append_as_leader(
@@ -80,6 +86,8 @@ class LogLike(Protocol):
         headers: list[BatchHeader],
         leader_epoch: int,
         now_ms: int | None = None,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> Any: ...
 
     def read(
@@ -330,7 +338,13 @@ class Partition:
 
     # ---- leader operations ------------------------------------------------------------
     def append_as_leader(
-        self, records: bytearray, headers: list[BatchHeader], acks: int, now_ms: int
+        self,
+        records: bytearray,
+        headers: list[BatchHeader],
+        acks: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendInfoLike:
         if acks == -1 and len(self.isr) < self.min_insync_replicas:
             raise KafkaError(
@@ -339,7 +353,7 @@ class Partition:
                 f"min.insync.replicas is {self.min_insync_replicas}",
             )
         info: AppendInfoLike = self.log.append_as_leader(
-            records, headers, self.leader_epoch, now_ms
+            records, headers, self.leader_epoch, now_ms, origin=origin
         )
         return info
 

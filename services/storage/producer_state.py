@@ -41,6 +41,7 @@ import crc32c
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from services.common.records.record import EndTxnMarker
 
 log = get_logger(__name__)
 
@@ -86,6 +87,16 @@ class BatchMetadata:
     @property
     def offset_delta(self) -> int:
         return self.last_offset - self.first_offset
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a marker at ``last_offset`` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
 
 
 @dataclass(slots=True)
@@ -171,6 +182,12 @@ class ProducerStateManager:
         self._producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         self._last_snap_offset = 0
+        # transactions whose marker is not yet below the high watermark (Kafka's
+        # unreplicatedTxns): their data stays unstable until the marker is replicated
+        self._unreplicated: list[CompletedTxn] = []
+        # producer id -> first offset of its open transaction (kept as entries change, so the
+        # LSO asked on every fetch does not walk every producer)
+        self._ongoing: dict[int, int] = {}
 
     # ------------------------------------------------------------------ reads
     @property
@@ -181,13 +198,30 @@ class ProducerStateManager:
         return self._producers.get(producer_id)
 
     def first_unstable_offset(self) -> int | None:
-        """Smallest first offset of an ongoing transaction (for the last stable offset)."""
-        offsets = [
-            e.current_txn_first_offset
-            for e in self._producers.values()
-            if e.current_txn_first_offset is not None
+        """Smallest first offset of an ongoing transaction or of a completed one whose marker
+        is not replicated yet (the last stable offset is min(this, high watermark))."""
+        if not self._ongoing and not self._unreplicated:
+            return None
+        offsets = list(self._ongoing.values())
+        offsets.extend(t.first_offset for t in self._unreplicated)
+        return min(offsets)
+
+    def ongoing_txns(self) -> dict[int, int]:
+        """Producer id -> first offset of its ongoing transaction."""
+        return dict(self._ongoing)
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO right after ``completed`` ends (Kafka's lastStableOffset(completedTxn)):
+        the first offset of the oldest other ongoing transaction, else the marker's next."""
+        others = [
+            first for pid, first in self.ongoing_txns().items() if pid != completed.producer_id
         ]
-        return min(offsets) if offsets else None
+        return min(others) if others else completed.last_offset + 1
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Transactions whose marker is now below the high watermark are stable."""
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
 
     # ------------------------------------------------------------- validation
     def check(
@@ -204,11 +238,18 @@ class ProducerStateManager:
         return self.analyze([(header, first_offset)], origin)
 
     def analyze(
-        self, batches: Iterable[tuple[BatchHeader, int]], origin: AppendOrigin = AppendOrigin.CLIENT
+        self,
+        batches: Iterable[tuple[BatchHeader, int]],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        markers: Mapping[int, EndTxnMarker] | None = None,
     ) -> BatchMetadata | None:
-        """Validate the batches of one append, each (header, first offset), in order."""
+        """Validate the batches of one append, each (header, first offset), in order;
+        ``markers`` holds the transaction marker of each control batch by its index.
+        Markers raise INVALID_PRODUCER_EPOCH (older producer epoch) and
+        TRANSACTION_COORDINATOR_FENCED (older coordinator epoch) unless replicated."""
         working: dict[int, ProducerStateEntry] = {}
-        for header, first_offset in batches:
+        for i, (header, first_offset) in enumerate(batches):
+            marker = markers.get(i) if markers else None
             pid = header.producer_id
             if pid == NO_PRODUCER_ID:
                 continue
@@ -218,9 +259,11 @@ class ProducerStateManager:
                 if duplicate is not None:
                     return duplicate
             current = working.get(pid) or committed
-            self._validate(current, header, first_offset, origin)
+            self._validate(current, header, first_offset, origin, marker)
             updated = current.copy() if current is not None else ProducerStateEntry(pid)
-            self._apply(updated, header, first_offset, first_offset + header.last_offset_delta)
+            self._apply(
+                updated, header, first_offset, first_offset + header.last_offset_delta, marker
+            )
             working[pid] = updated
         return None
 
@@ -230,6 +273,7 @@ class ProducerStateManager:
         header: BatchHeader,
         offset: int,
         origin: AppendOrigin,
+        marker: EndTxnMarker | None = None,
     ) -> None:
         pid, epoch = header.producer_id, header.producer_epoch
         current_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
@@ -249,6 +293,8 @@ class ProducerStateManager:
                 return
             raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, msg)
         if header.is_control:
+            if marker is not None and entry is not None:
+                self._check_coordinator_epoch(entry, marker, offset, origin)
             return
         if origin is AppendOrigin.CLIENT:
             seq = header.base_sequence
@@ -280,15 +326,47 @@ class ProducerStateManager:
             )
 
     @staticmethod
-    def _apply(
-        entry: ProducerStateEntry, header: BatchHeader, first_offset: int, last_offset: int
+    def _check_coordinator_epoch(
+        entry: ProducerStateEntry, marker: EndTxnMarker, offset: int, origin: AppendOrigin
     ) -> None:
+        if entry.coordinator_epoch <= marker.coordinator_epoch:
+            return
+        msg = (
+            f"Invalid coordinator epoch for producer {entry.producer_id} at offset {offset}: "
+            f"{marker.coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)"
+        )
+        if origin is AppendOrigin.REPLICATION:
+            log.info(
+                "stale_coordinator_epoch_replicated", producer_id=entry.producer_id, offset=offset
+            )
+            return
+        raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED, msg)
+
+    @staticmethod
+    def _apply(
+        entry: ProducerStateEntry,
+        header: BatchHeader,
+        first_offset: int,
+        last_offset: int,
+        marker: EndTxnMarker | None = None,
+    ) -> CompletedTxn | None:
         if header.is_control:
-            # COMMIT/ABORT marker: the ongoing transaction (if any) ends here
+            # COMMIT/ABORT marker: the ongoing transaction (if any) ends here; only a
+            # non-empty one is a completed transaction (LSO, transaction index)
+            completed = None
+            if marker is not None and entry.current_txn_first_offset is not None:
+                completed = CompletedTxn(
+                    entry.producer_id,
+                    entry.current_txn_first_offset,
+                    first_offset,
+                    not marker.commit,
+                )
             entry.maybe_update_epoch(header.producer_epoch)
             entry.current_txn_first_offset = None
+            if marker is not None:
+                entry.coordinator_epoch = marker.coordinator_epoch
             entry.last_timestamp = header.max_timestamp
-            return
+            return completed
         entry.add_batch(
             header.producer_epoch,
             header.base_sequence,
@@ -299,16 +377,32 @@ class ProducerStateManager:
         )
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = first_offset
+        return None
 
     # ---------------------------------------------------------------- updates
-    def update(self, header: BatchHeader, first_offset: int, last_offset: int) -> None:
-        """Apply a batch that was appended at [first_offset, last_offset] (validated before)."""
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        last_offset: int,
+        marker: EndTxnMarker | None = None,
+    ) -> CompletedTxn | None:
+        """Apply a batch that was appended at [first_offset, last_offset] (validated before);
+        a marker (``marker``: its COMMIT/ABORT record) returns the transaction it completed."""
+        completed = None
         if header.producer_id != NO_PRODUCER_ID:
             entry = self._producers.get(header.producer_id)
             if entry is None:
                 entry = self._producers[header.producer_id] = ProducerStateEntry(header.producer_id)
-            self._apply(entry, header, first_offset, last_offset)
+            completed = self._apply(entry, header, first_offset, last_offset, marker)
+            if completed is not None:
+                self._unreplicated.append(completed)
+            if entry.current_txn_first_offset is None:
+                self._ongoing.pop(entry.producer_id, None)
+            else:
+                self._ongoing[entry.producer_id] = entry.current_txn_first_offset
         self.map_end_offset = last_offset + 1
+        return completed
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
@@ -336,6 +430,8 @@ class ProducerStateManager:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget every producer and delete every snapshot."""
         self._producers.clear()
+        self._unreplicated.clear()
+        self._ongoing.clear()
         for off in self.snapshot_offsets():
             self.remove_snapshot(off)
         self._last_snap_offset = 0
@@ -343,6 +439,8 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self._producers.clear()
+        self._unreplicated.clear()
+        self._ongoing.clear()
 
     # -------------------------------------------------------------- snapshots
     def snapshot_path(self, offset: int) -> Path:
@@ -389,19 +487,26 @@ class ProducerStateManager:
             if off > offset:
                 self.remove_snapshot(off)
 
-    def load_snapshot(self, log_start_offset: int, max_offset: int) -> int:
-        """Reset state from the latest valid snapshot at or below ``max_offset``.
+    def load_snapshot(
+        self, log_start_offset: int, max_offset: int, at_most: int | None = None
+    ) -> int:
+        """Reset state from the latest valid snapshot at or below ``max_offset`` (and
+        ``at_most``, when the log from there must be replayed anyway: recovered segments).
 
         Snapshots above ``max_offset`` or at/below the log start (except one equal to it) are
         deleted. Returns the offset the state is valid up to (``map_end_offset``): the caller
         replays the log from there.
         """
         self._producers.clear()
+        self._unreplicated.clear()
+        self._ongoing.clear()
         for off in self.snapshot_offsets():
             if off > max_offset or off < log_start_offset:
                 self.remove_snapshot(off)
         now = self._now_ms()
         for off in reversed(self.snapshot_offsets()):
+            if at_most is not None and off > at_most:
+                continue
             path = self.snapshot_path(off)
             try:
                 entries = read_snapshot(path)
@@ -412,6 +517,8 @@ class ProducerStateManager:
             for entry in entries:
                 if not self._is_expired(entry, now):
                     self._producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset is not None:
+                        self._ongoing[entry.producer_id] = entry.current_txn_first_offset
             self.map_end_offset = self._last_snap_offset = off
             return off
         self.map_end_offset = self._last_snap_offset = log_start_offset

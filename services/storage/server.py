@@ -16,6 +16,7 @@ from services.storage.exchange import serve_exchange
 from services.storage.fetches import fetch
 from services.storage.offsets import list_offsets
 from services.storage.replica_manager import ReplicaManager
+from services.storage.txn_markers import write_txn_markers
 from services.storage.wire import (
     APPEND,
     FETCH,
@@ -81,6 +82,12 @@ class StorageService(pb_grpc.StorageServicer):
     ) -> pb.OffsetForLeaderEpochResponse:
         with self.rm.metrics.timed("OffsetForLeaderEpoch"):
             return offset_for_leader_epoch(self.rm, request)
+
+    async def WriteTxnMarkers(
+        self, request: pb.WriteTxnMarkersRequest, context: Any
+    ) -> pb.WriteTxnMarkersResponse:
+        with self.rm.metrics.timed("WriteTxnMarkers"):
+            return await write_txn_markers(self.rm, request)
 
 
 def add_storage_service(server: grpc.aio.Server, rm: ReplicaManager) -> StorageService:

@@ -127,6 +127,30 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
     shutdown_grace_ms: int = kafka_prop(
         5000, "shutdown.grace.ms", "gRPC drain time at shutdown", ge=0
     )
+    controlled_shutdown_enable: bool = kafka_prop(
+        True,
+        "controlled.shutdown.enable",
+        "at SIGTERM, ask the controller to move leadership away and take this node out of the "
+        "ISRs before stopping",
+    )
+    controlled_shutdown_max_retries: int = kafka_prop(
+        3,
+        "controlled.shutdown.max.retries",
+        "controlled shutdown attempts before the node stops anyway",
+        ge=0,
+    )
+    controlled_shutdown_retry_backoff_ms: int = kafka_prop(
+        5000,
+        "controlled.shutdown.retry.backoff.ms",
+        "pause between controlled shutdown attempts",
+        ge=0,
+    )
+    controller_socket_timeout_ms: int = kafka_prop(
+        30000,
+        "controller.socket.timeout.ms",
+        "timeout of one controlled shutdown request to the controller",
+        gt=0,
+    )
     log_cleaner_enable: bool = kafka_prop(
         True, "log.cleaner.enable", "compact logs whose cleanup.policy includes compact"
     )

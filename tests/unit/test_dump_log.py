@@ -421,3 +421,22 @@ def test_offsets_decoder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     )
     assert records[1].endswith("key: group_metadata::group=g payload: <DELETE>")
     assert "key: <unreadable key> payload: malformed __consumer_offsets key" in records[2]
+
+
+def test_main_lists_a_txn_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's DumpLogSegments lists a .txnindex as one line per aborted transaction."""
+    from services.storage.log.txn_index import AbortedTxn, TxnIndex
+
+    path = tmp_path / "00000000000000000000.txnindex"
+    idx = TxnIndex(path)
+    idx.append(AbortedTxn(1000, 4, 6, 2))
+    idx.append(AbortedTxn(1001, 7, 9, 10))
+    assert main(["--files", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"Dumping {path}",
+        "version: 0 producerId: 1000 firstOffset: 4 lastOffset: 6 lastStableOffset: 2",
+        "version: 0 producerId: 1001 firstOffset: 7 lastOffset: 9 lastStableOffset: 10",
+    ]
+    path.write_bytes(struct.pack(">hqqqq", 3, 1, 2, 3, 4))  # an unknown entry version
+    assert main(["--files", str(path)]) == 1
+    assert "unknown transaction index entry version 3" in capsys.readouterr().err

@@ -33,6 +33,7 @@ from services.cli.dump_log.indexes import dump_offset_index, dump_time_index
 from services.cli.dump_log.result import DumpError
 from services.cli.dump_log.segment_dump import dump_segment
 from services.cli.dump_log.segment_reader import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from services.cli.dump_log.txn_index import TXN_INDEX_SUFFIX, dump_txn_index
 
 
 def build_parser(prog: str = "kafka-py dump-log") -> argparse.ArgumentParser:
@@ -48,7 +49,7 @@ def build_parser(prog: str = "kafka-py dump-log") -> argparse.ArgumentParser:
         nargs="+",
         required=True,
         metavar="FILE",
-        help=".log, .index and .timeindex files (space- or comma-separated)",
+        help=".log, .index, .timeindex and .txnindex files (space- or comma-separated)",
     )
     parser.add_argument(
         "--print-data-log", action="store_true", help="print record keys and payloads"
@@ -114,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 if args.index_sanity_check and result.index_errors:
                     status = 1
+            elif path.suffix == TXN_INDEX_SUFFIX:
+                dump_txn_index(path, sys.stdout)
             else:
                 print(f"Ignoring unknown file {path}", file=sys.stderr)
         except DumpError as exc:

@@ -29,6 +29,7 @@ from services.common.records.batch import (
     CONTROL_FLAG,
     CRC_OFFSET,
     CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
@@ -441,6 +442,28 @@ def rebuild_batch(header: BatchHeader, payload: Buffer, kept: Sequence[RecordSpa
         header.base_offset, header.partition_leader_epoch, attributes, header.last_offset_delta,
         base_ts, max_ts, header.producer_id, header.producer_epoch, header.base_sequence,
     )  # fmt: skip
+
+
+def with_delete_horizon(buf: Buffer, header: BatchHeader, horizon_ms: int) -> bytes:
+    """``header``'s batch carrying the KIP-534 delete horizon: the DELETE_HORIZON flag set and
+    the horizon as base timestamp, the records' timestamp deltas re-encoded against it (their
+    timestamps do not change), uncompressed. The cleaner stamps batches it may drop later."""
+    records = list(iter_records(buf, header))
+    body = b"".join(
+        encode_record(r, r.offset - header.base_offset, r.timestamp - horizon_ms) for r in records
+    )
+    attributes = (header.attributes | DELETE_HORIZON_FLAG) & ~COMPRESSION_MASK
+    return _pack_batch(
+        body, len(records),
+        header.base_offset, header.partition_leader_epoch, attributes, header.last_offset_delta,
+        horizon_ms, header.max_timestamp, header.producer_id, header.producer_epoch,
+        header.base_sequence,
+    )  # fmt: skip
+
+
+def delete_horizon_ms(header: BatchHeader) -> int | None:
+    """The KIP-534 delete horizon of a batch (its base timestamp when flagged), else None."""
+    return header.base_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
 
 
 def recompress_batch(buf: Buffer, header: BatchHeader, codec: int) -> bytes:

@@ -31,19 +31,24 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.common.errors import KafkaError
 from services.common.logging import get_logger
 from services.common.records.batch import HEADER_SIZE, BatchHeader, iter_headers, parse_header
 from services.common.records.record import (
     RecordSpan,
+    delete_horizon_ms,
     rebuild_batch,
     records_payload,
     scan_records,
+    with_delete_horizon,
 )
 from services.storage.log import files
 from services.storage.log.config import LONG_MAX
 from services.storage.log.log import Log
 from services.storage.log.offset_map import OffsetMap
 from services.storage.log.segment import LogSegment
+from services.storage.log.transactions import batch_marker
+from services.storage.log.txn_index import AbortedTxn
 
 log = get_logger(__name__)
 
@@ -94,6 +99,8 @@ class CleanStats:
     records_retained: int = 0
     keyless_dropped: int = 0
     tombstones_dropped: int = 0
+    aborted_dropped: int = 0  # records of aborted transactions
+    markers_dropped: int = 0  # markers of transactions without data, past their delete horizon
     segments_before: int = 0
     segments_after: int = 0
     map_entries: int = 0
@@ -115,7 +122,8 @@ def cleanable_range(lg: Log, checkpoint: int | None, now_ms: int) -> CleanableRa
         first_dirty = checkpoint if checkpoint is not None else lso
         if first_dirty < lso or first_dirty > leo:
             first_dirty = lso
-        bound = min(segs[-1].base_offset, hw)
+        # nothing of an open transaction is cleaned: it may still abort (Kafka bounds by the LSO)
+        bound = min(segs[-1].base_offset, hw, lg.last_stable_offset)
         # whole segments only: a segment is cleanable when it ends at or before ``bound``
         end = first_dirty
         clean_bytes = cleanable = 0
@@ -164,6 +172,7 @@ def clean(
     again from the checkpoint.
     """
     started = time.monotonic()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     stats = CleanStats(first_dirty_offset=rng.first_dirty_offset)
     with lg.locked():
         all_segs = lg.segments
@@ -180,6 +189,11 @@ def clean(
             pid: entry.last_data_offset for pid, entry in lg.producer_state.producers.items()
         }
         truncations = lg.truncations
+        aborted = (
+            lg.aborted_transactions(segs[0].base_offset, rng.first_uncleanable_offset)
+            if segs
+            else []
+        )
     readers = _Readers(lg, settings.read_chunk_bytes)
     end = rng.first_dirty_offset  # where the next cleaning starts if this one gets nowhere
     try:
@@ -187,7 +201,7 @@ def clean(
         if not dirty:
             return stats
         offset_map = OffsetMap(settings.map_budget_bytes, rng.first_dirty_offset)
-        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace)
+        end = _build_offset_map(offset_map, dirty, readers, ends, lg, pace, TxnBatches(aborted))
         stats.end_offset = end
         stats.map_entries = len(offset_map)
         stats.map_bytes = offset_map.bytes_used
@@ -195,6 +209,7 @@ def clean(
             return stats
         to_clean = [s for s in segs if s.base_offset < end]
         stats.segments_before = len(to_clean)
+        tracker = TxnBatches(aborted)
         for group in _group_by_size(to_clean, ends, lg.config.segment_bytes):
             if pace.stopping():
                 stats.aborted = True
@@ -203,7 +218,16 @@ def clean(
                 lg,
                 group,
                 readers,
-                _Retention(offset_map, end, delete_horizon_ms, last_batch_of_producer),
+                _Retention(
+                    offset_map,
+                    end,
+                    delete_horizon_ms,
+                    last_batch_of_producer,
+                    tracker,
+                    now,
+                    lg.config.delete_retention_ms,
+                    set(),
+                ),
                 stats,
                 pace,
             )
@@ -302,15 +326,19 @@ def _build_offset_map(
     ends: dict[int, int],
     lg: Log,
     pace: Pace,
+    aborted: TxnBatches,
 ) -> int:
     """Fill ``offset_map`` from the dirty segments; returns where the mapped range ends: the
-    end of the last segment read whole, or the first record that did not fit."""
+    end of the last segment read whole, or the first record that did not fit. Records of
+    aborted transactions are not mapped (they never shadow a committed record)."""
     end = offset_map.start
     for seg in dirty:
         if pace.stopping():
             break
         for h, buf in readers.batches(seg):
             pace.throttle(h.size)
+            if aborted.is_aborted(h, buf):
+                continue
             if h.is_control or h.record_count == 0 or h.last_offset < offset_map.start:
                 continue
             stopped_at = offset_map.add(scan_records(records_payload(buf, h), h))
@@ -361,6 +389,63 @@ class _Retention:
     range_end: int  # records from here on were not mapped: they all stay
     delete_horizon_ms: int
     last_batch_of_producer: dict[int, int]  # producer id -> offset of its last batch
+    txns: TxnBatches
+    now_ms: int
+    delete_retention_ms: int
+    dropped_markers: set[int]  # ABORT markers removed: their .txnindex entries go too
+
+
+class TxnBatches:
+    """The transactions a pass over batches in offset order goes through (Kafka's
+    CleanedTransactionMetadata): which data batches belong to aborted transactions (from the
+    aborted-transaction entries: a producer's transaction is aborted from the entry's first
+    offset to its ABORT marker), and which markers end a transaction with no data left in
+    the log - those may go once their KIP-534 delete horizon has passed."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._aborted: dict[int, list[int]] = {}  # producer id -> [marker offset, data seen]
+        self._with_data: set[int] = set()  # producers whose current (not aborted) txn has data
+
+    def read(self, h: BatchHeader, buf: bytes) -> tuple[bool, bool]:
+        """(``h`` is data of an aborted transaction, ``h`` is a marker of a transaction without
+        data left); call for every batch, in offset order."""
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= h.base_offset:
+            txn = pending[self._next]
+            self._aborted[txn.producer_id] = [txn.last_offset, 0]
+            self._next += 1
+        pid = h.producer_id
+        if h.is_control:
+            return False, self._marker_without_data(h, buf)
+        if not h.is_transactional:
+            return False, False
+        state = self._aborted.get(pid)
+        if state is not None and h.base_offset < state[0]:
+            state[1] = 1
+            return True, False
+        self._with_data.add(pid)
+        return False, False
+
+    def is_aborted(self, h: BatchHeader, buf: bytes) -> bool:
+        return self.read(h, buf)[0]
+
+    def _marker_without_data(self, h: BatchHeader, buf: bytes) -> bool:
+        if h.record_count == 0:  # an emptied control batch: nothing left to keep
+            return True
+        try:
+            marker = batch_marker(buf, h)
+        except KafkaError:
+            return False  # not readable: keep it as it is
+        if marker is None:
+            return False  # another control type
+        if marker.commit:
+            had_data = h.producer_id in self._with_data
+            self._with_data.discard(h.producer_id)
+            return not had_data
+        state = self._aborted.pop(h.producer_id, None)
+        return not (state is not None and state[1])
 
 
 def _clean_group(
@@ -393,8 +478,17 @@ def _clean_group(
                 stats.bytes_written += len(data)
                 pace.throttle(len(data))
             readers.done_with(seg)
+        for seg in group:  # the aborted transactions whose markers the group keeps stay known
+            for txn in seg.txn_index.entries:
+                if txn.last_offset not in retention.dropped_markers:
+                    cleaned.txn_index.append(txn)
         cleaned.on_become_inactive()
-        _fsync_paths(cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path)
+        _fsync_paths(
+            cleaned.log_path,
+            cleaned.offset_index.path,
+            cleaned.time_index.path,
+            cleaned.txn_index.path,
+        )
         cleaned.close_handles()
         # the cleaned segment keeps the age of the data it holds (delete horizon, retention.ms)
         os.utime(cleaned.log_path, ns=(newest_mtime * 1_000_000, newest_mtime * 1_000_000))
@@ -416,7 +510,10 @@ def _retained_batch(
 ) -> tuple[bytes | memoryview, int] | None:
     """The batch as it stays in the log, with its max timestamp; None when it goes."""
     original = memoryview(buf)[h.position : h.position + h.size]
-    if h.is_control or h.base_offset >= retention.range_end:
+    aborted, marker_without_data = retention.txns.read(h, buf)
+    if h.is_control:
+        return _retained_marker(h, buf, original, marker_without_data, retention, stats)
+    if h.base_offset >= retention.range_end and not aborted:
         return original, h.max_timestamp
     payload = records_payload(buf, h)
     spans = list(scan_records(payload, h))
@@ -424,7 +521,9 @@ def _retained_batch(
     kept: list[RecordSpan] = []
     latest, range_end = retention.offset_map.latest, retention.range_end
     for span in spans:
-        if span.offset >= range_end:
+        if aborted:
+            stats.aborted_dropped += 1
+        elif span.offset >= range_end:
             kept.append(span)
         elif span.key is None:
             stats.keyless_dropped += 1
@@ -443,6 +542,29 @@ def _retained_batch(
         return None
     rebuilt = rebuild_batch(h, payload, kept)
     return rebuilt, parse_header(rebuilt).max_timestamp
+
+
+def _retained_marker(
+    h: BatchHeader,
+    buf: bytes,
+    original: memoryview,
+    without_data: bool,
+    retention: _Retention,
+    stats: CleanStats,
+) -> tuple[bytes | memoryview, int] | None:
+    """KIP-534 for transaction markers: one whose transaction has no data left gets a delete
+    horizon (now + delete.retention.ms) the first time, and goes once it has passed."""
+    if not without_data:
+        return original, h.max_timestamp
+    horizon = delete_horizon_ms(h)
+    if horizon is None:
+        stamped = with_delete_horizon(buf, h, retention.now_ms + retention.delete_retention_ms)
+        return stamped, h.max_timestamp
+    if retention.now_ms < horizon:
+        return original, h.max_timestamp
+    retention.dropped_markers.add(h.base_offset)
+    stats.markers_dropped += 1
+    return None
 
 
 def _fsync_paths(*paths: Path) -> None:

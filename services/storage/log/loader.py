@@ -13,7 +13,7 @@ from pathlib import Path
 from structlog.stdlib import BoundLogger
 
 from services.common.records.batch import BatchHeader
-from services.storage.log import files
+from services.storage.log import files, transactions
 from services.storage.log.config import LogConfig
 from services.storage.log.leader_epoch import LeaderEpochCache
 from services.storage.log.segment import LogSegment
@@ -61,7 +61,14 @@ def complete_swaps(dir: Path, config: LogConfig, log: BoundLogger) -> None:
             if (
                 off is not None
                 and base <= off < max(next_offset, base + 1)
-                and p.name.endswith((files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX))
+                and p.name.endswith(
+                    (
+                        files.LOG_SUFFIX,
+                        files.INDEX_SUFFIX,
+                        files.TIME_INDEX_SUFFIX,
+                        files.TXN_INDEX_SUFFIX,
+                    )
+                )
             ):
                 p.unlink()
                 replaced.append(p.name)
@@ -169,10 +176,12 @@ def recover_segments(
 
 def check_indexes(
     segments: list[LogSegment], recovered_from: int | None, log: BoundLogger
-) -> list[LogSegment]:
+) -> tuple[list[LogSegment], int | None]:
     """Sanity of the indexes that recovery did not rebuild (those below ``recovered_from``,
     all when None): a missing or corrupt index, or trailing bytes in the last segment, gets
-    that segment recovered; a cut in a rolled one drops the segments after it."""
+    that segment recovered; a cut in a rolled one drops the segments after it. Returns the
+    segments kept and the base offset of the first one recovered here (None: none was)."""
+    first_recovered: int | None = None
     for i, seg in enumerate(list(segments)):
         if recovered_from is not None and seg.base_offset >= recovered_from:
             break
@@ -186,12 +195,14 @@ def check_indexes(
                 reason="missing or corrupt index, or trailing bytes",
             )
             truncated = seg.recover().bytes_truncated
+            if first_recovered is None:
+                first_recovered = seg.base_offset
             if i < len(segments) - 1:
                 seg.offset_index.make_readonly()
                 seg.time_index.make_readonly()
             if truncated and i < len(segments) - 1:
-                return drop_segments_after(segments, i, log)
-    return segments
+                return drop_segments_after(segments, i, log), first_recovered
+    return segments, first_recovered
 
 
 def replay_producer_state(
@@ -200,10 +211,18 @@ def replay_producer_state(
     log_start_offset: int,
     log_end_offset: int,
     log: BoundLogger,
+    rebuild_from: int | None = None,
 ) -> int | None:
-    """Load the latest usable snapshot and replay the batch headers after it up to the log
-    end; returns the offset replayed from (None when the snapshot was at the log end)."""
-    start = psm.load_snapshot(log_start_offset, log_end_offset)
+    """Load the latest usable snapshot (at or below ``rebuild_from`` when given: where
+    recovery rewrote the log, whose ``.txnindex`` entries may be torn or lost) and replay the
+    batch headers after it up to the log end; returns the offset replayed from (None when
+    the snapshot was at the log end). The aborted transactions whose marker is replayed are
+    written to the segments' ``.txnindex`` again (entries from the replayed range are dropped
+    first), so a recovered or truncated log has the index its batches say."""
+    start = psm.load_snapshot(log_start_offset, log_end_offset, rebuild_from)
+    for i, seg in enumerate(segments):
+        if i + 1 == len(segments) or segments[i + 1].base_offset > start:
+            seg.txn_index.truncate_to(start)
     replayed_from: int | None = None
     if start < log_end_offset:
         replayed_from = start
@@ -216,7 +235,9 @@ def replay_producer_state(
             for h in seg.iter_headers(position):
                 if h.base_offset < start:
                     continue
-                psm.update(h, h.base_offset, h.last_offset)
+                marker = transactions.segment_marker(seg, h) if h.is_control else None
+                completed = psm.update(h, h.base_offset, h.last_offset, marker)
+                transactions.record_completed(psm, seg, completed)
                 batches += 1
         log.info(
             "producer_state_rebuilt",

@@ -2,7 +2,8 @@
 recovery point) and the operations that change it under one lock - open, append, roll,
 truncate, retention, flush, close. The work itself lives in one module per job: ``loader``
 (open and recovery), ``append`` (checks and offset placement), ``reads`` (read path and
-timestamp lookups), ``retention`` (which segments go, delayed file removal), ``flush``.
+timestamp lookups), ``retention`` (which segments go, delayed file removal), ``flush``,
+``transactions`` (markers, ``.txnindex``, aborted transactions for read_committed).
 
 Thread-safety: every method may be called from several threads (e.g. the event loop and
 an executor); mutations are serialized by one lock, fsync runs outside it.
@@ -20,7 +21,8 @@ from pathlib import Path
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.records.batch import BatchHeader
-from services.storage.log import files, flush, loader, reads, retention
+from services.common.records.record import EndTxnMarker
+from services.storage.log import files, flush, loader, reads, retention, transactions
 from services.storage.log.append import (
     AppendInfo,
     UnexpectedAppendOffsetError,
@@ -40,6 +42,7 @@ from services.storage.log.partition_metadata import (
 )
 from services.storage.log.reads import ReadInfo
 from services.storage.log.segment import LogSegment
+from services.storage.log.txn_index import AbortedTxn
 from services.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     AppendOrigin,
@@ -171,12 +174,18 @@ class Log:
         ]
         self._segments = segments
         recovered_from: int | None = None
+        rebuild_from: int | None = None  # below it the .txnindex files were fsynced and kept
         if not clean_shutdown:
             self._segments, self.recovery, recovered_from = loader.recover_segments(
                 self._segments, recovery_point, self.leader_epoch_cache, self._log
             )
             self._log.info("log_recovered", **asdict(self.recovery))
-        self._segments = loader.check_indexes(self._segments, recovered_from, self._log)
+            rebuild_from = recovery_point
+        self._segments, checked_from = loader.check_indexes(
+            self._segments, recovered_from, self._log
+        )
+        if checked_from is not None:
+            rebuild_from = checked_from if rebuild_from is None else min(rebuild_from, checked_from)
         active = self._segments[-1]
         active.make_active()
         self._leo = active.read_next_offset()
@@ -201,7 +210,7 @@ class Log:
         self._hw = self.log_start_offset
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(rebuild_from)
         self._log.info(
             "log_loaded",
             segments=len(self._segments),
@@ -211,9 +220,14 @@ class Log:
             clean_shutdown=clean_shutdown,
         )
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, rebuild_from: int | None = None) -> None:
         replayed_from = loader.replay_producer_state(
-            self.producer_state, self._segments, self.log_start_offset, self._leo, self._log
+            self.producer_state,
+            self._segments,
+            self.log_start_offset,
+            self._leo,
+            self._log,
+            rebuild_from,
         )
         if replayed_from is not None:
             self.producer_state_replayed_from = replayed_from
@@ -230,6 +244,22 @@ class Log:
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
         self._hw = min(max(value, self.log_start_offset), self._leo)
+        self.producer_state.on_high_watermark_updated(self._hw)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the oldest transaction that is open (or whose
+        marker is not replicated yet), capped by the high watermark."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is not None and first_unstable < self._hw:
+            return max(first_unstable, self.log_start_offset)
+        return self._hw
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound) (read_committed)."""
+        with self._lock:
+            self._check_open()
+            return transactions.collect_aborted(self._segments, fetch_offset, upper_bound)
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -285,7 +315,8 @@ class Log:
             self._check_open()
             first = self._leo
             placed, last = plan_offsets(headers, first)
-            duplicate = self.producer_state.analyze(placed, origin)
+            markers = transactions.batch_markers(records, headers)
+            duplicate = self.producer_state.analyze(placed, origin, markers)
             if duplicate is not None:
                 return AppendInfo(
                     duplicate.first_offset,
@@ -307,6 +338,7 @@ class Log:
                 now,
                 final,
                 record_count,
+                markers,
             )
             return AppendInfo(
                 first,
@@ -352,6 +384,7 @@ class Log:
                 now,
                 [(h, h.base_offset) for h in headers],
                 record_count,
+                transactions.batch_markers(records, headers),
             )
             return AppendInfo(
                 first,
@@ -374,17 +407,20 @@ class Log:
         now: int,
         batches: list[tuple[BatchHeader, int]],
         record_count: int,
+        markers: dict[int, EndTxnMarker],
     ) -> None:
         seg = self._maybe_roll(len(data), max_ts, last, now)
         seg.append(last, max_ts, offset_of_max, data)
         cache = self.leader_epoch_cache
-        for h, base in batches:
+        psm = self.producer_state
+        for i, (h, base) in enumerate(batches):
             epoch = h.partition_leader_epoch
             if epoch >= 0:
                 latest = cache.latest_entry
                 if latest is None or latest.epoch != epoch or base < latest.start_offset:
                     cache.assign(epoch, base)
-            self.producer_state.update(h, base, base + h.last_offset_delta)
+            completed = psm.update(h, base, base + h.last_offset_delta, markers.get(i))
+            transactions.record_completed(psm, seg, completed)
         self._leo = last + 1
         self._unflushed_messages += record_count
         if self._unflushed_messages >= self.config.flush_messages:
@@ -627,6 +663,7 @@ class Log:
         self.producer_state.on_log_start_offset_incremented(offset)
         if self._hw < offset:
             self._hw = offset
+            self.producer_state.on_high_watermark_updated(offset)
         if self.recovery_point < offset:
             self.recovery_point = offset
         self._log.info("log_start_offset_incremented", log_start_offset=offset)

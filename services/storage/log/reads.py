@@ -10,7 +10,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from services.common.records.batch import LOG_OVERHEAD, BatchHeader
+from services.common.records.batch import DELETE_HORIZON_FLAG, LOG_OVERHEAD, BatchHeader
 from services.common.records.record import iter_records
 from services.storage.log.segment import LogSegment
 
@@ -139,7 +139,12 @@ def exact_record(
     """(offset, timestamp) of the first record of batch ``h`` that matches (decodes that batch)."""
     if h.log_append_time:  # every record carries the batch's append time
         return max(h.base_offset, start_offset), h.max_timestamp
-    if h.base_offset >= start_offset and match(h.base_timestamp):
+    # (a batch with a KIP-534 delete horizon carries the horizon as base timestamp)
+    if (
+        not h.attributes & DELETE_HORIZON_FLAG
+        and h.base_offset >= start_offset
+        and match(h.base_timestamp)
+    ):
         return h.base_offset, h.base_timestamp
     buf = seg.read_bytes(h.position, h.size)
     for rec in iter_records(buf, replace(h, position=0)):

@@ -20,6 +20,7 @@ from services.common.records.batch import (
 from services.storage.log import files, reserve
 from services.storage.log.config import LogConfig
 from services.storage.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from services.storage.log.txn_index import TxnIndex
 
 log = get_logger(__name__)
 
@@ -91,7 +92,11 @@ class LogSegment:
                 os.ftruncate(fd, config.segment_bytes)
             self._fd = fd
             self.size = 0
-            for p in (files.index_file(dir, base_offset), files.time_index_file(dir, base_offset)):
+            for p in (
+                files.index_file(dir, base_offset),
+                files.time_index_file(dir, base_offset),
+                files.txn_index_file(dir, base_offset),
+            ):
                 files.suffixed(p, suffix).unlink(missing_ok=True)
         else:
             self.size = self.log_path.stat().st_size
@@ -107,6 +112,7 @@ class LogSegment:
             config.segment_index_bytes,
             writable=active,
         )
+        self.txn_index = TxnIndex(files.suffixed(files.txn_index_file(dir, base_offset), suffix))
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         self._rolling_based_timestamp: int | None = None
         last_entry = self.offset_index.last_entry
@@ -465,6 +471,7 @@ class LogSegment:
         self.time_index.make_writable()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = 0
         if mapping is not None:
             removed = self.size - mapping.position
@@ -520,6 +527,9 @@ class LogSegment:
             (self.time_index.handle, self.time_index.path),
         ):
             out.append(os.dup(fd) if fd is not None else path)
+        txn = self.txn_index.flush_target()
+        if txn is not None:
+            out.append(txn)
         return out
 
     def close(self) -> None:
@@ -547,9 +557,10 @@ class LogSegment:
             if idx.path.exists():
                 idx.rename(idx.path.with_name(idx.path.name + suffix))
                 renamed.append(idx.path)
-        txn = files.txn_index_file(self.dir, self.base_offset)
+        txn = self.txn_index.path
+        new = txn.with_name(txn.name + suffix)
+        self.txn_index.path = new
         if txn.exists():
-            new = txn.with_name(txn.name + suffix)
             os.replace(txn, new)
             renamed.append(new)
         return renamed
@@ -569,6 +580,10 @@ class LogSegment:
                 idx.rename(files.suffixed(plain, suffix))
             else:
                 idx.path = files.suffixed(plain, suffix)
+        txn = files.suffixed(files.txn_index_file(self.dir, self.base_offset), suffix)
+        if self.txn_index.path.exists():
+            os.replace(self.txn_index.path, txn)
+        self.txn_index.path = txn
         self.suffix = suffix
 
     def delete_files(self) -> None:
@@ -577,7 +592,7 @@ class LogSegment:
             self.log_path,
             self.offset_index.path,
             self.time_index.path,
-            files.txn_index_file(self.dir, self.base_offset),
+            self.txn_index.path,
         ):
             p.unlink(missing_ok=True)
 

@@ -518,3 +518,62 @@ def test_the_cleaner_holds_one_segment_open_at_a_time(
     compact(lg)
     assert [k for _, k, _ in contents(lg)] == [b"k1", b"k2", b"k0", b"z"]
     assert most == 1 and open_now == 0
+
+
+def test_aborted_records_are_removed_and_never_shadow_committed_ones(tmp_path: Path) -> None:
+    """Kafka's cleaner: records of an aborted transaction go (they are not in the offset map,
+    so a later aborted value never replaces a committed one), markers stay, and the aborted
+    transaction stays in the cleaned segment's .txnindex; nothing past the LSO is cleaned.
+    A marker whose transaction has no data left goes after its KIP-534 delete horizon."""
+    from services.common.records.record import build_end_txn_marker, delete_horizon_ms
+    from services.storage.log import AppendOrigin
+
+    lg = open_log(tmp_path, segment_bytes=100_000)
+    pid = 77
+
+    def txn(seq: int, *records: tuple[bytes, bytes]) -> None:
+        append(
+            lg, *records, producer_id=pid, producer_epoch=0, base_sequence=seq,
+            is_transactional=True,
+        )  # fmt: skip
+
+    def marker(commit: bool) -> None:
+        buf = bytearray(
+            build_end_txn_marker(
+                commit, producer_id=pid, producer_epoch=0, coordinator_epoch=1, timestamp=NOW
+            )
+        )
+        lg.append_as_leader(buf, validate_batches(buf), 0, NOW, origin=AppendOrigin.COORDINATOR)
+        lg.high_watermark = lg.log_end_offset
+
+    txn(0, (b"k", b"committed"))
+    marker(True)  # offset 1
+    txn(1, (b"k", b"aborted"), (b"j", b"aborted"))
+    marker(False)  # offset 4
+    lg.roll()
+    txn(3, (b"k", b"open"))  # offset 5: an open transaction bounds the cleanable range
+    lg.roll()
+    rng = cleanable_range(lg, None, NOW)
+    assert rng is not None and rng.first_uncleanable_offset == 5
+    stats = clean(lg, rng, SETTINGS, NOW)
+    assert stats.aborted_dropped == 2
+    assert [(o, k, v) for o, k, v in contents(lg) if o < 5] == [
+        (0, b"k", b"committed"),
+        (1, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x01"),  # COMMIT marker
+        (4, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x01"),  # ABORT marker
+    ]
+    entries = lg.segments[0].txn_index.entries
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in entries] == [(pid, 2, 4)]
+    assert files.txn_index_file(lg.dir, 0).exists()
+    # KIP-534: the next cleaning finds the ABORT marker without data: it gets a delete horizon
+    # (the COMMIT marker's transaction still has its record: it stays as it is)
+    day = lg.config.delete_retention_ms
+    clean(lg, rng, SETTINGS, NOW)
+    control = [h for h in iter_headers(bytes(lg.read(0, 1 << 20).records)) if h.is_control]
+    assert [(h.base_offset, delete_horizon_ms(h)) for h in control] == [(1, None), (4, NOW + day)]
+    clean(lg, rng, SETTINGS, NOW + day - 1)  # not yet
+    assert len(lg.segments[0].txn_index.entries) == 1
+    stats = clean(lg, rng, SETTINGS, NOW + day)
+    assert stats.markers_dropped == 1
+    assert [o for o, _, _ in contents(lg) if o < 5] == [0, 1]
+    assert lg.segments[0].txn_index.entries == [] and lg.aborted_transactions(0, 5) == []

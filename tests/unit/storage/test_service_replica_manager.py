@@ -93,12 +93,18 @@ class FakeLog:
     def high_watermark(self, value: int) -> None:
         self._hw = min(max(value, self.log_start_offset), self.log_end_offset)
 
+    @property
+    def last_stable_offset(self) -> int:  # no transactions here
+        return self._hw
+
     def append_as_leader(
         self,
         records: bytearray,
         headers: list[BatchHeader],
         leader_epoch: int,
         now_ms: int | None = None,
+        *,
+        origin: Any = None,
     ) -> FakeAppendInfo:
         if self.fail_appends:
             raise RuntimeError("disk on fire")
