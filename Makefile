@@ -8,7 +8,8 @@ RPC_OUT  := services/common/rpc/kafkapy/v1
 RPC_STAMP := $(RPC_OUT)/.generated
 PYTEST_ARGS ?=
 
-.PHONY: run test install proto bench bench-recovery lint fmt typecheck clean unit integration
+.PHONY: run test install proto bench bench-recovery lint fmt typecheck clean unit integration \
+	image chart-deps chart-test
 
 install: $(STAMP) $(RPC_STAMP)
 
@@ -31,7 +32,7 @@ $(RPC_STAMP): $(PROTOS) $(STAMP)
 run: install
 	$(VENV)/bin/kafka-py cluster up
 
-test: install
+test: install chart-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 unit: install
@@ -39,6 +40,17 @@ unit: install
 
 integration: install
 	$(PY) -m pytest -q tests/integration tests/e2e $(PYTEST_ARGS)
+
+# The image (podman, or docker when podman is absent): scripts/build-image.sh says which base.
+image:
+	./scripts/build-image.sh
+
+# deploy/helm's file:// subcharts packed into deploy/helm/charts (never committed)
+chart-deps: install
+	$(PY) scripts/chart-deps.py
+
+chart-test: chart-deps
+	$(PY) -m pytest -q -m chart tests/chart $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m bench.run

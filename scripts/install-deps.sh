@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kafka-py needs on a Debian machine and is not there yet:
-# Java + ZooKeeper (Debian packages), kcat, Node.js/npm and the npm test clients.
+# Java + ZooKeeper (Debian packages), kcat, Node.js/npm and the npm test clients,
+# podman/buildah/runc/debootstrap for `make image` and kube-sim (plus podman's configuration).
 # Idempotent: every step checks first, so a second run costs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,10 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -22,3 +27,6 @@ if [ -f tests/clients/node/package.json ] && [ ! -d tests/clients/node/node_modu
   echo "installing npm test clients"
   npm ci --prefix tests/clients/node --no-audit --no-fund --loglevel=error
 fi
+
+# podman needs runc, cgroupfs, a file events logger and fixed ulimits on these machines
+./scripts/podman-setup.sh

@@ -9,16 +9,12 @@ kafka-py's protocol codec. "usable" is the highest version both the broker and t
 from __future__ import annotations
 
 import argparse
-import itertools
-import socket
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from services.cli.common import CliError, kafka_error_text
-from services.cli.probes import recv_exact
+from services.cli.wire import exchange
 from services.common.protocol import ApiKey
-from services.common.protocol.messages import decode_response, encode_request
 from services.common.protocol.schema import known_versions
 
 CLIENT_SOFTWARE = ("kafka-py-cli", "1.0")
@@ -36,7 +32,6 @@ _CONTROLLER_ONLY = frozenset(
         ApiKey.UPDATE_RAFT_VOTER,
     }
 )
-_correlation = itertools.count(1)
 
 
 def api_name(key: int) -> str:
@@ -78,25 +73,15 @@ def node_text(host: str, port: int, node_id: int, rack: str | None) -> str:
 
 def fetch_api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
     """One ApiVersions v3 exchange (a v0 answer, KIP-511's fallback, is decoded too)."""
-    correlation = next(_correlation)
     name, version = CLIENT_SOFTWARE
-    frame = encode_request(
+    body = exchange(
+        host,
+        port,
         ApiKey.API_VERSIONS,
         3,
-        correlation,
-        "kafka-py-cli",
         {"client_software_name": name, "client_software_version": version},
+        timeout_s,
     )
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(frame)
-            size = struct.unpack(">i", recv_exact(sock, 4))[0]
-            answer = recv_exact(sock, size)
-    except OSError as exc:
-        raise CliError(f"ApiVersions to {host}:{port} failed: {exc.strerror or exc}") from None
-    got, body = decode_response(ApiKey.API_VERSIONS, 3, answer)
-    if got != correlation:
-        raise CliError(f"ApiVersions to {host}:{port}: unexpected correlation id {got}")
     if body["error_code"] not in (0, 35):  # 35: v0 fallback, still carries the versions
         raise CliError(f"ApiVersions to {host}:{port} failed with error {body['error_code']}")
     return {e["api_key"]: (e["min_version"], e["max_version"]) for e in body["api_keys"]}

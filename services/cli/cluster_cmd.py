@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from services.cli import elastic_cmd
 from services.cli.cluster_control import ControlServer
 from services.cli.common import CliError, UsageError
 from services.cli.local_cluster import (
@@ -19,6 +20,7 @@ from services.cli.local_cluster import (
     LocalClusterInterrupted,
     ProcessInfo,
 )
+from services.cli.local_scaler import LocalScaler
 from services.cli.supervisor import Supervisor
 
 DEFAULT_DATA_DIR = "./.kafka-py-data"
@@ -29,7 +31,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     cluster = sub.add_parser(
         "cluster", help="run a local cluster", description="Run a local kafka-py cluster."
     )
-    ops = cluster.add_subparsers(dest="cluster_op", metavar="{up,restart}")
+    ops = cluster.add_subparsers(dest="cluster_op", metavar="{up,restart,decommission,autoscaler}")
     ops.required = True
     p = ops.add_parser(
         "up",
@@ -68,6 +70,12 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         type=int,
         help="controllers' default.replication.factor (default 1)",
     )
+    p.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="let the controller add and remove storage nodes (kafkapy.autoscaler.enable); "
+        "decommission and rebalancing work without it",
+    )
     p.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS")
     p.add_argument(
         "--max-restarts",
@@ -75,6 +83,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         default=5,
         help="restarts allowed per process within 10 minutes (0 = never restart)",
     )
+    elastic_cmd.add_parsers(ops)
 
     r = ops.add_parser(
         "restart",
@@ -155,7 +164,10 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
     if not zones:
         raise UsageError("--zones needs at least one zone")
     data_dir = Path(args.data_dir).expanduser().resolve()
-    controller_flags: list[str] = []
+    # the controller's node provisioner is this process (LocalScaler applies its scale spec)
+    controller_flags: list[str] = ["--kafkapy.autoscaler.provisioner", "local"]
+    if args.autoscale:
+        controller_flags += ["--kafkapy.autoscaler.enable", "true"]
     for flag, value in (
         ("num.partitions", args.num_partitions),
         ("default.replication.factor", args.default_replication_factor),
@@ -215,14 +227,17 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
             cluster, say, max_restarts=args.max_restarts, ready_timeout=args.start_timeout
         )
         control = ControlServer(cluster, say)  # `kafka-py cluster restart` from elsewhere
+        scaler = LocalScaler(cluster, say, ready_timeout=args.start_timeout)
         while not stopping:
             time.sleep(TICK_S)
             if not stopping:
                 try:
                     control.poll()
+                    scaler.tick()
                     supervisor.tick()
                 except LocalClusterInterrupted:
                     break
+        scaler.close()
         say("stopping")
     finally:
         cluster.stop()
@@ -237,4 +252,8 @@ def run(args: argparse.Namespace) -> int:
         from services.cli.cluster_restart import run_restart
 
         return run_restart(args)
+    if args.cluster_op == "decommission":
+        return elastic_cmd.run_decommission(args, sys.stdout)
+    if args.cluster_op == "autoscaler":
+        return elastic_cmd.run_autoscaler(args, sys.stdout)
     return run_up(args)

@@ -1,5 +1,6 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
-leader-election, delete-records, broker-api-versions.
+leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, and the services
+themselves (``kafka-py storage|gateway|controller|group-coordinator|transaction-coordinator``).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
 Ctrl-C exits 130 quietly. ``-v`` shows client logs and tracebacks.
@@ -21,7 +22,10 @@ from services.cli import (
     console_producer,
     delete_records,
     leader_election,
+    log_dirs,
     perf,
+    reassign_partitions,
+    serve,
     topics,
 )
 from services.cli.common import (
@@ -95,6 +99,14 @@ def build_parser() -> Parser:
     leader_election.add_parser(sub, _common)
     delete_records.add_parser(sub, _common)
     broker_api_versions.add_parser(sub, _common)
+    reassign_partitions.add_parser(sub, _common)
+    log_dirs.add_parser(sub, _common)
+    for service in serve.SERVICES:
+        sub.add_parser(
+            service,
+            add_help=False,
+            help=f"run the {service} service (its settings as flags or KAFKAPY_* env)",
+        )
     return parser
 
 
@@ -127,6 +139,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return delete_records.run(args, base, sys.stdout)
     if args.command == "broker-api-versions":
         return broker_api_versions.run(args, base, sys.stdout)
+    if args.command == "reassign-partitions":
+        return reassign_partitions.run(args, base, sys.stdout)
+    if args.command == "log-dirs":
+        return log_dirs.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 
@@ -142,6 +158,8 @@ def _run(argv: list[str]) -> int:
     first = next((i for i, a in enumerate(argv) if a not in VERBOSE_FLAGS), len(argv))
     if argv[first : first + 1] == ["dump-log"]:  # its own parser: hand over the rest untouched
         return _dump_log(argv[first + 1 :])
+    if first < len(argv) and argv[first] in serve.SERVICES:  # the service parses its own flags
+        return serve.run_service(argv[first], argv[first + 1 :])
     args = build_parser().parse_args(argv)
     return _dispatch(args)
 

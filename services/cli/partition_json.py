@@ -80,3 +80,75 @@ def delete_offsets(doc: Any) -> list[tuple[TopicPartition, int]]:
     ]
     _no_duplicates([tp for tp, _ in out], "Offset json file contains duplicate topic partitions: ")
     return out
+
+
+# ---- kafka-reassign-partitions.sh ---------------------------------------------------------------
+def topics_to_move(doc: Any) -> list[str]:
+    """``--topics-to-move-json-file``: ``{"topics":[{"topic":"foo"}],"version":1}``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list):
+        raise CliError('Topics to move JSON is missing the "topics" list')
+    names = [_field(e, "topic", str) for e in doc["topics"]]
+    dups = sorted(n for n, c in Counter(names).items() if c > 1)
+    if dups:
+        raise CliError("List of topics to reassign contains duplicate entries: " + ",".join(dups))
+    return names
+
+
+def reassignment_moves(doc: Any) -> dict[TopicPartition, list[int]]:
+    """``--reassignment-json-file`` (version 1): target replicas per partition. ``log_dirs``, when
+    given, must be ``"any"`` for every replica (moves between log dirs are not supported)."""
+    version = doc.get("version", 1) if isinstance(doc, dict) else 1
+    if version != 1:
+        raise CliError(f"Not supported version field value {version}")
+    moves: dict[TopicPartition, list[int]] = {}
+    dup_parts: list[TopicPartition] = []
+    dup_replicas: list[str] = []
+    for e in _entries(doc, "Partition reassignment JSON"):
+        tp = (_field(e, "topic", str), _field(e, "partition", int))
+        replicas = _field(e, "replicas", list)
+        if not isinstance(replicas, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in replicas
+        ):
+            raise CliError(f"'replicas' must be a list of broker ids in {json.dumps(e)}")
+        if not replicas:
+            raise CliError(f"Partition replica list cannot be empty: {tp_text(tp)}")
+        dirs = e.get("log_dirs")
+        if dirs is not None:
+            if not isinstance(dirs, list) or len(dirs) != len(replicas):
+                raise CliError(
+                    f"Size of replicas list {replicas} is different from size of log dirs list "
+                    f"{dirs} for partition {tp_text(tp)}"
+                )
+            if any(d != "any" for d in dirs):
+                raise CliError(
+                    f'log_dirs other than "any" are not supported (partition {tp_text(tp)})'
+                )
+        if tp in moves:
+            dup_parts.append(tp)
+        if len(set(replicas)) != len(replicas):
+            dup_replicas.append(f"{tp_text(tp)}: {','.join(map(str, replicas))}")
+        moves[tp] = list(replicas)
+    if dup_parts:
+        raise CliError(
+            "Partition reassignment contains duplicate topic partitions: "
+            + ",".join(tp_text(tp) for tp in dup_parts)
+        )
+    if dup_replicas:
+        raise CliError(
+            "Partition replica lists may not contain duplicate entries: " + ", ".join(dup_replicas)
+        )
+    return moves
+
+
+def reassignment_json(moves: dict[TopicPartition, list[int]]) -> str:
+    """Kafka's ``formatAsReassignmentJson``: one line, sorted, ``log_dirs`` all ``"any"``."""
+    return json.dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+                for (t, p), r in sorted(moves.items())
+            ],
+        },
+        separators=(",", ":"),
+    )

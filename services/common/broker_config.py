@@ -59,6 +59,8 @@ def _topic_defaults() -> list[BrokerConfigDef]:
     controller reads the cluster-wide unclean.leader.election.enable."""
     out = []
     for t in TOPIC_CONFIGS.values():
+        if not t.broker_name:
+            continue
         if t.broker_name in CONTROLLER_APPLIED:
             services = {CONTROLLER}
         elif t.broker_name == "message.max.bytes":
@@ -161,8 +163,8 @@ DYNAMIC_BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
             "per-IP or hostname limits overriding max.connections.per.ip, e.g. 'host1:50,10.0.0.2:5'",
             _G,
         ),
-        # Kafka's DynamicConfig.Broker (quota managers): stored and shown; enforced by the
-        # reassignment throttling of the storage autoscaler.
+        # Kafka's DynamicConfig.Broker (quota managers): the replication throttles of the
+        # replicas topics list in *.replication.throttled.replicas (storage/replication/quota.py).
         BrokerConfigDef(
             "leader.replication.throttled.rate",
             LONG_MAX,
@@ -230,6 +232,9 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "offsets.topic.replication.factor",
         "offsets.topic.num.partitions",
         "controlled.shutdown.enable",
+        "controlled.shutdown.max.retries",
+        "controlled.shutdown.retry.backoff.ms",
+        "controller.socket.timeout.ms",
         "num.io.threads",
         "num.network.threads",
         "num.replica.fetchers",

@@ -43,7 +43,7 @@ class ConfigSource(IntEnum):
 @dataclass(frozen=True, slots=True)
 class TopicConfigDef:
     name: str
-    broker_name: str  # the cluster-wide default's property name
+    broker_name: str  # the cluster-wide default's property name ("": none, see NO_SERVER_DEFAULT)
     default: Any
     type: ConfigType
     doc: str
@@ -52,6 +52,15 @@ class TopicConfigDef:
     maximum: float | None = None
     pattern: str | None = None  # a STRING value must match it (re.fullmatch)
     deprecated: str = ""  # why it is accepted but has no effect (logged when set)
+    format_hint: str = ""  # a LIST whose items must match ``pattern``: the expected format
+
+
+# Kafka's throttled-replica lists: '*' or partition:broker pairs (ThrottledReplicaListValidator)
+THROTTLED_REPLICAS_PATTERN = r"\*|\d+:\d+"
+_THROTTLED_FORMAT = (
+    "must be the literal '*' or a list of replicas in the following format: "
+    "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+)
 
 
 # Kafka's MetadataVersion strings: 0.8.0, 0.10.0-IV1, 2.8, 3.0-IV1...
@@ -243,6 +252,26 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "down-convert batches for old fetch versions",
         ),
         _D(
+            "leader.replication.throttled.replicas",
+            "",
+            [],
+            ConfigType.LIST,
+            "replicas whose log a leader sends within leader.replication.throttled.rate: "
+            "partition:broker pairs or '*'",
+            pattern=THROTTLED_REPLICAS_PATTERN,
+            format_hint=_THROTTLED_FORMAT,
+        ),
+        _D(
+            "follower.replication.throttled.replicas",
+            "",
+            [],
+            ConfigType.LIST,
+            "replicas whose log a follower fetches within follower.replication.throttled.rate: "
+            "partition:broker pairs or '*'",
+            pattern=THROTTLED_REPLICAS_PATTERN,
+            format_hint=_THROTTLED_FORMAT,
+        ),
+        _D(
             "message.format.version",
             "log.message.format.version",
             "3.0-IV1",
@@ -253,6 +282,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         ),
     ]
 }
+
+# Topic configs without a broker-wide default (Kafka's LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS).
+NO_SERVER_DEFAULT = frozenset(d.name for d in TOPIC_CONFIGS.values() if not d.broker_name)
 
 
 def deprecation_warnings(names: Iterable[str], broker: bool = False) -> list[str]:
@@ -311,6 +343,11 @@ def parse_value(defn: ConfigDefLike, raw: str) -> Any:
             raise bad("Not a number of type DOUBLE") from None
     elif t == ConfigType.LIST:
         items = [s.strip() for s in raw.split(",") if s.strip()]
+        if defn.pattern is not None and (
+            any(not re.fullmatch(defn.pattern, i) for i in items)
+            or ("*" in items and len(items) > 1)
+        ):
+            raise bad(getattr(defn, "format_hint", "") or f"items must match {defn.pattern}")
         for item in items:
             if defn.valid and item not in defn.valid:
                 raise bad(f"String must be one of: {', '.join(defn.valid)}")

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from services.common.logging import configure_logging
+from services.common.node_ids import with_generated_id
 from services.common.runtime import run, serve_until_signalled
 from services.controller.app import ControllerApp
 from services.controller.settings import ControllerSettings
@@ -14,6 +15,7 @@ from services.controller.settings import ControllerSettings
 async def main(argv: Sequence[str]) -> int:
     settings = ControllerSettings.load(argv)
     configure_logging("controller", settings.controller_id, settings.log_format, settings.log_level)
+    settings = await with_generated_id(settings, "controller_id")
     return await serve_until_signalled(ControllerApp(settings))
 
 

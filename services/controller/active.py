@@ -36,6 +36,7 @@ from services.controller.config_changes import purge_expired_config_changes
 from services.controller.coordinator_shards import ShardPlacer
 from services.controller.core import AckMap, NotControllerError
 from services.controller.deletion import TopicDeleter
+from services.controller.elastic import ElasticStorage
 from services.controller.elections import NO_LEADER, initial_leader_isr, next_leader_isr
 from services.controller.leader_balance import LeaderBalancer
 from services.controller.links import BrokerLinks, OrderResult
@@ -47,6 +48,8 @@ from services.controller.model import (
     TopicState,
     Transition,
 )
+from services.controller.provisioners.factory import make_provisioner
+from services.controller.reassignment import Reassigner
 from services.controller.settings import ControllerSettings
 from services.controller.zkstore import ControllerMovedError, Create, EpochGuard, Op, SetData
 
@@ -93,7 +96,14 @@ class ActiveController:
         self.metrics = metrics
         self.deleter = TopicDeleter(self)
         self.balancer = LeaderBalancer(self)
+        self.reassigner = Reassigner(self)
         self.shards = ShardPlacer(zk, self.guard, settings.controller_id)
+        self.elastic = ElasticStorage(
+            self,
+            self.reassigner,
+            make_provisioner(settings, zk, self.guard, lambda: self.ctx.brokers),
+            metrics.elastic,
+        )
         self._on_moved = on_moved
         self.watch_topic = watch_topic
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -116,6 +126,7 @@ class ActiveController:
         self.spawn(purge_expired_config_changes(self.zk), "purge-config-changes")
         if self.settings.auto_leader_rebalance_enable:
             self.spawn(self.balancer.run(), "leader-balance")
+        await self._retrying_zk(self.elastic.start)
         self.metrics.update(self.ctx)
 
     async def stop(self) -> None:
@@ -136,7 +147,10 @@ class ActiveController:
             if ev.future is not None and not ev.future.done():
                 ev.future.set_exception(NotControllerError())
         self.deleter.fail_waiters()
+        self.reassigner.fail_waiters()
         await self.links.close_all()
+        if self.elastic.provisioner is not None:
+            await self.elastic.provisioner.close()
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -184,6 +198,7 @@ class ActiveController:
             "log_dir_event": self._on_log_dir_event,
             "coordinators": self.place_shards,
             "broker_config": self._elect_offline_partitions,
+            "reassign_partitions": self.reassigner.on_legacy_change,
         }
         if kind == "topic" and arg is not None:
             self.enqueue(
@@ -271,6 +286,7 @@ class ActiveController:
         for broker_id in sorted(self.ctx.brokers):
             self.send_full_state(broker_id, new_parts=created)
         await self.deleter.on_delete_topics_change()
+        await self.reassigner.resume()
         await self.place_shards()
 
     async def place_shards(self) -> None:
@@ -289,13 +305,7 @@ class ActiveController:
             if got is None:
                 return
             await self.guard.commit(
-                [
-                    SetData(
-                        layout.topic_path(topic.name),
-                        layout.topic_assignment_json(got[0], topic.topic_id),
-                        got[2],
-                    )
-                ]
+                [SetData(layout.topic_path(topic.name), topic.assignment_json(), got[2])]
             )
             log.info("assigned topic id", topic=topic.name, topic_id=topic.topic_id)
         self.ctx.topics[topic.name] = topic
@@ -560,6 +570,8 @@ class ActiveController:
             self.links.add(broker_id, current[broker_id].registration.address)
         if started:
             await self._on_brokers_startup(started)
+        if new:
+            self.elastic.on_brokers_added(new)
 
     async def _on_brokers_failure(self, dead: set[int]) -> None:
         parts = [
@@ -601,6 +613,7 @@ class ActiveController:
         )
         self.send_states(sorted(created), is_new=True, skip=started)
         self.deleter.resume()
+        await self.reassigner.on_brokers_startup(started)
 
     # ---- topic changes --------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
@@ -668,3 +681,4 @@ class ActiveController:
         await self.guard.commit(
             [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
         )
+        await self.reassigner.on_isr_change(parts)

@@ -244,6 +244,46 @@ class AdminOps:
     async def elect_leaders(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
         return await LeaderElections(self.c, self.c.balancer.plan).elect_leaders(req)
 
+    # ---- partition reassignment (KIP-455) -------------------------------------------------
+    async def alter_partition_reassignments(
+        self, req: pb.AlterPartitionReassignmentsRequest
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        moves = {
+            (t.topic, t.partition): None if t.cancel else list(t.replicas) for t in req.partitions
+        }
+        errors = await self.c.reassigner.submit(
+            moves, allow_replication_factor_change=req.allow_replication_factor_change
+        )
+        return pb.AlterPartitionReassignmentsResponse(
+            partitions=[
+                pb.ReassignmentResult(
+                    topic=t,
+                    partition=p,
+                    error_code=int(e.code) if e else 0,
+                    error_message=e.message if e else "",
+                )
+                for (t, p), e in errors.items()
+            ]
+        )
+
+    async def list_partition_reassignments(
+        self, req: pb.ListPartitionReassignmentsRequest
+    ) -> pb.ListPartitionReassignmentsResponse:
+        wanted = None if req.all_partitions else [(r.topic, r.partition) for r in req.partitions]
+        ongoing = await self.c.reassigner.list_ongoing(wanted)
+        return pb.ListPartitionReassignmentsResponse(
+            reassignments=[
+                pb.OngoingReassignment(
+                    topic=t,
+                    partition=p,
+                    replicas=a.replicas,
+                    adding_replicas=a.adding,
+                    removing_replicas=a.removing,
+                )
+                for (t, p), a in sorted(ongoing.items())
+            ]
+        )
+
     # ---- internal topics ------------------------------------------------------------------
     async def create_internal_topic(
         self, req: pb.CreateInternalTopicRequest
@@ -336,6 +376,10 @@ class AdminOps:
             )
         if new == old:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
+        if topic.adding or topic.removing:  # Kafka: ReassignmentInProgressException
+            raise KafkaError(
+                ErrorCode.REASSIGNMENT_IN_PROGRESS, "A partition reassignment is in progress."
+            )
         brokers = self._live_brokers()
         first = topic.assignment[0]
         if spec.assignments:

@@ -28,7 +28,7 @@ from services.common.admin_http import AdminServer
 from services.common.broker_config import DEFAULT_ENTITY
 from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
-from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
+from services.common.rpc.kafkapy.v1 import controller_pb2_grpc, elastic_pb2_grpc
 from services.common.runtime import new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
@@ -37,6 +37,7 @@ from services.common.zk.layout import Endpoint
 from services.common.zk.registration import DEREGISTER_TIMEOUT_S
 from services.controller.active import ActiveController, NotControllerError
 from services.controller.admin import AdminOps
+from services.controller.elastic_service import ElasticService
 from services.controller.elector import Elector
 from services.controller.metrics import ControllerMetrics
 from services.controller.service import ControllerService
@@ -103,6 +104,9 @@ class ControllerApp:
         await self.zk.ensure_layout()
         await self.broker_config_sync.start()
         self._server, self._health = new_grpc_server()
+        elastic_pb2_grpc.add_ElasticServicer_to_server(
+            ElasticService(lambda: self.active.elastic if self.active else None), self._server
+        )
         controller_pb2_grpc.add_ControllerServicer_to_server(
             ControllerService(lambda: self.admin), self._server
         )
@@ -117,6 +121,9 @@ class ControllerApp:
         self.metrics.update(None)
         for path, kind in CHILDREN_WATCHES:
             self.zk.watch_children(path, self._children_watcher(kind))
+        self.zk.watch_data(
+            layout.REASSIGN_PARTITIONS, lambda _data, _stat: self._dispatch("reassign_partitions")
+        )
         await set_serving(self._health, True)
         log.info(
             "controller started",
@@ -243,6 +250,7 @@ class ControllerApp:
             broker_configs=self.broker_configs,
         )
         self.active, self.admin = active, AdminOps(active)
+        active.elastic.throttle.alter = self.admin.alter_configs  # the rebalancer's throttles
         try:
             await active.start()
         except (ControllerMovedError, NotControllerError, SessionExpiredError) as exc:
@@ -356,6 +364,7 @@ class ControllerApp:
         registrations themselves and do nothing when nothing changed."""
         for _path, kind in CHILDREN_WATCHES:
             self._dispatch(kind)
+        self._dispatch("reassign_partitions")
 
     def _dispatch(self, kind: str, arg: str | None = None) -> None:
         active = self.active

@@ -7,6 +7,7 @@ from collections import Counter
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
 
 from services.common.zk.layout import ShardMap
+from services.controller.elastic_metrics import ElasticMetrics
 from services.controller.model import ControllerContext
 
 _ELECTION_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
@@ -51,12 +52,18 @@ class ControllerMetrics:
             buckets=_ELECTION_BUCKETS_MS,
             registry=registry,
         )
+        self.reassigning_partitions = Gauge(
+            "kafkapy_controller_reassigning_partitions",
+            "partitions with replicas being added or removed (active controller)",
+            registry=registry,
+        )
         self.coordinator_shards = Gauge(
             "kafkapy_controller_coordinator_shards",
             "__consumer_offsets partitions placed on each group coordinator (active controller)",
             ["coordinator"],
             registry=registry,
         )
+        self.elastic = ElasticMetrics(registry)
 
     def update(self, ctx: ControllerContext | None) -> None:
         """Refresh the gauges from the active controller's context (None = standby: all 0)."""
@@ -65,6 +72,7 @@ class ControllerMetrics:
         self.topics.set(len(ctx.topics) if ctx else 0)
         self.partitions.set(ctx.partition_count() if ctx else 0)
         self.preferred_imbalance.set(ctx.preferred_imbalance_count() if ctx else 0)
+        self.reassigning_partitions.set(ctx.reassigning_count() if ctx else 0)
         if ctx is None:
             self.coordinator_shards.clear()
 

@@ -34,6 +34,16 @@ class TopicState:
     config: dict[str, str] = field(default_factory=dict)
     # Missing key = NewPartition: no leader elected yet, no state znode.
     states: dict[int, PartitionState] = field(default_factory=dict)
+    # partitions being reassigned (KIP-455): replicas being added / removed; ``assignment``
+    # then holds the full replica set (target replicas first, then the removed ones)
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def assignment_json(self) -> bytes:
+        """The topic znode as Kafka writes it."""
+        return layout.topic_assignment_json(
+            self.assignment, self.topic_id, self.adding, self.removing
+        )
 
     @property
     def topic_id_bytes(self) -> bytes:
@@ -120,6 +130,10 @@ class ControllerContext:
                 if st is None or st.leader == NO_LEADER or st.leader not in live:
                     count += 1
         return count
+
+    def reassigning_count(self) -> int:
+        """Partitions with replicas being added or removed (KIP-455)."""
+        return sum(len(set(t.adding) | set(t.removing)) for t in self.topics.values())
 
     def partition_count(self) -> int:
         return sum(len(t.assignment) for t in self.topics.values())

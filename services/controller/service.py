@@ -130,3 +130,29 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             )
 
         return await self._serve("AlterConfigs", lambda a: a.alter_configs(request), reject)
+
+    async def AlterPartitionReassignments(
+        self,
+        request: pb.AlterPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        return await self._serve(
+            "AlterPartitionReassignments",
+            lambda a: a.alter_partition_reassignments(request),
+            lambda code, msg: pb.AlterPartitionReassignmentsResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+    async def ListPartitionReassignments(
+        self,
+        request: pb.ListPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ListPartitionReassignmentsResponse:
+        return await self._serve(
+            "ListPartitionReassignments",
+            lambda a: a.list_partition_reassignments(request),
+            lambda code, msg: pb.ListPartitionReassignmentsResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )

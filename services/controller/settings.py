@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
 from services.common.settings import ServiceSettings, kafka_prop
+from services.controller.elastic_settings import ElasticSettings
 
 LISTENER_SCHEMES = ("GRPC",)
 Listener = ListenerAddress
@@ -14,9 +15,11 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
     return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-class ControllerSettings(ServiceSettings, ListenerSettings):
+class ControllerSettings(ServiceSettings, ListenerSettings, ElasticSettings):
     LISTENER_SCHEMES = LISTENER_SCHEMES
-    controller_id: int = kafka_prop(..., "controller.id", "this controller's id (required)", ge=0)
+    controller_id: int = kafka_prop(
+        ..., "controller.id", "this controller's id (required; -1: generated, from 1001)", ge=-1
+    )
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0",
         "listeners",

@@ -167,10 +167,11 @@ async def read_assignment(
 async def read_topic(zk: AsyncZk, name: str) -> tuple[TopicState, bool] | None:
     """The topic with its config and partition states; the flag says the topic id is new
     (the znode had none, so the caller must write it back)."""
-    got = await read_assignment(zk, name)
-    if got is None:
+    raw = await zk.get_or_none(layout.topic_path(name))
+    if raw is None:
         return None
-    assignment, topic_id, _ = got
+    assignment, topic_id = layout.parse_topic_assignment(raw[0])
+    adding, removing = layout.parse_topic_reassignment(raw[0])
     config = await read_topic_config(zk, name)
     states = await asyncio.gather(*(read_partition_state(zk, name, p) for p in assignment))
     fresh_id = topic_id is None
@@ -181,6 +182,8 @@ async def read_topic(zk: AsyncZk, name: str) -> tuple[TopicState, bool] | None:
         assignment,
         config,
         {p: st for p, st in zip(assignment, states, strict=True) if st is not None},
+        adding,
+        removing,
     )
     return topic, fresh_id
 

@@ -20,6 +20,7 @@ from services.common import protocol
 from services.common.admin_http import AdminServer
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
+from services.common.node_ids import with_generated_id
 from services.common.runtime import run, serve_until_signalled
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
@@ -27,6 +28,7 @@ from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk
 from services.common.zk.producer_ids import ProducerIdManager
 from services.common.zk.registration import EphemeralRegistrar
+from services.common.zone import with_discovered_rack
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
@@ -145,6 +147,8 @@ class Gateway:
 async def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.load(sys.argv[1:] if argv is None else argv)
     configure_logging("gateway", settings.node_id, settings.log_format, settings.log_level)
+    settings = await with_generated_id(settings, "node_id")
+    settings = await with_discovered_rack(settings)
     return await serve_until_signalled(Gateway(settings))
 
 

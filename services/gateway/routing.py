@@ -82,6 +82,23 @@ def broker_endpoints(
     return out
 
 
+def storage_served_by(
+    gateways: Mapping[int, Endpoint], storage_racks: Mapping[int, str | None], gateway_id: int
+) -> list[int]:
+    """The storage nodes whose broker id ``broker_endpoints`` places at gateway ``gateway_id``
+    (its own id included): every storage node is served by exactly one live gateway."""
+    out = []
+    for node_id, rack in sorted(storage_racks.items()):
+        if node_id in gateways:
+            if node_id == gateway_id:
+                out.append(node_id)
+            continue
+        ids = candidates(gateways, rack)
+        if ids and ids[node_id % len(ids)] == gateway_id:
+            out.append(node_id)
+    return out
+
+
 def preferred_read_replica(
     client_rack: str | None,
     own_rack: str | None,

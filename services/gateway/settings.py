@@ -8,6 +8,7 @@ from services.common.broker_config import parse_ip_overrides
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
 from services.common.settings import ServiceSettings, kafka_prop
+from services.common.zone import RackDiscoverySettings
 
 LISTENER_SCHEMES = ("PLAINTEXT",)
 
@@ -16,10 +17,13 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
     return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-class GatewaySettings(ServiceSettings, ListenerSettings):
+class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     LISTENER_SCHEMES = LISTENER_SCHEMES
     node_id: int = kafka_prop(
-        ..., "node.id", "this gateway's node id, as clients see it (required)", ge=0
+        ...,
+        "node.id",
+        "this gateway's node id, as clients see it (required; -1: generated, from 1001)",
+        ge=-1,
     )
     listeners: str = kafka_prop(
         "PLAINTEXT://127.0.0.1:9092",

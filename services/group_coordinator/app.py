@@ -23,12 +23,14 @@ from grpc_health.v1 import health
 from services.common.admin_http import AdminServer
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
+from services.common.node_ids import with_generated_id
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
 from services.common.runtime import new_grpc_server, run, serve_until_signalled, set_serving
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.common.zk.registration import EphemeralRegistrar
+from services.common.zone import with_discovered_rack
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.metrics import CoordinatorMetrics
 from services.group_coordinator.server import GroupCoordinatorService
@@ -159,6 +161,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(
         "group-coordinator", settings.node_id, settings.log_format, settings.log_level
     )
+    settings = await with_generated_id(settings, "node_id")
+    settings = await with_discovered_rack(settings)
     return await serve_until_signalled(GroupCoordinatorApp(settings))
 
 

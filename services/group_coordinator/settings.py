@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from services.common.listeners import ListenerSettings
 from services.common.settings import ServiceSettings, kafka_prop
+from services.common.zone import RackDiscoverySettings
 
 
-class GroupCoordinatorSettings(ServiceSettings, ListenerSettings):
+class GroupCoordinatorSettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     LISTENER_SCHEMES = ("GRPC",)
-    node_id: int = kafka_prop(..., "node.id", "this group coordinator's id (required)", ge=0)
+    node_id: int = kafka_prop(
+        ..., "node.id", "this group coordinator's id (required; -1: generated, from 1001)", ge=-1
+    )
     listeners: str = kafka_prop(
         "GRPC://127.0.0.1:0",
         "listeners",

@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from services.common.logging import configure_logging
 from services.common.runtime import run, stop_event_on_signals
+from services.common.zone import with_discovered_rack
 from services.storage.metrics import StorageMetrics
 from services.storage.node import run_node
 from services.storage.registration import StartupError
@@ -24,6 +25,7 @@ async def main(argv: list[str] | None = None) -> int:
     log = configure_logging("storage", settings.broker_id, settings.log_format, settings.log_level)
     for warning in settings.deprecation_warnings():
         log.warning("deprecated setting", warning=warning)
+    settings = await with_discovered_rack(settings)
     stop = stop_event_on_signals()
     try:
         return await run_node(settings, stop, StorageMetrics(REGISTRY))

@@ -26,6 +26,8 @@ class ManagedLog(LogLike, Protocol):
 
     def update_config(self, cfg: Any) -> None: ...
 
+    def size_bytes(self) -> int: ...
+
 
 class LogBackend(Protocol):
     def open(

@@ -5,8 +5,8 @@
   recomputed (topic overrides still win) and applied to its log;
 - the log cleaner's ``log.cleaner.*`` settings (rate at once, buffers from the next cleaning,
   backoff from the next wait);
-- ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate``: held here
-  and shown as gauges (the throttling of reassignments uses them).
+- ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate``: the
+  node's replication throttles (``replication/quota.py``), at once; also shown as gauges.
 
 Layers (highest first): ``/config/brokers/<broker.id>``, ``/config/brokers/<default>``, the
 node's own settings, the defaults.
@@ -136,6 +136,10 @@ class StorageBrokerConfig:
         self.refresh()
         if self.rm is not None:
             self.rm.set_broker_defaults(self.topic_defaults())
+            self.rm.quotas.set_rates(
+                self.values["leader.replication.throttled.rate"],
+                self.values["follower.replication.throttled.rate"],
+            )
         if self.cleaner is not None:
             self.cleaner.update_settings(self.cleaner_settings())
         THROTTLED_RATE.labels("leader").set(self.values["leader.replication.throttled.rate"])

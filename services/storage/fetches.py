@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
@@ -119,21 +120,24 @@ def _read_all(
                 p.check_follower(req.replica_id)
             limit = max(0, min(pf.partition_max_bytes, bytes_left))
             lso = p.log.last_stable_offset
-            info = p.log.read(
-                pf.fetch_offset,
-                limit,
-                max_offset=None if follower else (lso if committed else p.high_watermark),
-                min_one_batch=min_one_batch,
-            )
+            if follower and _leader_throttled(rm, p, req.replica_id):
+                records: Any = b""  # Kafka's shouldLeaderThrottle: no records this time
+            else:
+                records = p.log.read(
+                    pf.fetch_offset,
+                    limit,
+                    max_offset=None if follower else (lso if committed else p.high_watermark),
+                    min_one_batch=min_one_batch,
+                ).records
             if follower and first:
                 rm.on_follower_fetch(p, req.replica_id, pf.fetch_offset, pf.log_start_offset)
-            size = len(info.records)
-            result.records = info.records
+            size = len(records)
+            result.records = records
             result.error_code = ErrorCode.NONE
             result.high_watermark = p.high_watermark
             result.last_stable_offset = lso
             if committed and size:
-                upper = next_offset_after(info.records, lso)
+                upper = next_offset_after(records, lso)
                 result.aborted_transactions = p.log.aborted_transactions(pf.fetch_offset, upper)
             result.log_start_offset = p.log.log_start_offset
             if follower:
@@ -171,10 +175,26 @@ def _read_all(
     return out
 
 
+def _leader_throttled(rm: ReplicaManager, p: Partition, replica_id: int) -> bool:
+    """A throttled partition's follower out of the ISR waits while the leader's quota is
+    exceeded; one in the ISR never does."""
+    quota = rm.quotas.leader
+    return (
+        quota.is_throttled(p.topic, p.partition, p.config)
+        and replica_id not in p.isr
+        and quota.hold_back()
+    )
+
+
 def _count_bytes_out(rm: ReplicaManager, results: list[FetchResult], follower: bool) -> None:
+    """Metrics of what is sent, and the leader's throttle (bytes of throttled partitions, in
+    or out of the ISR, count against it, as Kafka's ``sizeOfThrottledPartitions``)."""
     for r in results:
         if r.records:
             if follower:
                 rm.metrics.replication_bytes_out.labels(r.topic).inc(len(r.records))
+                p = rm.get(r.topic, r.partition)
+                if p is not None and rm.quotas.leader.is_throttled(p.topic, p.partition, p.config):
+                    rm.quotas.leader.record(r.topic, len(r.records))
             else:
                 rm.metrics.topic(r.topic).bytes_out.inc(len(r.records))

@@ -233,6 +233,20 @@ class StorageMetrics:
             "Partitions whose cleaning failed; not cleaned again until the node restarts",
             registry=r,
         )
+        # replication throttles (services/storage/replication/quota.py)
+        self.replication_throttled_bytes = Counter(
+            "kafkapy_replication_throttled_bytes",
+            "Bytes of throttled replicas sent as leader or fetched as follower (counted against "
+            "*.replication.throttled.rate)",
+            ["role", "topic"],
+            registry=r,
+        )
+        self.replication_throttled_holds = Counter(
+            "kafkapy_replication_throttled_holds",
+            "Times a throttled out-of-ISR replica was left out of a fetch (quota exceeded)",
+            ["role"],
+            registry=r,
+        )
         self._state_collector: _StateCollector | None = None
         self._topics: dict[str, TopicMeters] = {}
         self._timers: dict[str, Any] = {}

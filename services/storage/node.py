@@ -43,6 +43,7 @@ from services.storage.replica_manager import ReplicaManager
 from services.storage.replication.service import Replication
 from services.storage.server import add_storage_service
 from services.storage.settings import ListenerAddress, StorageSettingsBase
+from services.storage.usage import UsageReporter, capacity_of, counter_total
 
 log = get_logger("storage.node")
 
@@ -366,6 +367,14 @@ class StorageNode:
                     self._run_cleaner,
                 )
             )
+        usage = UsageReporter(
+            self.zk,
+            s.broker_id,
+            rm,
+            capacity_of(s.kafkapy_storage_capacity_bytes, self.log_dirs),
+            lambda: counter_total(self.metrics.bytes_in if self.metrics else None),
+        )
+        jobs.append(("usage-report", s.kafkapy_usage_report_interval_ms, 0, usage.report))
         if self.replication is not None:
             isr_check_ms = max(1, s.replica_lag_time_max_ms // 2)
             jobs.append(

@@ -42,6 +42,7 @@ from services.storage.partition import (
     Role,
     TopicPartition,
 )
+from services.storage.replication.quota import ReplicationQuotas
 
 log = get_logger("storage.replica_manager")
 
@@ -58,6 +59,10 @@ class FollowerControl(Protocol):
     def is_following(self, key: TopicPartition) -> bool: ...
 
     def max_lag(self) -> int: ...
+
+    def leader_log_end_offset(self, key: TopicPartition) -> int:
+        """The leader's log end offset as its last fetch answer said (-1: not known)."""
+        ...
 
 
 class IsrControl(Protocol):
@@ -102,6 +107,12 @@ class ReplicaManager:
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self.backend: LogBackend = backend if backend is not None else EngineBackend()
         self.metrics = metrics if metrics is not None else StorageMetrics()
+        # replication throttles (rates from the dynamic broker configs: StorageBrokerConfig)
+        self.quotas = ReplicationQuotas(
+            broker_id,
+            self.metrics.replication_throttled_bytes,
+            self.metrics.replication_throttled_holds,
+        )
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.clock = clock
         self.hosted: dict[TopicPartition, Hosted] = {}

@@ -14,6 +14,7 @@ from services.storage.delete_records import delete_records
 from services.storage.epochs import offset_for_leader_epoch
 from services.storage.exchange import serve_exchange
 from services.storage.fetches import fetch
+from services.storage.log_dir_info import describe_log_dirs
 from services.storage.offsets import list_offsets
 from services.storage.replica_manager import ReplicaManager
 from services.storage.txn_markers import write_txn_markers
@@ -88,6 +89,12 @@ class StorageService(pb_grpc.StorageServicer):
     ) -> pb.WriteTxnMarkersResponse:
         with self.rm.metrics.timed("WriteTxnMarkers"):
             return await write_txn_markers(self.rm, request)
+
+    async def DescribeLogDirs(
+        self, request: pb.DescribeLogDirsRequest, context: Any
+    ) -> pb.DescribeLogDirsResponse:
+        with self.rm.metrics.timed("DescribeLogDirs"):
+            return await describe_log_dirs(self.rm, request)
 
 
 def add_storage_service(server: grpc.aio.Server, rm: ReplicaManager) -> StorageService:

@@ -26,10 +26,11 @@ from services.common.topic_config import (
     format_value,
     parse_value,
 )
+from services.common.zone import RackDiscoverySettings
 
 # Broker property name -> topic config definition (e.g. "log.segment.bytes" -> segment.bytes).
 BROKER_TOPIC_DEFAULTS: dict[str, TopicConfigDef] = {
-    d.broker_name: d for d in TOPIC_CONFIGS.values()
+    d.broker_name: d for d in TOPIC_CONFIGS.values() if d.broker_name
 }
 _FIELD_TO_BROKER_PROP = {name.replace(".", "_"): name for name in BROKER_TOPIC_DEFAULTS}
 
@@ -40,7 +41,7 @@ def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
     return _parse_listener(value, prop, LISTENER_SCHEMES)
 
 
-class StorageSettingsBase(ServiceSettings, ListenerSettings):
+class StorageSettingsBase(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     """The storage node's own settings; the generated subclass adds the topic defaults."""
 
     LISTENER_SCHEMES = LISTENER_SCHEMES
@@ -58,6 +59,19 @@ class StorageSettingsBase(ServiceSettings, ListenerSettings):
         "log directories, comma-separated: new replicas go to the one with the fewest partitions",
     )
     broker_rack: str | None = kafka_prop(None, "broker.rack", "rack (zone) of this node")
+    kafkapy_storage_capacity_bytes: int = kafka_prop(
+        0,
+        "kafkapy.storage.capacity.bytes",
+        "bytes this node's volume may hold, for the rebalancer and autoscaler (0 = the size of "
+        "the file system of the first log dir)",
+        ge=0,
+    )
+    kafkapy_usage_report_interval_ms: int = kafka_prop(
+        5000,
+        "kafkapy.usage.report.interval.ms",
+        "how often disk use is published to ZooKeeper for the controller",
+        gt=0,
+    )
     log_retention_check_interval_ms: int = kafka_prop(
         300000, "log.retention.check.interval.ms", "how often retention runs", gt=0
     )

@@ -264,6 +264,31 @@ class LocalCluster:
         if wait:
             self._wait_ready([svc], deadline, timeout)
 
+    def add_storage_slot(self) -> int:
+        """One more storage ordinal (ports, the next zone in turn, its own data dir), as a
+        StatefulSet scaled up by one; ``start_process("storage", i)`` starts it."""
+        self._require_layout()
+        book = PortBook.load(self.data_dir / STATE_FILE)
+        picker = PortPicker(self.host)
+        for svc in self._all():
+            picker.reserve(svc.port, svc.admin_port)
+        i = len(self._services["storage"])
+        self._services["storage"].append(
+            slot("storage", i, book=book, picker=picker, zones=self.zones, logs_dir=self.logs_dir)
+        )
+        self._counts["storage"] = i + 1
+        save_state(self.data_dir, self.host, self.zookeeper.port, book, self._all())
+        return i
+
+    def retire_process(self, role: str, index: int, timeout: float = 10.0) -> None:
+        """Stop one process cleanly (SIGTERM) and leave it down: it is no longer supervised nor
+        reported as exited; its data dir stays (a removed StatefulSet pod's PVC)."""
+        svc = self._service(role, index)
+        if svc.proc is not None:
+            self._terminate(svc.proc, timeout)
+            svc.proc = None
+            self._save_pids()
+
     def exited(self) -> dict[str, int]:
         """Processes that were started and are not running now: name -> exit code."""
         out: dict[str, int] = {}

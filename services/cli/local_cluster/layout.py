@@ -78,6 +78,10 @@ class PortPicker:
         self.host = host
         self._used: set[int] = set()
 
+    def reserve(self, *ports: int) -> None:
+        """Ports already taken (by the cluster's running processes)."""
+        self._used.update(ports)
+
     def pick(self, requested: int, saved: int | None, what: str) -> int:
         if requested > 0:
             if requested in self._used or not port_free(self.host, requested):

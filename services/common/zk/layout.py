@@ -211,12 +211,23 @@ class Endpoint:
         return f"{self.host}:{self.port}"
 
 
-def topic_assignment_json(partitions: dict[int, list[int]], topic_id: str | None = None) -> bytes:
+def topic_assignment_json(
+    partitions: dict[int, list[int]],
+    topic_id: str | None = None,
+    adding: dict[int, list[int]] | None = None,
+    removing: dict[int, list[int]] | None = None,
+) -> bytes:
+    """``/brokers/topics/<t>``; ``adding``/``removing``: the replicas of partitions being
+    reassigned (KIP-455), only partitions with some listed, as Kafka writes them."""
+
+    def per_partition(m: dict[int, list[int]] | None) -> dict[str, list[int]]:
+        return {str(p): list(r) for p, r in sorted((m or {}).items()) if r}
+
     body: dict[str, Any] = {
         "version": 3 if topic_id else 2,
         "partitions": {str(p): list(r) for p, r in sorted(partitions.items())},
-        "adding_replicas": {},
-        "removing_replicas": {},
+        "adding_replicas": per_partition(adding),
+        "removing_replicas": per_partition(removing),
     }
     if topic_id:
         body["topic_id"] = topic_id
@@ -227,6 +238,45 @@ def parse_topic_assignment(data: bytes) -> tuple[dict[int, list[int]], str | Non
     d = loads(data) or {}
     parts = {int(p): [int(b) for b in r] for p, r in d.get("partitions", {}).items()}
     return parts, d.get("topic_id")
+
+
+def parse_topic_reassignment(data: bytes) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """(adding_replicas, removing_replicas) of ``/brokers/topics/<t>``, by partition."""
+    d = loads(data) or {}
+
+    def per_partition(key: str) -> dict[int, list[int]]:
+        return {int(p): [int(b) for b in r] for p, r in (d.get(key) or {}).items() if r}
+
+    return per_partition("adding_replicas"), per_partition("removing_replicas")
+
+
+def reassign_partitions_json(moves: dict[tuple[str, int], list[int]]) -> bytes:
+    """The legacy ``/admin/reassign_partitions`` znode (kafka-reassign-partitions.sh's file)."""
+    return dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": list(r)}
+                for (t, p), r in sorted(moves.items())
+            ],
+        }
+    )
+
+
+def parse_reassign_partitions(data: bytes) -> dict[tuple[str, int], list[int]]:
+    """``{"version":1,"partitions":[{"topic","partition","replicas"[,"log_dirs"]}]}``; raises
+    ValueError when malformed."""
+    try:
+        d = json.loads(data)
+        out: dict[tuple[str, int], list[int]] = {}
+        for entry in d["partitions"]:
+            replicas = entry["replicas"]
+            if not isinstance(replicas, list) or not all(isinstance(b, int) for b in replicas):
+                raise ValueError(f"replicas must be a list of broker ids: {replicas!r}")
+            out[(str(entry["topic"]), int(entry["partition"]))] = list(replicas)
+        return out
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"malformed reassignment JSON: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

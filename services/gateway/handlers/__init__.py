@@ -18,6 +18,7 @@ from services.gateway.handlers import (
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_log_dirs,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -27,6 +28,7 @@ from services.gateway.handlers import (
     list_offsets,
     metadata,
     offset_for_leader_epoch,
+    partition_reassignments,
     produce,
 )
 from services.gateway.handlers.base import ApiHandler
@@ -48,7 +50,10 @@ HANDLERS: dict[int, ApiHandler] = {
         incremental_alter_configs.HANDLER,
         describe_configs.HANDLER,
         describe_cluster.HANDLER,
+        describe_log_dirs.HANDLER,
         elect_leaders.HANDLER,
+        partition_reassignments.ALTER_HANDLER,
+        partition_reassignments.LIST_HANDLER,
         init_producer_id.HANDLER,
         find_coordinator.HANDLER,
         *group_requests.HANDLERS,

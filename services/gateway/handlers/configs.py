@@ -85,9 +85,23 @@ def broker_default(s: GatewayServices, defn: TopicConfigDef) -> Resolved:
     return _resolve(s, None, DYNAMIC_BROKER_CONFIGS[defn.broker_name])
 
 
+def _no_server_default_entry(defn: TopicConfigDef, override: str | None) -> ConfigEntry:
+    if override is None:
+        return ConfigEntry(
+            defn.name, format_value(defn.default), ConfigSource.DEFAULT_CONFIG, defn.type, defn.doc
+        )
+    source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+    return ConfigEntry(
+        defn.name, override, source, defn.type, defn.doc, synonyms=((defn.name, override, source),)
+    )
+
+
 def topic_entries(s: GatewayServices, overrides: Mapping[str, str]) -> list[ConfigEntry]:
     out = []
     for name, defn in sorted(TOPIC_CONFIGS.items()):
+        if not defn.broker_name:  # no broker-wide default: the override, else the default
+            out.append(_no_server_default_entry(defn, overrides.get(name)))
+            continue
         default = broker_default(s, defn)
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
         value: str | None

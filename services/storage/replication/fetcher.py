@@ -79,10 +79,18 @@ class FetchState:
     not_before: float = 0.0  # loop time before which the partition is not retried
     failures: int = 0
     leader_high_watermark: int = -1
+    leader_log_end_offset: int = -1  # as the last fetch answer said
 
     @property
     def key(self) -> TopicPartition:
         return self.partition.key
+
+    @property
+    def caught_up(self) -> bool:
+        """At the leader's high watermark (Kafka's ``isReplicaInSync`` of a fetch state): a
+        throttle never holds such a replica back."""
+        hw = self.leader_high_watermark
+        return hw >= 0 and self.partition.log.log_end_offset >= hw
 
 
 def backoff_s(failures: int, max_ms: int) -> float:
@@ -343,8 +351,15 @@ class ReplicaFetcher:
         cfg = self.config
         sent: dict[TopicPartition, tuple[FetchState, int]] = {}
         parts: list[pb.PartitionFetch] = []
+        quota = self.rm.quotas.follower
         for s in states:
             p = s.partition
+            if (
+                quota.is_throttled(p.topic, p.partition, p.config)
+                and not s.caught_up
+                and quota.hold_back()
+            ):
+                continue  # Kafka's shouldFollowerThrottle: not this time
             offset = p.log.log_end_offset
             sent[s.key] = (s, offset)
             parts.append(
@@ -357,6 +372,9 @@ class ReplicaFetcher:
                     log_start_offset=p.log.log_start_offset,
                 )
             )
+        if not parts:  # every due partition is throttled: wait for the quota (or a change)
+            await self._wait_changed(quota.bucket.wait_s())
+            return
         req = pb.FetchRequest(
             replica_id=cfg.broker_id,
             max_wait_ms=cfg.max_wait_ms,
@@ -409,11 +427,15 @@ class ReplicaFetcher:
             if headers:
                 lg.append_as_follower(records, headers, self.rm.clock())
                 self.metrics.replication_bytes_in.labels(p.topic).inc(len(records))
+                quota = self.rm.quotas.follower
+                if quota.is_throttled(p.topic, p.partition, p.config):
+                    quota.record(p.topic, len(records))
         # follower HW = min(leader HW, own LEO) (the log clamps it)
         lg.high_watermark = r.high_watermark
         if lg.log_start_offset < r.log_start_offset <= lg.high_watermark:
             lg.maybe_increment_log_start_offset(r.log_start_offset)
         s.leader_high_watermark = r.high_watermark
+        s.leader_log_end_offset = r.log_end_offset
         s.failures = 0
 
     def _out_of_range(self, s: FetchState, r: FetchResult) -> None:

@@ -58,6 +58,12 @@ class ReplicaFetcherManager:
     def leader_of(self, key: TopicPartition) -> int | None:
         return self._leader_of.get(key)
 
+    def leader_log_end_offset(self, key: TopicPartition) -> int:
+        leader = self._leader_of.get(key)
+        fetcher = self.fetchers.get(leader) if leader is not None else None
+        state = fetcher.states.get(key) if fetcher is not None else None
+        return state.leader_log_end_offset if state is not None else -1
+
     def max_lag(self) -> int:
         return max((f.max_lag() for f in self.fetchers.values()), default=0)
 

@@ -4,6 +4,7 @@ import pytest
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.topic_config import (
+    NO_SERVER_DEFAULT,
     TOPIC_CONFIGS,
     deprecation_warnings,
     effective_config,
@@ -49,7 +50,28 @@ def test_invalid_overrides(overrides: dict[str, str], fragment: str) -> None:
 
 
 def test_every_config_has_a_broker_name() -> None:
-    assert all(d.broker_name for d in TOPIC_CONFIGS.values())
+    """But the throttled-replica lists, which Kafka gives no broker-wide default either."""
+    assert NO_SERVER_DEFAULT == {
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    }
+    assert all(d.broker_name for d in TOPIC_CONFIGS.values() if d.name not in NO_SERVER_DEFAULT)
+
+
+@pytest.mark.parametrize("value", ["*", "", "0:1", "0:1,1:2, 3:0", " * "])
+def test_throttled_replicas_accepted(value: str) -> None:
+    name = "leader.replication.throttled.replicas"
+    assert validate_overrides({name: value}) == {
+        name: [i.strip() for i in value.split(",") if i.strip()]
+    }
+
+
+@pytest.mark.parametrize("value", ["0", "a:1", "0:1,*", "0-1", "0:1:2"])
+def test_throttled_replicas_refused(value: str) -> None:
+    with pytest.raises(KafkaError) as exc:
+        validate_overrides({"follower.replication.throttled.replicas": value})
+    assert exc.value.code == ErrorCode.INVALID_CONFIG
+    assert "must be the literal '*' or a list of replicas" in str(exc.value)
 
 
 def test_message_format_version_is_accepted_deprecated() -> None:

@@ -97,6 +97,14 @@ class FakeStorageNode:
         assert self.fetch_handler is not None
         return await self.fetch_handler(request)
 
+    async def DescribeLogDirs(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        """One dir ``/data/<id>`` holding partition ``a``-0 (when asked for)."""
+        self.calls.append(("DescribeLogDirs", request))
+        d = spb.LogDirInfo(path=f"/data/{self.node_id}", total_bytes=100, usable_bytes=40)
+        if request.all_topics or any(t.topic == "a" and 0 in t.partitions for t in request.topics):
+            d.replicas.add(topic="a", partition=0, size=10, offset_lag=0)
+        return spb.DescribeLogDirsResponse(broker_id=self.node_id, log_dirs=[d])
+
     async def ListOffsets(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
         self.calls.append(("ListOffsets", request))
         assert self.list_offsets_handler is not None

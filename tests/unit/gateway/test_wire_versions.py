@@ -61,6 +61,21 @@ async def _controller(method: str, request: Any) -> Any:
                 for r in request.partitions
             ]
         )
+    if method == "AlterPartitionReassignments":
+        return cpb.AlterPartitionReassignmentsResponse(
+            partitions=[
+                cpb.ReassignmentResult(topic=r.topic, partition=r.partition)
+                for r in request.partitions
+            ]
+        )
+    if method == "ListPartitionReassignments":
+        return cpb.ListPartitionReassignmentsResponse(
+            reassignments=[
+                cpb.OngoingReassignment(
+                    topic="a", partition=0, replicas=[1, 2, 3], adding_replicas=[3]
+                )
+            ]
+        )
     return cpb.AlterConfigsResponse(
         resources=[
             cpb.ConfigResourceResult(resource_type=r.resource_type, name=r.name)
@@ -218,10 +233,28 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "include_documentation": True,
     },
     ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False},
+    ApiKey.DESCRIBE_LOG_DIRS: {"topics": [{"topic": "a", "partitions": [0]}]},
     ApiKey.ELECT_LEADERS: {
         "election_type": 0,
         "topic_partitions": [{"topic": "a", "partitions": [0]}],
         "timeout": 1000,
+    },
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
+        "timeout": 1000,
+        "allow_replication_factor_change": True,
+        "topics": [
+            {
+                "name": "a",
+                "partitions": [
+                    {"partition_index": 0, "replicas": [1, 2]},
+                    {"partition_index": 1, "replicas": None},
+                ],
+            }
+        ],
+    },
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: {
+        "timeout": 1000,
+        "topics": [{"name": "a", "partition_indexes": [0]}],
     },
     ApiKey.INIT_PRODUCER_ID: {"transactional_id": None, "transaction_timeout": 1000},
     ApiKey.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},

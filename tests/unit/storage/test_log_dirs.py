@@ -169,3 +169,37 @@ async def test_a_failed_dir_takes_only_its_replicas_offline(tmp_path: Path) -> N
     assert (await rm.stop_replicas(stop)).partitions[0].error_code == 0
     assert not rm.log_dirs.is_offline(("t", 1))
     await rm.close()
+
+
+async def test_describe_log_dirs_reports_sizes_and_a_failed_dir(tmp_path: Path) -> None:
+    from services.storage.log_dir_info import describe_log_dirs
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    rm, _ = new_rm([a, b])
+    await rm.update_partitions(order([0, 1]))  # one in each dir
+    assert await produce(rm, 0, 5) == 0
+    resp = await describe_log_dirs(rm, pb.DescribeLogDirsRequest(all_topics=True))
+    assert resp.broker_id == 1
+    by_path = {d.path: d for d in resp.log_dirs}
+    assert set(by_path) == {str(a), str(b)}
+    replicas = {(r.topic, r.partition): r for d in resp.log_dirs for r in d.replicas}
+    assert replicas[("t", 0)].size == rm.backend.size(rm.hosted[("t", 0)].log) > 0
+    assert replicas[("t", 1)].size == 0 and replicas[("t", 1)].offset_lag == 0  # a leader
+    assert all(
+        d.total_bytes > 0 and d.usable_bytes >= 0 and d.error_code == 0 for d in resp.log_dirs
+    )
+
+    failed = rm.log_dirs.dir_of[("t", 1)]
+    rm.handle_log_dir_failure(failed, "test")
+    resp = await describe_log_dirs(rm, pb.DescribeLogDirsRequest(all_topics=True))
+    by_path = {d.path: d for d in resp.log_dirs}
+    bad = by_path[str(failed)]
+    assert (bad.error_code, bad.total_bytes, bad.usable_bytes) == (
+        56,
+        -1,
+        -1,
+    )  # KAFKA_STORAGE_ERROR
+    assert list(bad.replicas) == []
+    (good,) = [d for d in resp.log_dirs if d.path != str(failed)]
+    assert [(r.topic, r.partition) for r in good.replicas] == [("t", 0)]
+    await rm.close()

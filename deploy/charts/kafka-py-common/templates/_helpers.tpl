@@ -1,0 +1,310 @@
+{{/*
+Names. Every subchart derives its objects' names from the release, so the parts of one release
+agree without passing names around: "<release>" when the release name contains "kafka-py",
+else "<release>-kafka-py"; each component appends its own name.
+*/}}
+{{- define "kafkapy.base" -}}
+{{- if contains "kafka-py" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-kafka-py" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kafkapy.name" -}}
+{{- printf "%s-%s" (include "kafkapy.base" .ctx) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kafkapy.selectorLabels" -}}
+app.kubernetes.io/name: kafka-py
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kafkapy.labels" -}}
+{{ include "kafkapy.selectorLabels" . }}
+app.kubernetes.io/part-of: kafka-py
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The kafka-py image: global.image, tag defaulting to the chart's appVersion. */}}
+{{- define "kafkapy.image" -}}
+{{- $img := .Values.global.image -}}
+{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) -}}
+{{- end -}}
+
+{{- define "kafkapy.zookeeperConnect" -}}
+{{- if .Values.global.zookeeper.connect -}}
+{{- .Values.global.zookeeper.connect -}}
+{{- else -}}
+{{- $svc := include "kafkapy.name" (dict "ctx" . "component" "zookeeper") -}}
+{{- $port := int .Values.global.zookeeper.port -}}
+{{- $hosts := list -}}
+{{- range $i := until (int .Values.global.zookeeper.replicas) -}}
+{{- $hosts = append $hosts (printf "%s-%d.%s-headless.%s.svc.%s:%d" $svc $i $svc $.Release.Namespace $.Values.global.clusterDomain $port) -}}
+{{- end -}}
+{{- join "," $hosts -}}{{ .Values.global.zookeeper.chroot }}
+{{- end -}}
+{{- end -}}
+
+{{- define "kafkapy.podSecurityContext" -}}
+{{ toYaml .Values.global.podSecurityContext }}
+{{- end -}}
+
+{{- define "kafkapy.containerSecurityContext" -}}
+{{ toYaml .Values.global.containerSecurityContext }}
+{{- end -}}
+
+{{/* Downward API env every kafka-py container gets (pod identity, node for the zone). */}}
+{{- define "kafkapy.downwardEnv" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: POD_IP
+  valueFrom: {fieldRef: {fieldPath: status.podIP}}
+- name: NODE_NAME
+  valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+{{- end -}}
+
+{{/*
+Settings shared by every service, as the KAFKAPY_* environment its settings loader reads
+(services/common/settings.py): ZooKeeper, the admin server, logs, zone discovery. Per-service
+`config` entries (Kafka property names) come after and win.
+*/}}
+{{- define "kafkapy.settingsData" -}}
+{{- $g := .ctx.Values.global -}}
+{{- $s := dict "zookeeper.connect" (include "kafkapy.zookeeperConnect" .ctx) "admin.host" "0.0.0.0" "admin.port" (toString $g.ports.admin) "log.format" "json" "log.level" $g.logLevel -}}
+{{- if .zoned -}}
+{{- if $g.zones.discovery -}}
+{{- $_ := set $s "kafkapy.rack.discovery" "kubernetes" -}}
+{{- $_ := set $s "kafkapy.rack.node.label" $g.zones.nodeLabel -}}
+{{- if $g.zones.fallback }}{{- $_ := set $s "kafkapy.rack.fallback" $g.zones.fallback -}}{{- end -}}
+{{- if $g.zones.apiUrl }}{{- $_ := set $s "kafkapy.kubernetes.api.url" $g.zones.apiUrl -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := .config -}}
+{{- $_ := set $s $k (toString $v) -}}
+{{- end -}}
+{{- range $k, $v := $s }}
+{{ printf "KAFKAPY_%s" ($k | upper | replace "." "_" | replace "-" "_") }}: {{ $v | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* The settings ConfigMap of one component (ctx, component, config, zoned). */}}
+{{- define "kafkapy.settingsConfigMap" -}}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ include "kafkapy.name" . }}-settings
+  labels:
+    {{- include "kafkapy.labels" . | nindent 4 }}
+data:
+  {{- include "kafkapy.settingsData" . | trim | nindent 2 }}
+{{- end -}}
+
+{{- define "kafkapy.probes" -}}
+{{- $p := .Values.global.probes -}}
+startupProbe:
+  httpGet: {path: /healthz, port: admin}
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+livenessProbe:
+  httpGet: {path: /healthz, port: admin}
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+readinessProbe:
+  httpGet: {path: /readyz, port: admin}
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+{{- end -}}
+
+{{- define "kafkapy.scrapeAnnotations" -}}
+{{- if .Values.global.metrics.scrapeAnnotations -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.global.ports.admin | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{/* Spread over zones (and hosts) and keep replicas of a component apart. */}}
+{{- define "kafkapy.placement" -}}
+{{- $g := .ctx.Values.global -}}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: {{ $g.zones.nodeLabel }}
+    whenUnsatisfiable: {{ $g.zones.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "kafkapy.selectorLabels" . | nindent 8 }}
+affinity:
+  podAntiAffinity:
+    {{- if eq $g.antiAffinity "hard" }}
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "kafkapy.selectorLabels" . | nindent 12 }}
+    {{- else }}
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "kafkapy.selectorLabels" . | nindent 14 }}
+    {{- end }}
+  {{- with .nodeAffinity }}
+  nodeAffinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+Pod-level fields shared by every kafka-py pod (ctx, zoned, api): the service account token is
+mounted only where the Kubernetes API is read (zone discovery, the autoscaler).
+*/}}
+{{- define "kafkapy.podCommon" -}}
+{{- $g := .ctx.Values.global -}}
+serviceAccountName: {{ $g.serviceAccountName | default (include "kafkapy.base" .ctx) }}
+automountServiceAccountToken: {{ or (and .zoned $g.zones.discovery) .api | default false }}
+enableServiceLinks: false
+securityContext:
+  {{- include "kafkapy.podSecurityContext" .ctx | nindent 2 }}
+{{- with $g.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $g.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $g.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget (ctx, component, pdb). */}}
+{{- define "kafkapy.pdb" -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "kafkapy.name" . }}
+  labels:
+    {{- include "kafkapy.labels" . | nindent 4 }}
+spec:
+  {{- if hasKey .pdb "minAvailable" }}
+  minAvailable: {{ .pdb.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ .pdb.maxUnavailable | default 1 }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "kafkapy.selectorLabels" . | nindent 6 }}
+{{- end -}}
+
+{{/* Scratch space for a read-only root filesystem. */}}
+{{- define "kafkapy.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end -}}
+{{- define "kafkapy.tmpMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/*
+The container of one service (ctx, component, command, args, ports, resources, zoned,
+lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on the admin port.
+*/}}
+{{- define "kafkapy.container" -}}
+{{- $g := .ctx.Values.global -}}
+- name: {{ .command }}
+  image: {{ include "kafkapy.image" .ctx }}
+  imagePullPolicy: {{ $g.image.pullPolicy }}
+  args:
+    - {{ .command }}
+    {{- range .args }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    {{- include "kafkapy.downwardEnv" . | nindent 4 }}
+    {{- with .extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  envFrom:
+    - configMapRef:
+        name: {{ include "kafkapy.name" . }}-settings
+  ports:
+    {{- range .ports }}
+    - name: {{ .name }}
+      containerPort: {{ .port }}
+      protocol: TCP
+    {{- end }}
+    - name: admin
+      containerPort: {{ $g.ports.admin }}
+      protocol: TCP
+  {{- include "kafkapy.probes" .ctx | nindent 2 }}
+  resources:
+    {{- toYaml .resources | nindent 4 }}
+  securityContext:
+    {{- include "kafkapy.containerSecurityContext" .ctx | nindent 4 }}
+  {{- with .lifecycle }}
+  lifecycle:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    {{- include "kafkapy.tmpMount" . | nindent 4 }}
+    {{- with .mounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end -}}
+
+{{/*
+A Deployment of one service with a generated node id (ctx, component, command, values, port,
+idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels). Replicas are omitted when an HPA
+owns them (values.autoscaling.enabled).
+*/}}
+{{- define "kafkapy.deployment" -}}
+{{- $v := .values -}}
+{{- $name := printf "%s%s" (include "kafkapy.name" .) (.nameSuffix | default "") -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "kafkapy.labels" . | nindent 4 }}
+    {{- with .labels }}{{ toYaml . | nindent 4 }}{{ end }}
+spec:
+  {{- if not (and $v.autoscaling $v.autoscaling.enabled) }}
+  replicas: {{ $v.replicas }}
+  {{- end }}
+  revisionHistoryLimit: 3
+  selector:
+    matchLabels:
+      {{- include "kafkapy.selectorLabels" . | nindent 6 }}
+      {{- with .labels }}{{ toYaml . | nindent 6 }}{{ end }}
+  template:
+    metadata:
+      labels:
+        {{- include "kafkapy.labels" . | nindent 8 }}
+        {{- with .labels }}{{ toYaml . | nindent 8 }}{{ end }}
+      annotations:
+        checksum/settings: {{ include "kafkapy.settingsData" . | sha256sum }}
+        {{- include "kafkapy.scrapeAnnotations" .ctx | nindent 8 }}
+    spec:
+      {{- include "kafkapy.podCommon" (dict "ctx" .ctx "zoned" .zoned "api" .api) | nindent 6 }}
+      terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
+      {{- include "kafkapy.placement" . | nindent 6 }}
+      containers:
+        {{- $args := list .idFlag "-1" "--listeners" (printf "0.0.0.0:%d" (int .port.port)) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
+        {{- $args = concat $args (.extraArgs | default list) -}}
+        {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" (list .port) "resources" $v.resources "lifecycle" .lifecycle) | nindent 8 }}
+      volumes:
+        {{- include "kafkapy.tmpVolume" . | nindent 8 }}
+{{- end -}}

@@ -1,0 +1,9 @@
+{{/* The gateway Service clients bootstrap from. */}}
+{{- define "kafkapy.bootstrap" -}}
+{{- $gw := .Values.gateway -}}
+{{- if and (eq $gw.service.mode "LoadBalancer") $gw.service.advertisedHost -}}
+{{- printf "%s:%d" $gw.service.advertisedHost (int $gw.port) -}}
+{{- else -}}
+{{- printf "%s.%s.svc.%s:%d" (include "kafkapy.name" (dict "ctx" . "component" "gateway")) .Release.Namespace .Values.global.clusterDomain (int $gw.port) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,431 @@
+"""deploy/helm for the default values and meaningful combinations: Helm lint (strict), every
+object valid for Kubernetes 1.30-1.35 (strict: no unknown fields), a policy check written as
+tests, and the args/env of every kafka-py container accepted by that service's own settings
+loader. values.schema.json rejects bad values; a broken template fails."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+from chart_support import (
+    CHART,
+    CRD_KINDS,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    ROOT,
+    component,
+    expand_refs,
+    named,
+    notes,
+    of_kind,
+    pod_spec,
+    render,
+    update_dependencies,
+    workloads,
+)
+
+from services.common.settings import ServiceSettings
+from services.controller.settings import ControllerSettings
+from services.gateway.settings import GatewaySettings
+from services.group_coordinator.settings import GroupCoordinatorSettings
+from services.storage.settings import StorageSettings
+
+DEV = {
+    "global": {"zookeeper": {"replicas": 1}},
+    "storage": {"replicas": 1, "persistence": {"size": "1Gi"}},
+    "controller": {"replicas": 1, "config": {"offsets.topic.replication.factor": 1}},
+    "gateway": {"replicas": 1, "autoscaling": {"enabled": False}},
+    "groupCoordinator": {"replicas": 1},
+    "zookeeper": {"persistence": {"size": "1Gi"}},
+}
+COMBINATIONS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "dev": DEV,
+    "zones": {
+        "global": {
+            "antiAffinity": "hard",
+            "zones": {"whenUnsatisfiable": "DoNotSchedule", "fallback": "unknown-zone"},
+        },
+        "storage": {"replicas": 6},
+        "gateway": {"service": {"mode": "perZone"}, "zones": ["zone-a", "zone-b", "zone-c"]},
+    },
+    "loadbalancer-monitoring-autoscaler": {
+        "gateway": {
+            "service": {
+                "mode": "LoadBalancer",
+                "advertisedHost": "kafka.example.com",
+                "loadBalancerSourceRanges": ["10.0.0.0/8"],
+            }
+        },
+        "monitoring": {"podMonitor": True, "prometheusRule": True},
+        "controller": {"autoscaler": {"enabled": True, "minReplicas": 3, "maxReplicas": 9}},
+    },
+    "external-zookeeper-transactions": {
+        "zookeeper": {"enabled": False},
+        "global": {"zookeeper": {"connect": "zk-0.zk:2181,zk-1.zk:2181,zk-2.zk:2181/kafka"}},
+        "transactionCoordinator": {"enabled": True},
+    },
+    "locked-down": {
+        "global": {"zones": {"discovery": False}, "metrics": {"scrapeAnnotations": False}},
+        "networkPolicy": {
+            "clientPeers": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
+            "metricsPeers": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        },
+        "gateway": {"autoscaling": {"enabled": False}, "replicas": 3},
+        "storage": {"config": {"log.retention.hours": 24, "min.insync.replicas": 2}},
+        "tests": {"enabled": False},
+    },
+}
+COMBOS = list(COMBINATIONS)
+SETTINGS: dict[str, type[ServiceSettings]] = {
+    "storage": StorageSettings,
+    "gateway": GatewaySettings,
+    "controller": ControllerSettings,
+    "group-coordinator": GroupCoordinatorSettings,
+}
+ELASTIC = importlib.util.find_spec("services.controller.elastic_settings") is not None
+POD_ENV = {  # what the downward API gives a pod
+    "POD_NAME": "kafka-py-storage-1",
+    "POD_NAMESPACE": NAMESPACE,
+    "POD_IP": "10.1.2.3",
+    "NODE_NAME": "node-1",
+    "BROKER_ID": "1",
+}
+
+
+@pytest.fixture(scope="module", params=COMBOS)
+def combo(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, render(COMBINATIONS[request.param])
+
+
+@pytest.mark.parametrize("name", COMBOS)
+def test_helm_lint_strict(name: str) -> None:
+    for kube in ("v1.30.0", "v1.35.0"):
+        report = helm.lint(
+            CHART, COMBINATIONS[name], strict=True, with_subcharts=True, kube_version=kube
+        )
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not problems and not report["errors"], report
+
+
+def test_every_object_is_valid_for_kubernetes_1_30_to_1_35(combo: Any) -> None:
+    _, docs = combo
+    assert docs
+    for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} on {version}: {exc}")
+
+
+def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod_spec(doc)
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_policy(combo: Any) -> None:
+    """The checks a policy scanner would run (no such scanner is installed here): non-root,
+    no privilege escalation, all capabilities dropped, RuntimeDefault seccomp, read-only root,
+    no host namespaces/paths/ports, pinned images, requests and memory limits, probes, and a
+    service account token only where the Kubernetes API is read."""
+    name, docs = combo
+    for doc in workloads(docs):
+        what = f"{name}: {doc['kind']}/{doc['metadata']['name']}"
+        spec = pod_spec(doc)
+        psc = spec["securityContext"]
+        assert psc["runAsNonRoot"] is True and psc["seccompProfile"]["type"] == "RuntimeDefault", (
+            what
+        )
+        assert psc.get("runAsUser", 0) != 0, what
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(key), what
+        assert not [v for v in spec.get("volumes", []) if "hostPath" in v], what
+        reads_api = any(
+            e["name"] == "NODE_NAME" for c in spec["containers"] for e in c.get("env", [])
+        ) and (
+            component(doc) in ("storage", "gateway", "group-coordinator", "transaction-coordinator")
+            or "autoscaler" in name
+        )
+        assert spec.get("automountServiceAccountToken") in (False, True), what
+        if spec["automountServiceAccountToken"]:
+            assert reads_api, f"{what}: token mounted without a use"
+        for c in _containers(doc):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, what
+            assert sc["readOnlyRootFilesystem"] is True, what
+            assert "ALL" in sc["capabilities"]["drop"] and not sc.get("privileged"), what
+            assert not [p for p in c.get("ports", []) if "hostPort" in p], what
+            image = c["image"]
+            assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), what
+            res = c["resources"]
+            assert {"cpu", "memory"} <= set(res["requests"]) and "memory" in res["limits"], what
+            if doc["kind"] != "Pod":
+                assert "readinessProbe" in c and "livenessProbe" in c, what
+
+
+def _settings_env(docs: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = dict(POD_ENV)
+    c = pod_spec(doc)["containers"][0]
+    for ref in c.get("envFrom", []):
+        env.update(named(docs, "ConfigMap", ref["configMapRef"]["name"])["data"])
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+    return env
+
+
+def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
+    """Each kafka-py container's command line and ConfigMap env, run through the service's own
+    settings loader (the code `kafka-py <service>` runs): every flag and KAFKAPY_* variable
+    must be one the service accepts; probes and ports match the admin port it will serve."""
+    name, docs = combo
+    checked = set()
+    for doc in workloads(docs):
+        if doc["kind"] == "Pod" or component(doc) == "zookeeper":
+            continue
+        c = pod_spec(doc)["containers"][0]
+        service, *args = c["args"]
+        assert component(doc) == service
+        env = _settings_env(docs, doc)
+        argv = [expand_refs(a, env) for a in args]
+        assert not [a for a in argv if "$(" in a], f"unexpanded reference in {argv}"
+        cls = SETTINGS.get(service)
+        if cls is None or (service == "controller" and "autoscaler" in name and not ELASTIC):
+            continue  # not on this branch yet: test_services_not_on_this_branch says so
+        settings = cls.load(argv, env=env)
+        checked.add(service)
+        admin = {p["name"]: p["containerPort"] for p in c["ports"]}["admin"]
+        assert settings.admin_port == admin and settings.admin_host == "0.0.0.0"
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+        listen = settings.listener  # type: ignore[attr-defined]
+        assert listen.port in [p["containerPort"] for p in c["ports"]], (service, listen)
+        assert settings.log_format == "json"
+        if service == "storage":
+            assert settings.broker_id == 1
+            assert settings.advertised_listeners.endswith(  # type: ignore[attr-defined]
+                f"kafka-py-storage-1.kafka-py-storage-headless.{NAMESPACE}.svc.cluster.local:9093"
+            )
+            mounts = {m["mountPath"] for m in c["volumeMounts"]}
+            assert any(settings.log_dir.is_relative_to(m) for m in mounts)  # type: ignore[attr-defined]
+        else:
+            id_field = "controller_id" if service == "controller" else "node_id"
+            assert getattr(settings, id_field) == -1  # generated from /brokers/seqid
+        if service != "controller":
+            zones = COMBINATIONS[name].get("global", {}).get("zones", {})
+            want = "kubernetes" if zones.get("discovery", True) else "none"
+            assert settings.rack_discovery == want  # type: ignore[attr-defined]
+    assert {"storage", "gateway", "group-coordinator"} <= checked
+
+
+@pytest.mark.parametrize(
+    "module", ["services.transaction_coordinator.settings", "services.controller.elastic_settings"]
+)
+def test_services_not_on_this_branch(module: str) -> None:
+    """The transaction coordinator and the autoscaler's settings are built on other branches;
+    until they are merged their containers' args/env cannot be checked (skipped, not faked)."""
+    pytest.importorskip(module)
+
+
+def test_storage_statefulset_is_shaped_for_kafka(combo: Any) -> None:
+    name, docs = combo
+    sts = named(docs, "StatefulSet", "kafka-py-storage")
+    spec = sts["spec"]
+    assert spec["podManagementPolicy"] == "Parallel"
+    assert spec["serviceName"] == "kafka-py-storage-headless"
+    assert named(docs, "Service", "kafka-py-storage-headless")["spec"]["clusterIP"] == "None"
+    assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["data"]
+    pod = spec["template"]["spec"]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
+    assert pod["affinity"]["podAntiAffinity"]
+    assert named(docs, "PodDisruptionBudget", "kafka-py-storage")["spec"]["maxUnavailable"] == 1
+    # SIGTERM's controlled shutdown fits in the grace period even at its worst
+    env = _settings_env(docs, sts)
+    st = StorageSettings.load(["--broker.id", "0"], env=env)
+    worst_s = (
+        st.controlled_shutdown_max_retries
+        * (st.controller_socket_timeout_ms + st.controlled_shutdown_retry_backoff_ms)
+        + st.shutdown_grace_ms
+    ) / 1000
+    container = pod["containers"][0]
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    assert pod["terminationGracePeriodSeconds"] >= worst_s + int(pre_stop[1]), (name, worst_s)
+
+
+def test_gateway_service_modes() -> None:
+    docs = render(COMBINATIONS["zones"])
+    deployments = [d for d in of_kind(docs, "Deployment") if component(d) == "gateway"]
+    assert sorted(d["metadata"]["name"] for d in deployments) == [
+        f"kafka-py-gateway-zone-{z}" for z in "abc"
+    ]
+    for d in deployments:
+        zone = d["metadata"]["labels"]["kafka-py.io/zone"]
+        args = pod_spec(d)["containers"][0]["args"]
+        assert args[args.index("--broker.rack") + 1] == zone
+        assert f"kafka-py-gateway-{zone}.{NAMESPACE}.svc.cluster.local:9092" in args
+        terms = pod_spec(d)["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [zone]
+        assert (
+            named(docs, "Service", f"kafka-py-gateway-{zone}")["spec"]["selector"][
+                "kafka-py.io/zone"
+            ]
+            == zone
+        )
+        assert named(docs, "HorizontalPodAutoscaler", d["metadata"]["name"])
+    assert "kafka-py.io/zone" not in named(docs, "Service", "kafka-py-gateway")["spec"]["selector"]
+
+    lb = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    svc = named(lb, "Service", "kafka-py-gateway")
+    assert svc["spec"]["type"] == "LoadBalancer"
+    args = pod_spec(named(lb, "Deployment", "kafka-py-gateway"))["containers"][0]["args"]
+    assert "kafka.example.com:9092" in args
+    assert "kafka.example.com:9092" in notes(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+
+    default = render({})
+    assert named(default, "Service", "kafka-py-gateway")["spec"]["type"] == "ClusterIP"
+    hpa = named(default, "HorizontalPodAutoscaler", "kafka-py-gateway")
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert "replicas" not in named(default, "Deployment", "kafka-py-gateway")["spec"]
+    assert f"kafka-py-gateway.{NAMESPACE}.svc.cluster.local:9092" in notes({})
+
+
+def test_monitoring_objects_only_when_asked_or_served() -> None:
+    assert not [d for d in render({}) if d["kind"] in CRD_KINDS]  # no CRDs in an offline render
+    docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    pm = named(docs, "PodMonitor", "kafka-py")
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
+    rules = named(docs, "PrometheusRule", "kafka-py")["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} >= {
+        "KafkaPyUnderReplicatedPartitions",
+        "KafkaPyNoActiveController",
+    }
+    sts = named(docs, "StatefulSet", "kafka-py-storage")
+    assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+
+
+def test_rbac_is_minimal() -> None:
+    default = render({})
+    (role,) = of_kind(default, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert not of_kind(default, "Role")
+    docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    (scaler,) = of_kind(docs, "Role")
+    rules = {(r["resources"][0], tuple(r["verbs"])) for r in scaler["rules"]}
+    assert rules == {
+        ("statefulsets/scale", ("get", "patch")),
+        ("statefulsets", ("get",)),
+        ("pods", ("list",)),
+    }
+    for doc in of_kind(docs, "Role") + of_kind(docs, "ClusterRole"):
+        for rule in doc["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+    assert not of_kind(render(COMBINATIONS["locked-down"]), "ClusterRole")  # no discovery
+
+
+def test_network_policies_cover_every_workload(combo: Any) -> None:
+    name, docs = combo
+    policies = of_kind(docs, "NetworkPolicy")
+    for doc in workloads(docs):
+        if doc["kind"] == "Pod":
+            continue
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        covering = [
+            p for p in policies
+            if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        ]  # fmt: skip
+        assert covering, f"{name}: {doc['metadata']['name']} has no NetworkPolicy"
+        for rule in covering[0]["spec"]["ingress"]:
+            ports = {p["port"] for p in rule["ports"]}
+            if ports & {"grpc", "client", "peer", "election"}:
+                (peer,) = rule["from"]
+                assert (
+                    peer["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "kafka-py"
+                )
+    gw = named(docs, "NetworkPolicy", "kafka-py-gateway")
+    kafka_rule = next(r for r in gw["spec"]["ingress"] if r["ports"][0]["port"] == "kafka")
+    assert kafka_rule.get("from") == COMBINATIONS[name].get("networkPolicy", {}).get("clientPeers")
+
+
+def test_helm_test_hook_produces_and_consumes_through_the_gateway_service() -> None:
+    docs = render({})
+    pod = next(d for d in of_kind(docs, "Pod"))
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["command"][-1]
+    bootstrap = f"kafka-py-gateway.{NAMESPACE}.svc.cluster.local:9092"
+    assert f"B={bootstrap}" in script
+    assert "console-producer" in script and "console-consumer" in script and "--acks all" in script
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"storage": {"replicas": 0}}, "/storage/replicas"),
+        ({"storage": {"terminationGracePeriodSeconds": 10}}, "terminationGracePeriodSeconds"),
+        ({"gateway": {"service": {"mode": "NodePort"}}}, "/gateway/service/mode"),
+        ({"gateway": {"service": {"mode": "perZone"}}}, "zones"),
+        ({"global": {"image": {"tag": "latest"}}}, "/global/image/tag"),
+        ({"global": {"zookeeper": {"replicas": 2}}}, "/global/zookeeper/replicas"),
+        ({"zookeeper": {"enabled": False}}, "connect"),
+        ({"storage": {"config": {"Log Retention": 1}}}, "Log Retention"),
+        ({"storage": {"persistence": {"size": "lots"}}}, "/storage/persistence/size"),
+        ({"global": {"zones": {"whenUnsatisfiable": "Maybe"}}}, "whenUnsatisfiable"),
+        ({"monitoring": {"podMonitor": "sometimes"}}, "podMonitor"),
+        ({"stroage": {"replicas": 3}}, "stroage"),
+    ],
+)
+def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:
+    with helm.Chart.load(CHART) as chart:  # what `helm install` / `helm template` would say
+        with pytest.raises(helm.HelmValuesError, match=complaint):
+            chart.render(values=values, name="kafka-py", namespace=NAMESPACE)
+
+
+def test_values_schema_accepts_every_combination() -> None:
+    with helm.Chart.load(CHART) as chart:  # render validates the coalesced values first
+        for values in COMBINATIONS.values():
+            assert chart.render(values=values, name="kafka-py", namespace=NAMESPACE)
+
+
+def test_a_broken_template_fails(tmp_path: Path) -> None:
+    """The checks above would catch a template broken on purpose: a copy of the charts with
+    one `end` removed fails to render and fails lint; one with a misspelt field fails the
+    Kubernetes schema validation."""
+    deploy = tmp_path / "deploy"
+    shutil.copytree(
+        ROOT / "deploy" / "helm", deploy / "helm", ignore=shutil.ignore_patterns("charts")
+    )
+    shutil.copytree(
+        ROOT / "deploy" / "charts", deploy / "charts", ignore=shutil.ignore_patterns("charts")
+    )
+    sts = deploy / "charts" / "storage" / "templates" / "statefulset.yaml"
+    good = sts.read_text()
+    sts.write_text(good.replace("        {{- end }}\n", "\n", 1))
+    for sub in (deploy / "charts").iterdir():
+        if "dependencies:" in (sub / "Chart.yaml").read_text():
+            helm.dependency_update(sub, skip_refresh=True)
+    helm.dependency_update(deploy / "helm", skip_refresh=True)
+    with pytest.raises(helm.HelmError):
+        render({}, chart=deploy / "helm")
+    report = helm.lint(deploy / "helm", {}, strict=True, with_subcharts=True)
+    assert [m for m in report["messages"] if m["severity"] == 3], report
+
+    sts.write_text(good.replace("podManagementPolicy:", "podManagmentPolicy:"))
+    helm.dependency_update(deploy / "charts" / "storage", skip_refresh=True)
+    helm.dependency_update(deploy / "helm", skip_refresh=True)
+    doc = named(render({}, chart=deploy / "helm"), "StatefulSet", "kafka-py-storage")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[0], strict=True)
+    update_dependencies()  # the real chart's packed subcharts are untouched, but be sure
