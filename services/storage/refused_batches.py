@@ -12,7 +12,9 @@ unacknowledged batch of *every* partition from 0, so a batch elsewhere that was 
 acknowledged (NOT_ENOUGH_REPLICAS_AFTER_APPEND, a timeout) is stored a second time
 (librdkafka issue 4953; kafka-py checker seed 540026937). The gap in R2's sequence is exactly
 the batch refused here, so R2 gets R1's answer: retriable, not persisted, and the client resends
-both in order. Any other gap is still OUT_OF_ORDER_SEQUENCE_NUMBER.
+both in order. Any other gap is still OUT_OF_ORDER_SEQUENCE_NUMBER. (The log's end sequence is
+not consulted: should an older gap lie before R1 as well, R1's retry, now first in line, meets it
+and gets the out-of-order answer Kafka would give.)
 
 A refusal is forgotten once that producer appends, and after ``TTL_MS`` (a client that gave R1
 up has bumped its epoch or failed by then: librdkafka's default ``message.timeout.ms`` is 300 s,
