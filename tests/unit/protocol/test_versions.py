@@ -55,6 +55,12 @@ def test_supported_versions_table() -> None:
         ApiKey.LIST_GROUPS: (0, 4),
         ApiKey.DELETE_GROUPS: (0, 2),
         ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+        ApiKey.END_TXN: (0, 3),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
     }
     for key, (low, high) in SUPPORTED_VERSIONS.items():
         assert set(range(low, high + 1)) <= set(known_versions(key)), key
