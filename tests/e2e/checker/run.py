@@ -172,6 +172,7 @@ class Checker:
                 self.timeline,
                 rate=rate,
                 config=self._writer_config.get(client),
+                debug_dir=self.evidence,
             )
             self.writers.append(w)
             w.start()
