@@ -30,6 +30,7 @@ from services.gateway.handlers import (
     offset_for_leader_epoch,
     partition_reassignments,
     produce,
+    sasl,
 )
 from services.gateway.handlers.base import ApiHandler
 
@@ -57,6 +58,8 @@ HANDLERS: dict[int, ApiHandler] = {
         init_producer_id.HANDLER,
         find_coordinator.HANDLER,
         *group_requests.HANDLERS,
+        sasl.HANDSHAKE_HANDLER,
+        sasl.AUTHENTICATE_HANDLER,
     )
 }
 

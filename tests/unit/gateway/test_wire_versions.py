@@ -23,6 +23,8 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.gateway.context import GatewayServices
 from services.gateway.handlers import HANDLERS, advertised_versions
+from services.gateway.listeners import Listener
+from services.gateway.sasl import SaslConfig, Session
 
 from .fakes import (
     FakeController,
@@ -321,7 +323,21 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "group_id": "g",
         "topics": [{"name": "a", "partitions": [{"partition_index": 0}]}],
     },
+    ApiKey.SASL_HANDSHAKE: {"mechanism": "PLAIN"},
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": b"\x00u\x00p"},
 }
+
+
+def _sasl_session(api_key: int) -> Session:
+    """A SASL_PLAINTEXT connection's session, at the step where ``api_key`` is expected."""
+    session = Session(
+        Listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", "", 0),
+        SaslConfig(("PLAIN",), {"u": "p"}, 0, 0),
+    )
+    if api_key == ApiKey.SASL_AUTHENTICATE:
+        session.handshake("PLAIN", 1)
+    return session
+
 
 CASES = [
     (int(key), v)
@@ -358,7 +374,10 @@ async def test_handler_round_trip(api_key: int, version: int) -> None:
     header, offset = parse_request_header(frame[4:])
     req = decode_request(api_key, version, frame[4:], offset)
     handler = HANDLERS[api_key]
-    resp = await handler.handle(context(svc, api_key, version), req)
+    ctx = context(svc, api_key, version)
+    if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+        ctx.session = _sasl_session(api_key)
+    resp = await handler.handle(ctx, req)
     assert resp is not None
     corr, body = decode_response(api_key, version, encode_response(api_key, version, 42, resp)[4:])
     assert corr == 42
