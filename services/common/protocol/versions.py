@@ -49,6 +49,8 @@ _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

@@ -31,6 +31,7 @@ from services.gateway.handlers import (
     partition_reassignments,
     produce,
     sasl,
+    user_scram,
 )
 from services.gateway.handlers.base import ApiHandler
 
@@ -60,6 +61,8 @@ HANDLERS: dict[int, ApiHandler] = {
         *group_requests.HANDLERS,
         sasl.HANDSHAKE_HANDLER,
         sasl.AUTHENTICATE_HANDLER,
+        user_scram.DESCRIBE_HANDLER,
+        user_scram.ALTER_HANDLER,
     )
 }
 
