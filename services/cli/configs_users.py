@@ -67,11 +67,12 @@ def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
     try:
         if args.describe:
             if users is None:
-                described = admin.describe_user_scram_credentials(request_timeout=timeout_s).result(
-                    timeout_s
-                )
+                every: Any = admin.describe_user_scram_credentials(request_timeout=timeout_s)
+                described = every.result(timeout_s)
             else:
-                futures = admin.describe_user_scram_credentials(users, request_timeout=timeout_s)
+                futures: Any = admin.describe_user_scram_credentials(
+                    users, request_timeout=timeout_s
+                )
                 described = {u: f.result(timeout_s) for u, f in futures.items()}
             for user, desc in sorted(described.items()):
                 infos = ", ".join(

@@ -15,6 +15,7 @@ import binascii
 import hashlib
 import hmac
 import os
+import secrets
 from dataclasses import dataclass
 
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -101,7 +102,8 @@ class ScramServer:
     def __init__(self, mechanism: str, nonce: str | None = None) -> None:
         self.mechanism = mechanism
         self.digest = MECHANISMS[mechanism]
-        self._nonce = nonce if nonce is not None else base64.b64encode(os.urandom(24)).decode()
+        # alphanumeric, as Kafka's (some clients mis-parse nonces with '/', '+' or '=')
+        self._nonce = nonce if nonce is not None else secrets.token_hex(16)
         self.username: str | None = None
         self.extensions: dict[str, str] = {}
         self._cred: ScramCredential | None = None
@@ -166,7 +168,9 @@ class ScramServer:
             raise ScramError("Invalid SCRAM client final message") from None
         if binding != self._gs2.encode():
             raise ScramError("Invalid channel binding")
-        if attrs[1][1] != self._combined:
+        # Kafka checks that the nonce ends with the server-first one (librdkafka < 2.1 sends
+        # the client nonce twice, and Kafka accepts it)
+        if not attrs[1][1].endswith(self._combined):
             raise ScramError("Invalid client nonce in the final client message.")
         without_proof = text[: text.rindex(",p=")]
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()

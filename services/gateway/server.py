@@ -38,7 +38,7 @@ from services.gateway.handlers.api_versions import fallback_body
 from services.gateway.handlers.base import ApiHandler
 from services.gateway.listeners import Listener
 from services.gateway.produce_order import ProduceOrder
-from services.gateway.sasl import SaslFailure, Session
+from services.gateway.sasl import ANONYMOUS, SaslFailure, Session
 from services.gateway.security import ListenerSecurity
 
 log = get_logger("gateway.server")
@@ -90,6 +90,13 @@ class Connection(asyncio.BufferedProtocol):
             return
         try:
             self.session = self._server.security.session(transport.get_extra_info("peercert"))
+            if self._server.security.tls is not None and self.session.principal != ANONYMOUS:
+                log.info(
+                    "tls_client_authenticated",
+                    peer=self.peer,
+                    listener=self.session.listener.name,
+                    principal=self.session.principal,
+                )
         except ValueError as exc:  # no ssl.principal.mapping.rules rule matches
             log.warning("tls_principal_unmapped", peer=self.peer, error=str(exc))
             self.closing = True
@@ -160,7 +167,19 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _must_pause(self) -> bool:
-        return self._draining or self._write_paused or len(self._tasks) >= self._server.max_inflight
+        return (
+            self._draining
+            or self._write_paused
+            or len(self._tasks) >= self._server.max_inflight
+            or (bool(self._tasks) and self._authenticating)
+        )
+
+    @property
+    def _authenticating(self) -> bool:
+        """While a SASL session is not (or no longer) authenticated, requests are handled one
+        at a time, as Kafka's authenticator does, so each sees the state the previous left."""
+        session = self.session
+        return session is not None and session.sasl is not None and session.needs_auth
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closing:

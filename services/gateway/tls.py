@@ -157,11 +157,16 @@ def map_principal(rules: list[_Rule], dn: str) -> str:
         m = rule.pattern.fullmatch(dn)
         if m is None:
             continue
-        groups = (m.group(0), *m.groups())
-        name = re.sub(
-            r"\$(\d)",
-            lambda g, gs=groups: (gs[int(g.group(1))] or "") if int(g.group(1)) < len(gs) else "",
-            rule.replacement,
-        )
+        name = _substitute(rule.replacement, (m.group(0), *m.groups()))
         return name.lower() if rule.case == "L" else name.upper() if rule.case == "U" else name
     raise ValueError(f"no ssl.principal.mapping.rules rule matches {dn!r}")
+
+
+def _substitute(replacement: str, groups: tuple[str | None, ...]) -> str:
+    """Kafka's ``$n`` references in a mapping rule's replacement (missing groups: empty)."""
+
+    def one(g: re.Match[str]) -> str:
+        n = int(g.group(1))
+        return (groups[n] or "") if n < len(groups) else ""
+
+    return re.sub(r"\$(\d)", one, replacement)
