@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_support import (
+    ApiUsage,
     cli_ok,
     kafka_py,
     one_line,
@@ -65,6 +66,7 @@ class Secure:
         self.cluster = cluster
         self.pki = pki
         self.ports = ports
+        self.usage = ApiUsage(cluster.admin_url("gateway", 0) + "/metrics")
 
     def addr(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
@@ -115,14 +117,18 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     c.start(timeout=90)
     try:
         sec = Secure(c, pki, ports)
-        out = cli_ok(
+        with sec.usage.record("confluent-kafka"):
+            out = cli_ok(
             "configs", "--bootstrap-server", sec.addr("PLAINTEXT"), "--entity-type", "users",
             "--entity-name", ALICE, "--alter", "--add-config",
             f"SCRAM-SHA-256=[iterations=8192,password={ALICE_PW}],"
             f"SCRAM-SHA-512=[password={ALICE_PW}]",
-        )  # fmt: skip
+            )  # fmt: skip
         assert out.strip() == f"Completed updating config for user {ALICE}."
         yield sec
+        # which SASL/SCRAM API versions each client sent (docs/compatibility.md)
+        out_path = tmp_path_factory.getbasetemp() / "security-api-usage.json"
+        out_path.write_text(json.dumps(sec.usage.as_json(), indent=2, sort_keys=True))
     finally:
         c.stop()
 
@@ -192,7 +198,8 @@ def test_scram_credentials_stored_as_kafka_stores_them(secure: Secure) -> None:
 def test_confluent_sasl_ssl_scram_sha_512_and_metadata_per_listener(secure: Secure) -> None:
     auth = {"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": ALICE, "sasl.password": ALICE_PW}
     topic = _topic(secure, "sec-confluent-scram")
-    _round_trip_confluent(secure, "SASL_SSL", topic, 20, **auth)
+    with secure.usage.record("confluent-kafka"):
+        _round_trip_confluent(secure, "SASL_SSL", topic, 20, **auth)
     # Metadata answers with the addresses of the listener the client connected to
     for listener, extra in (("SASL_SSL", auth), ("PLAINTEXT", {})):
         md = AdminClient(secure.conf(listener, **extra)).list_topics(timeout=20)
@@ -353,13 +360,14 @@ def test_kafka_python_sasl_ssl_scram_sha_256(secure: Secure) -> None:
         "sasl_plain_password": ALICE_PW,
         "ssl_cafile": str(secure.pki.ca),
     }
-    p = KafkaProducer(**common)
-    for i in range(10):
-        p.send(topic, f"kp{i}".encode()).get(timeout=30)
-    p.close()
-    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=15000, **common)
-    got = [m.value for m, _ in zip(c, range(10), strict=False)]
-    c.close()
+    with secure.usage.record("kafka-python"):
+        p = KafkaProducer(**common)
+        for i in range(10):
+            p.send(topic, f"kp{i}".encode()).get(timeout=30)
+        p.close()
+        c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=15000, **common)
+        got = [m.value for m, _ in zip(c, range(10), strict=False)]
+        c.close()
     assert got == [f"kp{i}".encode() for i in range(10)]
 
 
@@ -405,7 +413,9 @@ def test_aiokafka_with_ssl_context_and_plain(secure: Secure) -> None:
             await c.stop()
         return got
 
-    assert asyncio.run(run()) == [f"ak{i}".encode() for i in range(5)]
+    with secure.usage.record("aiokafka"):
+        got = asyncio.run(run())
+    assert got == [f"ak{i}".encode() for i in range(5)]
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
@@ -417,7 +427,10 @@ def test_kcat_sasl_plaintext_plain_and_sasl_ssl(secure: Secure) -> None:
         "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=carol",
         "-X", "sasl.password=carol-secret",
     ]  # fmt: skip
-    subprocess.run([kcat, *plain, "-P", "-t", topic], input=b"k1\nk2\nk3\n", check=True, timeout=60)
+    with secure.usage.record("kcat"):
+        subprocess.run(
+            [kcat, *plain, "-P", "-t", topic], input=b"k1\nk2\nk3\n", check=True, timeout=60
+        )
     scram = [
         "-b", secure.addr("SASL_SSL"), "-X", "security.protocol=SASL_SSL",
         "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", f"sasl.username={ALICE}",
@@ -459,7 +472,8 @@ def test_kafkajs_sasl_ssl_scram_sha_256(secure: Secure, tmp_path: Path) -> None:
             }
         ],
     }
-    res = run_node("produce.js", spec, tmp_path)
+    with secure.usage.record("kafkajs"):
+        res = run_node("produce.js", spec, tmp_path)
     assert res["ok"], res
     bad = run_node(
         "produce.js",
