@@ -59,6 +59,12 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         help="group coordinator processes (consumer groups; 0 = none)",
     )
     p.add_argument(
+        "--transaction-coordinators",
+        type=int,
+        default=1,
+        help="transaction coordinator processes (transactional producers; 0 = none)",
+    )
+    p.add_argument(
         "--zones",
         default="zone-a,zone-b,zone-c",
         help="comma-separated zones given in turn to storage nodes, group coordinators and "
@@ -131,6 +137,7 @@ def process_table(procs: list[ProcessInfo], host: str) -> list[str]:
             "storage": "grpc",
             "controller": "grpc",
             "group_coordinator": "grpc",
+            "transaction_coordinator": "grpc",
         }.get(p.role, p.role)
         admin = f"admin http://{host}:{p.admin_port}" if p.admin_port else ""
         rows.append(
@@ -153,8 +160,9 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
     for name in ("storage_nodes", "controllers", "gateways"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.group_coordinators < 0:
-        raise UsageError("--group-coordinators must be at least 0")
+    for name in ("group_coordinators", "transaction_coordinators"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 0")
     for name in ("port", "zk_port"):
         if not 0 <= getattr(args, name) <= 65535:
             raise UsageError(
@@ -186,6 +194,7 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         storage_nodes=args.storage_nodes,
         controllers=args.controllers,
         group_coordinators=args.group_coordinators,
+        transaction_coordinators=args.transaction_coordinators,
         zones=zones,
         gateway_port=args.port,
         zk_port=args.zk_port,
@@ -205,7 +214,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     say(
         f"starting ZooKeeper, {args.controllers} controller(s), {args.storage_nodes} storage "
-        f"node(s), {args.group_coordinators} group coordinator(s), {args.gateways} gateway(s); "
+        f"node(s), {args.group_coordinators} group coordinator(s), "
+        f"{args.transaction_coordinators} transaction coordinator(s), {args.gateways} gateway(s); "
         f"data dir {data_dir}"
     )
     try:

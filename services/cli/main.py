@@ -28,6 +28,7 @@ from services.cli import (
     reassign_partitions,
     serve,
     topics,
+    transactions,
 )
 from services.cli.common import (
     DEFAULT_BOOTSTRAP,
@@ -100,6 +101,7 @@ def build_parser() -> Parser:
     leader_election.add_parser(sub, _common)
     delete_records.add_parser(sub, _common)
     broker_api_versions.add_parser(sub, _common)
+    transactions.add_parser(sub, _common)
     reassign_partitions.add_parser(sub, _common)
     log_dirs.add_parser(sub, _common)
     configs.add_parser(sub, _common)
@@ -143,6 +145,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return delete_records.run(args, base, sys.stdout)
     if args.command == "broker-api-versions":
         return broker_api_versions.run(args, base, sys.stdout)
+    if args.command == "transactions":
+        return transactions.run(args, base, sys.stdout)
     if args.command == "reassign-partitions":
         return reassign_partitions.run(args, base, sys.stdout)
     if args.command == "log-dirs":

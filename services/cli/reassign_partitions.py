@@ -289,7 +289,7 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     errors = cluster.alter(dict(moves))
     if errors:
         lines = [f"{tp_text(tp)}: {text}" for tp, text in sorted(errors.items())]
-        raise CliError("Error reassigning partition(s):\n" + "\n".join(lines))
+        raise CliError("Error reassigning partition(s): " + "; ".join(lines))
     for plugin in PLUGINS:
         plugin.after_execute(args, cluster.conf, plan, out)
     names = ",".join(tp_text(tp) for tp in sorted(moves))
@@ -333,7 +333,7 @@ def cancel(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     errors = {tp: e for tp, e in errors.items() if not e.startswith("NO_REASSIGNMENT_IN_PROGRESS")}
     if errors:
         lines = [f"{tp_text(tp)}: {text}" for tp, text in sorted(errors.items())]
-        raise CliError("Error cancelling partition reassignment(s) for:\n" + "\n".join(lines))
+        raise CliError("Error cancelling partition reassignment(s) for: " + "; ".join(lines))
     names = ",".join(tp_text(tp) for tp in ongoing)
     plural = "" if len(ongoing) == 1 else "s"
     print(f"Successfully cancelled partition reassignment{plural} for: {names}", file=out)

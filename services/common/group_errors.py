@@ -32,6 +32,9 @@ GROUP_API_NAMES: dict[ApiKey, str] = {
     ApiKey.LIST_GROUPS: "ListGroups",
     ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.OFFSET_DELETE: "OffsetDelete",
+    ApiKey.TXN_OFFSET_COMMIT: "TxnOffsetCommit",
+    # from transaction coordinators only: the markers of __consumer_offsets partitions
+    ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
 }
 GROUP_APIS = frozenset(GROUP_API_NAMES)
 OFFSET_FETCH_BATCHED_VERSION = 8  # OffsetFetch v8+ names several groups
@@ -91,8 +94,10 @@ def error_response(api_key: int, version: int, req: Body, code: ErrorCode) -> Bo
         raise ValueError(f"api {api_key} is not a group API")
     spec = message_spec(api_key, version, "response")
     error = int(code)
-    if api_key == ApiKey.OFFSET_COMMIT:
+    if api_key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):
         return _shaped(spec, topics=_by_topic(spec, "topics", _committed(req), error_code=error))
+    if api_key == ApiKey.WRITE_TXN_MARKERS:
+        return _shaped(spec, markers=[_marker_result(spec, m, error) for m in req["markers"]])
     if api_key == ApiKey.OFFSET_FETCH:
         return _offset_fetch(spec, version, req, error)
     if api_key == ApiKey.JOIN_GROUP:
@@ -125,6 +130,18 @@ def error_response(api_key: int, version: int, req: Body, code: ErrorCode) -> Bo
         )
     # Heartbeat, LeaveGroup, ListGroups, OffsetDelete: one error code, nothing listed.
     return _shaped(spec, error_code=error)
+
+
+def _marker_result(spec: EntitySpec, marker: Body, error: int) -> Body:
+    marker_spec = _entity(spec, "markers")
+    partitions = [
+        (t.get("name") or "", p) for t in marker.get("topics") or () for p in t["partition_indexes"]
+    ]
+    return _shaped(
+        marker_spec,
+        producer_id=marker.get("producer_id", -1),
+        topics=_by_topic(marker_spec, "topics", partitions, error_code=error),
+    )
 
 
 def _offset_fetch(spec: EntitySpec, version: int, req: Body, error: int) -> Body:

@@ -114,6 +114,8 @@ class MetadataCache:
         self.controllers: dict[int, layout.Endpoint] = {}
         self.group_coordinators: dict[int, layout.Endpoint] = {}
         self.shard_map: layout.ShardMap | None = None  # __consumer_offsets partition owners
+        self.transaction_coordinators: dict[int, layout.Endpoint] = {}
+        self.txn_shard_map: layout.ShardMap | None = None  # __transaction_state partition owners
         self.version = 0
         self.loaded = False
         self._topics: dict[str, TopicInfo] = {}
@@ -257,16 +259,33 @@ class MetadataCache:
     def apply_group_coordinator(self, node_id: int, data: bytes | None) -> None:
         self._apply_endpoint(self.group_coordinators, node_id, data)
 
-    def apply_shard_map(self, data: bytes | None) -> None:
+    def apply_transaction_coordinator(self, node_id: int, data: bytes | None) -> None:
+        self._apply_endpoint(self.transaction_coordinators, node_id, data)
+
+    def coordinators(self, kind: layout.CoordinatorKind) -> dict[int, layout.Endpoint]:
+        """The registered coordinators of ``kind``."""
+        if kind == layout.TRANSACTION:
+            return self.transaction_coordinators
+        return self.group_coordinators
+
+    def shard_map_of(self, kind: layout.CoordinatorKind) -> layout.ShardMap | None:
+        return self.txn_shard_map if kind == layout.TRANSACTION else self.shard_map
+
+    def apply_shard_map(
+        self, data: bytes | None, kind: layout.CoordinatorKind = layout.GROUP
+    ) -> None:
         shard_map = None
         if data:
             try:
                 shard_map = layout.ShardMap.from_json(data)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                log.warning("bad_shard_map", error=repr(exc))
+                log.warning("bad_shard_map", kind=kind.name, error=repr(exc))
                 return
-        if shard_map != self.shard_map:
-            self.shard_map = shard_map
+        if shard_map != self.shard_map_of(kind):
+            if kind == layout.TRANSACTION:
+                self.txn_shard_map = shard_map
+            else:
+                self.shard_map = shard_map
             self._bump()
 
     def apply_controller(self, data: bytes | None) -> None:
@@ -357,6 +376,11 @@ class ZkMetadataSync:
         self._watch_dir(layout.CONTROLLERS, c.apply_controller_endpoint)
         self._watch_dir(layout.GROUP_COORDINATOR_IDS, c.apply_group_coordinator)
         w.data(layout.GROUP_COORDINATOR_SHARDS, lambda d, s: c.apply_shard_map(d))
+        self._watch_dir(layout.TRANSACTION_COORDINATOR_IDS, c.apply_transaction_coordinator)
+        w.data(
+            layout.TRANSACTION_COORDINATOR_SHARDS,
+            lambda d, s: c.apply_shard_map(d, layout.TRANSACTION),
+        )
         w.children(layout.BROKER_TOPICS, self._on_topics)
         try:
             await asyncio.wait_for(w.wait_all_fired(), load_timeout_s)

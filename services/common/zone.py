@@ -26,29 +26,38 @@ DISCOVERY_MODES = ("none", "kubernetes")
 
 
 class ZoneLookupError(RuntimeError):
-    """The node's zone could not be read; the message says why in one line."""
+    """The node's zone could not be read; the message says why in one line, ``status`` is the
+    API server's HTTP status when it answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-def kubernetes_api_client(api_url: str | None = None) -> Any:
+def kubernetes_api_client(api_url: str | None = None, *, client_retries: bool = True) -> Any:
     """A ``kubernetes.client.ApiClient``: ``api_url`` without credentials when given (an API
     proxy or an emulated server), else the pod's service account (in-cluster), else
-    ``KUBECONFIG``."""
+    ``KUBECONFIG``. ``client_retries=False`` turns off urllib3's silent retries, for callers that
+    retry (and log) themselves. Blocking (reads files): call it from a thread."""
     from kubernetes import client, config
 
     if api_url:
         cfg = client.Configuration()
         cfg.host = api_url.rstrip("/")
-        return client.ApiClient(cfg)
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
+    else:
         try:
-            config.load_kube_config()
-        except (config.ConfigException, OSError) as exc:
-            raise ZoneLookupError(
-                f"no Kubernetes API: not in a pod and no usable kubeconfig ({exc})"
-            ) from None
-    return client.ApiClient()
+            config.load_incluster_config()
+        except config.ConfigException:
+            try:
+                config.load_kube_config()
+            except (config.ConfigException, OSError) as exc:
+                raise ZoneLookupError(
+                    f"no Kubernetes API: not in a pod and no usable kubeconfig ({exc})"
+                ) from None
+        cfg = client.Configuration.get_default_copy()
+    if not client_retries:
+        cfg.retries = False
+    return client.ApiClient(cfg)
 
 
 def read_node_labels(node_name: str, api_client: Any, timeout_s: float = 5.0) -> dict[str, str]:
@@ -60,7 +69,7 @@ def read_node_labels(node_name: str, api_client: Any, timeout_s: float = 5.0) ->
         node = client.CoreV1Api(api_client).read_node(node_name, _request_timeout=timeout_s)
     except ApiException as exc:
         raise ZoneLookupError(
-            f"reading node {node_name!r} failed: HTTP {exc.status} {exc.reason}"
+            f"reading node {node_name!r} failed: HTTP {exc.status} {exc.reason}", exc.status
         ) from None
     except Exception as exc:  # connection refused, timeout, TLS...
         raise ZoneLookupError(f"reading node {node_name!r} failed: {exc!r}") from None

@@ -96,7 +96,8 @@ class ActiveController:
         self.deleter = TopicDeleter(self)
         self.balancer = LeaderBalancer(self)
         self.reassigner = Reassigner(self)
-        self.shards = ShardPlacer(zk, self.guard, settings.controller_id)
+        self.shards = ShardPlacer(zk, self.guard, settings.controller_id, layout.GROUP)
+        self.txn_shards = ShardPlacer(zk, self.guard, settings.controller_id, layout.TRANSACTION)
         self.elastic = ElasticStorage(
             self,
             self.reassigner,
@@ -191,7 +192,7 @@ class ActiveController:
         handlers: dict[str, Callable[[], Awaitable[Any]]] = {
             "brokers": self._on_broker_change,
             "topics": self._on_topic_change,
-            "delete_topics": self.deleter.on_delete_topics_change,
+            "delete_topics": self._on_delete_topics_change,
             "isr_change": self._on_isr_change_notification,
             "log_dir_event": self._on_log_dir_event,
             "coordinators": self.place_shards,
@@ -288,12 +289,14 @@ class ActiveController:
         await self.place_shards()
 
     async def place_shards(self) -> None:
-        """Place the ``__consumer_offsets`` shards on the live group coordinators."""
-        topic = self.ctx.topics.get(layout.CONSUMER_OFFSETS_TOPIC)
-        if topic is None or topic.name in self.ctx.topics_to_delete:
-            await self.shards.reconcile(None)  # gone or going: owners resign
-        else:
-            await self.shards.reconcile(len(topic.assignment), topic.topic_id)
+        """Place the shards of ``__consumer_offsets`` on the live group coordinators and of
+        ``__transaction_state`` on the live transaction coordinators."""
+        for placer in (self.shards, self.txn_shards):
+            topic = self.ctx.topics.get(placer.kind.topic)
+            if topic is None or topic.name in self.ctx.topics_to_delete:
+                await placer.reconcile(None)  # gone or going: owners resign
+            else:
+                await placer.reconcile(len(topic.assignment), topic.topic_id)
         self.metrics.update_shards(self.shards.placed)
 
     async def _add_topic(self, topic: TopicState, fresh_id: bool) -> None:
@@ -614,6 +617,10 @@ class ActiveController:
         await self.reassigner.on_brokers_startup(started)
 
     # ---- topic changes --------------------------------------------------------------------
+    async def _on_delete_topics_change(self) -> None:
+        await self.deleter.on_delete_topics_change()
+        await self.reassigner.forget_deleted()
+
     async def _on_topic_change(self) -> None:
         names = set(await self.zk.get_children(layout.BROKER_TOPICS))
         removed = set(self.ctx.topics) - names
@@ -631,7 +638,9 @@ class ActiveController:
                     "new topic found in ZooKeeper", topic=name, partitions=len(got[0].assignment)
                 )
         await self._bring_online(added, {t.name: sorted(t.assignment) for t in added})
-        if layout.CONSUMER_OFFSETS_TOPIC in removed | {t.name for t in added}:
+        if removed:
+            await self.reassigner.forget_deleted()
+        if layout.SHARDED_TOPICS & (removed | {t.name for t in added}):
             await self.place_shards()
 
     async def _on_partition_modification(self, name: str) -> None:
@@ -648,7 +657,7 @@ class ActiveController:
         topic.assignment.update(added)
         await self.reload_states([(topic, p) for p in added])
         await self._bring_online([topic], {name: sorted(added)})
-        if name == layout.CONSUMER_OFFSETS_TOPIC:
+        if name in layout.SHARDED_TOPICS:
             await self.place_shards()
 
     async def _bring_online(

@@ -234,9 +234,9 @@ class AdminOps:
         return _Pending(result, self._acks(acks))
 
     async def _place_shards_of(self, name: str) -> None:
-        """``__consumer_offsets`` appeared or grew: place its shards now (the ZooKeeper watch
-        finds the change already in the context)."""
-        if name == layout.CONSUMER_OFFSETS_TOPIC:
+        """``__consumer_offsets`` or ``__transaction_state`` appeared or grew: place its shards
+        now (the ZooKeeper watch finds the change already in the context)."""
+        if name in layout.SHARDED_TOPICS:
             await self.c.place_shards()
 
     # ---- leader elections -----------------------------------------------------------------
@@ -287,27 +287,41 @@ class AdminOps:
     async def create_internal_topic(
         self, req: pb.CreateInternalTopicRequest
     ) -> pb.CreateInternalTopicResponse:
-        """``__consumer_offsets`` with the offsets.topic.* settings (Kafka creates it on the
-        first FindCoordinator). Already there, or being created: NONE."""
-        if req.name != layout.CONSUMER_OFFSETS_TOPIC:
+        """``__consumer_offsets`` with the offsets.topic.* settings, ``__transaction_state`` with
+        the transaction.state.log.* ones (Kafka creates them on the first FindCoordinator).
+        Already there, or being created: NONE."""
+        if req.name not in layout.SHARDED_TOPICS:
             return pb.CreateInternalTopicResponse(
                 error_code=int(ErrorCode.INVALID_REQUEST),
                 error_message=f"{req.name} is not an internal topic this controller creates",
             )
         pending: _Pending = await self.c.call(
-            "CreateInternalTopic", lambda: self._create_offsets_topic()
+            "CreateInternalTopic", lambda: self._create_internal_topic(req.name)
         )
         code = pending.result.error_code
         return pb.CreateInternalTopicResponse(
             error_code=code, error_message=pending.result.error_message if code else ""
         )
 
-    async def _create_offsets_topic(self) -> _Pending:
-        name = layout.CONSUMER_OFFSETS_TOPIC
+    async def _create_internal_topic(self, name: str) -> _Pending:
         if name in self.ctx.topics:
             return _Pending(pb.TopicResult(name=name))
         settings = self.c.settings
-        rf = settings.offsets_topic_replication_factor
+        configs = {"cleanup.policy": "compact", "compression.type": "producer"}
+        if name == layout.CONSUMER_OFFSETS_TOPIC:
+            partitions = settings.offsets_topic_num_partitions
+            rf = settings.offsets_topic_replication_factor
+            what, rf_prop = "the offsets topic", "offsets.topic.replication.factor"
+            configs["segment.bytes"] = str(settings.offsets_topic_segment_bytes)
+        else:
+            partitions = settings.transaction_state_log_num_partitions
+            rf = settings.transaction_state_log_replication_factor
+            what, rf_prop = (
+                "the transactional state topic",
+                "transaction.state.log.replication.factor",
+            )
+            configs["segment.bytes"] = str(settings.transaction_state_log_segment_bytes)
+            configs["min.insync.replicas"] = str(settings.transaction_state_log_min_isr)
         alive = len(self.ctx.brokers)
         if alive < rf:
             return _Pending(
@@ -315,20 +329,12 @@ class AdminOps:
                     name,
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     f"Number of alive brokers '{alive}' does not meet the required replication "
-                    f"factor '{rf}' for the offsets topic (configured via "
-                    "'offsets.topic.replication.factor'). This error can be ignored if the "
-                    "cluster is starting up and not all brokers are up yet.",
+                    f"factor '{rf}' for {what} (configured via '{rf_prop}'). This error can be "
+                    "ignored if the cluster is starting up and not all brokers are up yet.",
                 )
             )
         spec = pb.TopicSpec(
-            name=name,
-            num_partitions=settings.offsets_topic_num_partitions,
-            replication_factor=rf,
-            configs={
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(settings.offsets_topic_segment_bytes),
-            },
+            name=name, num_partitions=partitions, replication_factor=rf, configs=configs
         )
         try:
             return await self._create_topic(spec, validate_only=False)

@@ -54,6 +54,7 @@ CHILDREN_WATCHES = (
     (layout.ISR_CHANGE_NOTIFICATION, "isr_change"),
     (layout.LOG_DIR_EVENT_NOTIFICATION, "log_dir_event"),
     (layout.GROUP_COORDINATOR_IDS, "coordinators"),
+    (layout.TRANSACTION_COORDINATOR_IDS, "coordinators"),
 )
 FAILOVER_ERROR_BACKOFF_S = 1.0
 

@@ -1,6 +1,7 @@
-"""Placement of the ``__consumer_offsets`` partitions ("shards") on group coordinators.
+"""Placement of the partitions ("shards") of ``__consumer_offsets`` on group coordinators and of
+``__transaction_state`` on transaction coordinators (one ``ShardPlacer`` per ``CoordinatorKind``).
 
-The active controller is the only writer of ``/kafka-py/group-coordinators/shards``. Rules of
+The active controller is the only writer of ``<kind root>/shards``. Rules of
 ``place_shards``: every shard gets a live owner; a shard stays with its owner while that owner
 is live with the same registration and holds no more than its fair share (ceil(shards/live));
 the rest go to the least loaded live coordinator (lowest id first). Any change of owner - a
@@ -9,7 +10,7 @@ is also the producer epoch its owner writes with, so storage fences the former o
 shard gets epoch 0 and its own producer id, kept for its life (a new one only if the int16
 epoch would reach 32767). With no live coordinator the map is left as it is.
 
-A map of another ``__consumer_offsets`` (the topic was deleted and created again) starts over.
+A map of another topic of the same name (it was deleted and created again) starts over.
 While the topic is queued for deletion or gone, the map is emptied: owners resign, as Kafka's
 coordinators do when their partitions are deleted (StopReplica with delete).
 """
@@ -20,9 +21,8 @@ import math
 from collections.abc import Callable, Mapping
 
 from services.common.logging import get_logger
-from services.common.zk import layout
 from services.common.zk.client import AsyncZk
-from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardMap, ShardOwner
+from services.common.zk.layout import CoordinatorKind, ShardMap, ShardOwner
 from services.common.zk.producer_ids import claim_block
 from services.controller.zkstore import Create, EpochGuard, SetData
 
@@ -76,16 +76,20 @@ def reusable(current: ShardMap | None, topic_id: str) -> dict[int, ShardOwner]:
 
 
 def released(current: ShardMap | None) -> ShardMap | None:
-    """The map once ``__consumer_offsets`` is gone or going (None = already so)."""
+    """The map once the topic is gone or going (None = already so)."""
     if current is None or (current.partitions == 0 and not current.shards):
         return None
     return ShardMap(0, {})
 
 
 class ShardPlacer:
-    """Reads the live coordinators and the offsets topic, writes the placement (epoch-guarded)."""
+    """Reads the live coordinators of ``kind`` and its topic, writes the placement
+    (epoch-guarded)."""
 
-    def __init__(self, zk: AsyncZk, guard: EpochGuard, controller_id: int) -> None:
+    def __init__(
+        self, zk: AsyncZk, guard: EpochGuard, controller_id: int, kind: CoordinatorKind
+    ) -> None:
+        self.kind = kind
         self._zk = zk
         self._guard = guard
         self._controller_id = controller_id
@@ -93,20 +97,20 @@ class ShardPlacer:
 
     async def _live(self) -> dict[int, int]:
         out: dict[int, int] = {}
-        for child in await self._zk.get_children(layout.GROUP_COORDINATOR_IDS):
+        for child in await self._zk.get_children(self.kind.ids):
             try:
                 node_id = int(child)
             except ValueError:
                 continue
-            got = await self._zk.get_or_none(f"{layout.GROUP_COORDINATOR_IDS}/{child}")
+            got = await self._zk.get_or_none(f"{self.kind.ids}/{child}")
             if got is not None:
                 out[node_id] = got[1].czxid
         return out
 
     async def reconcile(self, partitions: int | None, topic_id: str = "") -> None:
-        """``partitions`` = the partition count of ``__consumer_offsets`` (None: the topic is
-        gone or queued for deletion), ``topic_id`` its id."""
-        got = await self._zk.get_or_none(layout.GROUP_COORDINATOR_SHARDS)
+        """``partitions`` = the partition count of the kind's topic (None: the topic is gone or
+        queued for deletion), ``topic_id`` its id."""
+        got = await self._zk.get_or_none(self.kind.shards)
         current = ShardMap.from_json(got[0]) if got is not None and got[0] else None
         self.placed = current
         if partitions is None:
@@ -114,7 +118,7 @@ class ShardPlacer:
             if empty is not None and got is not None:
                 await self._write(empty, got[1].version)
                 log.info(
-                    f"shards of {CONSUMER_OFFSETS_TOPIC} released: the topic is being deleted",
+                    f"shards of {self.kind.topic} released: the topic is being deleted",
                     shards=len(current.shards) if current is not None else 0,
                 )
             return
@@ -148,7 +152,7 @@ class ShardPlacer:
         moves = [(p, old.get(p), s) for p, s in sorted(wanted.shards.items()) if old.get(p) != s]
         for p, before, after in moves:
             log.info(
-                f"shard {p} of {CONSUMER_OFFSETS_TOPIC} moved from "
+                f"shard {p} of {self.kind.topic} moved from "
                 f"{before.owner if before else 'nobody'} to {after.owner}, epoch {after.epoch}",
                 partition=p,
                 owner=after.owner,
@@ -156,6 +160,7 @@ class ShardPlacer:
             )
         log.info(
             "coordinator shards placed",
+            topic=self.kind.topic,
             partitions=partitions,
             moved=len(moves),
             per_coordinator={c: sum(s.owner == c for s in wanted.shards.values()) for c in live},
@@ -164,7 +169,7 @@ class ShardPlacer:
     async def _write(self, shard_map: ShardMap, version: int | None) -> None:
         """Create the znode (``version`` None) or replace that version of it, epoch-guarded."""
         data = shard_map.to_json()
-        path = layout.GROUP_COORDINATOR_SHARDS
+        path = self.kind.shards
         op = Create(path, data) if version is None else SetData(path, data, version)
         await self._guard.commit([op])
         self.placed = shard_map

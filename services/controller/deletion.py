@@ -68,7 +68,7 @@ class TopicDeleter:
         if fresh:
             log.info("topics queued for deletion", topics=fresh)
         ctx.topics_to_delete.update(known)
-        if layout.CONSUMER_OFFSETS_TOPIC in fresh:
+        if layout.SHARDED_TOPICS.intersection(fresh):
             await self.c.place_shards()  # its coordinators resign before the replicas go
         self.resume()
 

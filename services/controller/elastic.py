@@ -27,10 +27,13 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
+
 from services.common.logging import get_logger
+from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import elastic
 from services.common.zk.elastic import AutoscalerState, StorageUsage
 from services.controller.autoscale_policy import (
@@ -90,7 +93,7 @@ class Snapshot:
     live: dict[int, str | None]  # live storage node -> zone
     in_flight: dict[TopicPartition, tuple[int, ...]]  # partition -> target replicas
     max_rf: int
-    sizes: dict[TopicPartition, int] = field(default_factory=dict)
+    sizes: dict[TopicPartition, int] | None = None  # asked of the nodes when first planned
 
     def replicas_on(self, node: int) -> int:
         return sum(1 for r in self.current.values() if node in r)
@@ -225,13 +228,32 @@ class ElasticStorage:
                 if st is not None and st.leader >= 0:
                     leaders[st.leader] = leaders.get(st.leader, 0) + 1
         live = {b: lb.registration.rack for b, lb in self.c.ctx.brokers.items()}
-        sizes: dict[TopicPartition, int] = {}
-        for u in self.usage.values():
-            for tp, size in u.partitions.items():
-                if tp in current and size > sizes.get(tp, -1):
-                    sizes[tp] = size
         max_rf = max((len(r) for r in current.values()), default=0)
-        return Snapshot(current, hosting, leaders, live, in_flight, max_rf, sizes)
+        return Snapshot(current, hosting, leaders, live, in_flight, max_rf)
+
+    async def _replica_sizes(self, snap: Snapshot) -> dict[TopicPartition, int]:
+        """The bytes of each partition's largest copy, asked now of every live storage node
+        (Storage.DescribeLogDirs); a node that does not answer is logged and skipped (the other
+        copies of its partitions still count; a partition with none counts 0)."""
+
+        async def ask(broker: int) -> storage_pb2.DescribeLogDirsResponse | None:
+            link = self.c.links.get(broker)
+            if link is None:
+                return None
+            try:
+                return await link.describe_log_dirs()
+            except grpc.aio.AioRpcError as exc:
+                log.warning("replica sizes unavailable", broker=broker, code=exc.code().name)
+                return None
+
+        sizes: dict[TopicPartition, int] = {}
+        for resp in await asyncio.gather(*(ask(b) for b in sorted(snap.live))):
+            for d in resp.log_dirs if resp is not None else ():
+                for r in d.replicas:
+                    tp = (r.topic, r.partition)
+                    if tp in snap.current and r.size > sizes.get(tp, -1):
+                        sizes[tp] = r.size
+        return sizes
 
     async def _read_usage(self) -> None:
         try:
@@ -261,7 +283,9 @@ class ElasticStorage:
         nodes += [Node(b) for b in sorted(set(excluded) - set(snap.live))]
         return nodes
 
-    def _plan(self, snap: Snapshot, excluded: Collection[int] = ()) -> Plan:
+    async def _plan(self, snap: Snapshot, excluded: Collection[int] = ()) -> Plan:
+        if snap.sizes is None:
+            snap.sizes = await self._replica_sizes(snap)
         return plan(
             snap.current,
             self._nodes(snap, excluded),
@@ -299,7 +323,7 @@ class ElasticStorage:
         still = sorted(ids & snap.hosting)
         if still:
             try:
-                self.plan = self._plan(snap, ids)
+                self.plan = await self._plan(snap, ids)
             except PlanError as exc:
                 self.plan, self.plan_error = None, str(exc)
                 self._note(HOLD, f"drain of {_ids(ids)} blocked: {exc}")
@@ -336,7 +360,7 @@ class ElasticStorage:
     # ---- rebalance ----------------------------------------------------------------------------
     async def _rebalance(self, snap: Snapshot) -> None:
         try:
-            self.plan = self._plan(snap)
+            self.plan = await self._plan(snap)
         except PlanError as exc:
             self.plan, self.plan_error = None, str(exc)
             log.warning("rebalance refused", reason=str(exc))
@@ -419,7 +443,7 @@ class ElasticStorage:
         )
         if d.action == SCALE_DOWN:
             try:
-                self.plan = self._plan(snap, d.remove)
+                self.plan = await self._plan(snap, d.remove)
             except PlanError as exc:
                 d = Decision(HOLD, d.nodes + 1, f"{d.reason}, but refused: {exc}", needed=d.needed)
         self.decision = d
@@ -469,7 +493,7 @@ class ElasticStorage:
             if self.state.draining and not wanted <= set(self.state.draining):
                 wanted |= set(self.state.draining)
             try:
-                p = self._plan(snap, wanted)
+                p = await self._plan(snap, wanted)
             except PlanError as exc:
                 raise ElasticError(f"cannot decommission {_ids(wanted)}: {exc}") from None
             if self.provisioner is not None and self.provisioner.kind == "kubernetes":

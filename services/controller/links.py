@@ -96,6 +96,15 @@ class BrokerLink:
         )
         return self._submit("StopReplicas", req)
 
+    async def describe_log_dirs(self) -> storage_pb2.DescribeLogDirsResponse:
+        """Every replica on this node with its size: a query, answered now (not an order queued
+        behind the others); grpc.aio.AioRpcError when the node does not answer."""
+        req = storage_pb2.DescribeLogDirsRequest(all_topics=True)
+        resp: storage_pb2.DescribeLogDirsResponse = await self._stub.DescribeLogDirs(
+            req, timeout=self._timeout
+        )
+        return resp
+
     def _submit(self, kind: str, request: Any) -> asyncio.Future[OrderResult]:
         fut: asyncio.Future[OrderResult] = asyncio.get_running_loop().create_future()
         if self._closed:

@@ -35,6 +35,7 @@ whose node does not acknowledge its deletion is deleted again when the node regi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from kazoo.exceptions import NoNodeError
@@ -122,11 +123,13 @@ class Reassigner:
         legacy znode's (Kafka's initializePartitionReassignments)."""
         self._ongoing.clear()
         for topic in self.c.eligible_topics():
-            for p in sorted(set(topic.adding) | set(topic.removing)):
-                if p in topic.assignment:
-                    log.info("resuming partition reassignment", partition=f"{topic.name}-{p}")
-                    self._ongoing.add((topic.name, p))
-                    await self._step(topic, p, announce=True)
+            moving = [
+                p for p in sorted(set(topic.adding) | set(topic.removing)) if p in topic.assignment
+            ]
+            for p in moving:
+                log.info("resuming partition reassignment", partition=f"{topic.name}-{p}")
+                self._ongoing.add((topic.name, p))
+            await self._advance(topic, moving, announce=True)
         await self.on_legacy_change()
 
     async def on_legacy_change(self) -> None:
@@ -154,7 +157,7 @@ class Reassigner:
         """ISRs changed (states already reloaded): complete reassignments now in sync."""
         for topic, p in parts:
             if (topic.name, p) in self._ongoing:
-                await self._step(topic, p, announce=False)
+                await self._advance(topic, [p], announce=False)
 
     async def on_brokers_startup(self, started: Iterable[int]) -> None:
         """Nodes came back: removed replicas they still hold are deleted, and a reassignment
@@ -167,7 +170,26 @@ class Reassigner:
         for name, p in sorted(self._ongoing):
             topic = self.c.ctx.topics.get(name)
             if topic is not None and p in topic.assignment:
-                await self._step(topic, p, announce=False)
+                await self._advance(topic, [p], announce=False)
+
+    async def forget_deleted(self) -> None:
+        """Topics gone or queued for deletion end their reassignments (their waiters resolve;
+        the legacy znode drops them): the deletion stops every replica of the full set."""
+        ctx = self.c.ctx
+        gone = {
+            (t, p)
+            for t, p in self._ongoing | set(self._waiters)
+            if t not in ctx.topics or t in ctx.topics_to_delete
+        }
+        for tp in sorted(gone):
+            self._finished(tp)
+        got = await self.c.zk.get_or_none(layout.REASSIGN_PARTITIONS)
+        if got is not None:
+            with contextlib.suppress(ValueError):
+                named = layout.parse_reassign_partitions(got[0])
+                await self._remove_from_legacy(
+                    {tp for tp in named if tp[0] not in ctx.topics or tp[0] in ctx.topics_to_delete}
+                )
 
     # ---- submitting -----------------------------------------------------------------------
     async def _submit(
@@ -217,6 +239,7 @@ class Reassigner:
         changed = {p: a for p, a in wanted.items() if a != before[p]}
         if changed:
             await self._write_assignment(topic, changed)
+        moving: list[int] = []
         for p, a in sorted(wanted.items()):
             old = before[p]
             unneeded = [r for r in old.replicas if r not in a.replicas]
@@ -236,22 +259,31 @@ class Reassigner:
                 target=list(a.target),
             )
             self._ongoing.add((topic.name, p))
-            await self._step(topic, p, announce=True)
+            moving.append(p)
+        await self._advance(topic, moving, announce=True)
 
     # ---- the steps ------------------------------------------------------------------------
-    async def _step(self, topic: TopicState, p: int, *, announce: bool) -> None:
-        """Complete the reassignment if its target replicas are in the ISR, else (when
-        ``announce``) order the full replica set with a new leader epoch."""
+    async def _advance(
+        self, topic: TopicState, partitions: Sequence[int], *, announce: bool
+    ) -> None:
+        """Complete the reassignments whose target replicas are in the ISR; when ``announce``,
+        order the full replica set of the others with a new leader epoch (one election and one
+        order per node for all of them)."""
         if topic.name in self.c.ctx.topics_to_delete or topic.name not in self.c.ctx.topics:
-            self._finished((topic.name, p))
+            for p in partitions:
+                self._finished((topic.name, p))
             return
-        a = self._of(topic, p)
-        st = topic.states.get(p)
-        if st is not None and set(a.target) <= set(st.isr):
-            await self._complete(topic, p, a)
-        elif announce:
-            await self.c.elect([(topic, p)], plan=self._plan_same_leader)
-            self.c.send_states([(topic.name, p)])
+        waiting: list[Part] = []
+        for p in partitions:
+            a = self._of(topic, p)
+            st = topic.states.get(p)
+            if st is not None and set(a.target) <= set(st.isr):
+                await self._complete(topic, p, a)
+            else:
+                waiting.append((topic, p))
+        if announce and waiting:
+            await self.c.elect(waiting, plan=self._plan_same_leader)
+            self.c.send_states([(t.name, p) for t, p in waiting])
 
     async def _complete(self, topic: TopicState, p: int, a: ReplicaAssignment) -> None:
         """Step 2 (Kafka's onPartitionReassignment, B1-B8)."""

@@ -61,6 +61,28 @@ class ControllerSettings(ServiceSettings, ListenerSettings, ElasticSettings):
     offsets_topic_segment_bytes: int = kafka_prop(
         104857600, "offsets.topic.segment.bytes", "segment size of __consumer_offsets", ge=1
     )
+    transaction_state_log_num_partitions: int = kafka_prop(
+        50,
+        "transaction.state.log.num.partitions",
+        "partitions of __transaction_state (do not change after deployment)",
+        ge=1,
+    )
+    transaction_state_log_replication_factor: int = kafka_prop(
+        3,
+        "transaction.state.log.replication.factor",
+        "replication factor of __transaction_state",
+        ge=1,
+        le=32767,
+    )
+    transaction_state_log_min_isr: int = kafka_prop(
+        2, "transaction.state.log.min.isr", "min.insync.replicas of __transaction_state", ge=1
+    )
+    transaction_state_log_segment_bytes: int = kafka_prop(
+        104857600,
+        "transaction.state.log.segment.bytes",
+        "segment size of __transaction_state",
+        ge=1,
+    )
     auto_leader_rebalance_enable: bool = kafka_prop(
         True,
         "auto.leader.rebalance.enable",

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from services.common import protocol
 from services.common.admin_http import AdminServer
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.node_ids import with_generated_id
@@ -33,7 +34,6 @@ from services.common.zone import with_discovered_rack
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.handlers import HANDLERS, advertised_versions
 from services.gateway.listeners import advertised_addresses
@@ -62,6 +62,7 @@ class Gateway:
             controller=ControllerClient(self.cache),
             offsets=OffsetsCache(),
             coordinators=CoordinatorClients(self.cache),
+            txn_coordinators=CoordinatorClients(self.cache, layout.TRANSACTION),
             producer_ids=ProducerIdManager(
                 self.zk, settings.node_id, settings.producer_id_block_size
             ),
@@ -161,8 +162,9 @@ class Gateway:
         self.broker_config_sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
-        if self.services.coordinators is not None:
-            await self.services.coordinators.close()
+        for clients in (self.services.coordinators, self.services.txn_coordinators):
+            if clients is not None:
+                await clients.close()
         try:
             await self.zk.stop()
         except Exception as exc:  # noqa: BLE001 - closing anyway

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.broker_config_store import BrokerConfigStore
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
@@ -16,7 +17,6 @@ from services.common.zk.client import AsyncZk
 from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
 from services.gateway.controller_client import ControllerClient
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache
@@ -36,6 +36,7 @@ class GatewayServices:
     controller: ControllerClient
     offsets: OffsetsCache
     coordinators: CoordinatorClients | None = None
+    txn_coordinators: CoordinatorClients | None = None
     producer_ids: ProducerIdManager | None = None
     zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
     # /config/brokers/* as ZooKeeper holds them (dynamic broker configs of every broker id)
@@ -46,6 +47,7 @@ class GatewayServices:
     creating: dict[str, asyncio.Task[dict[str, ErrorCode]]] = field(default_factory=dict)
     # the CreateInternalTopic call for __consumer_offsets in flight (at most one per gateway)
     offsets_topic_creation: asyncio.Future[Any] | None = None
+    txn_topic_creation: asyncio.Future[Any] | None = None
     _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     @property

@@ -2,7 +2,7 @@
 names) in, response bodies out, per API version as Kafka's KafkaApis shapes them.
 
 Responses are built with every field any version has and then cut to the fields of the
-requested version's schema (``_fit``), so a version never carries a field it lacks.
+requested version's schema (``forward.fit``), so a version never carries a field it lacks.
 Nothing raises out of ``handle``: an unexpected failure is logged and answered with
 UNKNOWN_SERVER_ERROR in the shape of the request's API.
 """
@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
+from services.common.coordinator.forward import fit
 from services.common.errors import ErrorCode
 from services.common.group_errors import error_response
 from services.common.internal_topics.consumer_offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
-from services.common.protocol.schema import EntitySpec
 from services.common.shard_tasks import now_ms
+from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC
 from services.group_coordinator.group import JoinResult, SyncResult, TopicPartition
 from services.group_coordinator.groups import GroupShard
 from services.group_coordinator.requests import JoinRequest, LeavingMember
@@ -37,6 +38,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # from transaction coordinators, never from clients
 }
 
 # DescribeGroups authorized operations with no authorizer: every operation a group supports
@@ -53,6 +56,13 @@ class ShardLookup(Protocol):
     def shard(self, partition: int | None) -> GroupShard | ErrorCode: ...
 
     def loaded_shards(self) -> list[GroupShard]: ...
+
+    async def write_txn_marker(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """Write a transaction's marker to an owned ``__consumer_offsets`` partition and apply
+        (or drop) its transactional offsets."""
+        ...
 
 
 Handler = Callable[
@@ -88,26 +98,10 @@ async def handle(
             "group_request_failed", api_key=api_key, api_version=api_version, error=repr(exc)
         )
         return error_response(api_key, api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
-    return _fit(message_spec(api_key, api_version, "response"), response)
+    return fit(message_spec(api_key, api_version, "response"), response)
 
 
 # ---- shaping ---------------------------------------------------------------------------------
-def _fit(spec: EntitySpec, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` cut to the fields of ``spec`` (recursively)."""
-    out: dict[str, Any] = {}
-    for field in (*spec.fields, *spec.tagged):
-        if field.name not in data:
-            continue
-        value = data[field.name]
-        if field.entity is not None and value is not None:
-            if field.array:
-                value = [_fit(field.entity, item) for item in value]
-            else:
-                value = _fit(field.entity, value)
-        out[field.name] = value
-    return out
-
-
 def _lookup(shards: ShardLookup, group_id: str) -> GroupShard | ErrorCode:
     return shards.shard(shards.partition_of(group_id))
 
@@ -123,6 +117,22 @@ def _by_topic(rows: Iterable[tuple[TopicPartition, dict[str, Any]]]) -> list[dic
 # ---- OffsetCommit ----------------------------------------------------------------------------
 
 
+def _offsets_of(
+    body: dict[str, Any], now: int, retention: int
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for topic in body["topics"]:
+        for p in topic["partitions"]:
+            offsets[(topic["name"], p["partition_index"])] = OffsetAndMetadata(
+                offset=p["committed_offset"],
+                leader_epoch=p.get("committed_leader_epoch", NO_LEADER_EPOCH),
+                metadata=p.get("committed_metadata") or NO_METADATA,
+                commit_timestamp=now,
+                expire_timestamp=now + retention if retention != -1 else -1,
+            )
+    return offsets
+
+
 async def _offset_commit(
     shards: ShardLookup, version: int, body: dict[str, Any], client_id: str, client_host: str
 ) -> dict[str, Any]:
@@ -130,16 +140,7 @@ async def _offset_commit(
     shard = _lookup(shards, group_id)
     now = now_ms() if isinstance(shard, ErrorCode) else shard.clock()
     retention = body.get("retention_time", -1) if version <= 4 else -1
-    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-    for topic in body["topics"]:
-        for p in topic["partitions"]:
-            offsets[(topic["name"], p["partition_index"])] = OffsetAndMetadata(
-                offset=p["committed_offset"],
-                leader_epoch=p.get("committed_leader_epoch", NO_LEADER_EPOCH),
-                metadata=p["committed_metadata"] or NO_METADATA,
-                commit_timestamp=now,
-                expire_timestamp=now + retention if retention != -1 else -1,
-            )
+    offsets = _offsets_of(body, now, retention)
     if isinstance(shard, ErrorCode):
         errors = {tp: shard for tp in offsets}
     else:
@@ -154,6 +155,57 @@ async def _offset_commit(
         "throttle_time": 0,
         "topics": _by_topic((tp, {"error_code": int(e)}) for tp, e in errors.items()),
     }
+
+
+# ---- TxnOffsetCommit and the markers of __consumer_offsets ------------------------------------
+
+
+async def _txn_offset_commit(
+    shards: ShardLookup, version: int, body: dict[str, Any], client_id: str, client_host: str
+) -> dict[str, Any]:
+    group_id = body["group_id"]
+    shard = _lookup(shards, group_id)
+    offsets = _offsets_of(body, now_ms() if isinstance(shard, ErrorCode) else shard.clock(), -1)
+    if isinstance(shard, ErrorCode):
+        errors = {tp: shard for tp in offsets}
+    else:
+        errors = await shard.txn_offset_commit(
+            group_id,
+            body["producer_id"],
+            body["producer_epoch"],
+            body.get("member_id") or "",
+            body.get("group_instance_id"),
+            body.get("generation_id", -1),
+            offsets,
+        )
+    return {
+        "throttle_time": 0,
+        "topics": _by_topic((tp, {"error_code": int(e)}) for tp, e in errors.items()),
+    }
+
+
+async def _write_txn_markers(
+    shards: ShardLookup, version: int, body: dict[str, Any], client_id: str, client_host: str
+) -> dict[str, Any]:
+    results = []
+    for m in body["markers"]:
+        rows = []
+        for t in m["topics"]:
+            for p in t["partition_indexes"]:
+                code = (
+                    await shards.write_txn_marker(
+                        p,
+                        m["producer_id"],
+                        m["producer_epoch"],
+                        m["coordinator_epoch"],
+                        m["transaction_result"],
+                    )
+                    if t["name"] == CONSUMER_OFFSETS_TOPIC
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                rows.append(((t["name"], p), {"error_code": int(code)}))
+        results.append({"producer_id": m["producer_id"], "topics": _by_topic(rows)})
+    return {"markers": results}
 
 
 # ---- OffsetFetch -----------------------------------------------------------------------------
@@ -461,4 +513,6 @@ _HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
 }

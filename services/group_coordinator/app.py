@@ -1,35 +1,19 @@
-"""The group coordinator process: ZooKeeper, metadata cache, gRPC, registration, shards.
-
-Start order: admin HTTP (so /healthz answers at once), ZooKeeper session, metadata cache (first
-snapshot), gRPC ``GroupCoordinator`` + grpc.health.v1, then the ephemeral
-``/kafka-py/group-coordinators/ids/<node.id>`` registration (the controller places shards on
-registered coordinators only), then the shard manager follows the shard map. Ready = registered
-and every shard placed here loaded. A lost ZooKeeper session resigns every shard (the controller
-may already have moved them); they are taken again from the map once the session is back.
-SIGTERM: deregister (the controller moves the shards away at once), stop taking requests,
-resign (parked JoinGroup/SyncGroup answer NOT_COORDINATOR), let in-flight requests finish
-(bounded by kafkapy.shutdown.timeout.ms), close, exit 0.
-"""
+"""The group coordinator process (common's ``CoordinatorProcess`` over ``__consumer_offsets``:
+see there for start, readiness, ZooKeeper session loss and SIGTERM)."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Sequence
 
 import grpc
-from grpc_health.v1 import health
 
-from services.common.admin_http import AdminServer
+from services.common.coordinator.process import CoordinatorProcess
 from services.common.logging import configure_logging, get_logger
-from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.node_ids import with_generated_id
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
-from services.common.runtime import new_grpc_server, run, serve_until_signalled, set_serving
-from services.common.storage_client import StorageClients
+from services.common.runtime import run, serve_until_signalled
 from services.common.zk import layout
-from services.common.zk.client import AsyncZk
-from services.common.zk.registration import EphemeralRegistrar
 from services.common.zone import with_discovered_rack
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.metrics import CoordinatorMetrics
@@ -40,16 +24,15 @@ from services.group_coordinator.shards import ShardManager
 log = get_logger("group_coordinator")
 
 
-class GroupCoordinatorApp:
+class GroupCoordinatorApp(CoordinatorProcess):
+    shards: ShardManager
+    service: GroupCoordinatorService
+
     def __init__(
         self, settings: GroupCoordinatorSettings, metrics: CoordinatorMetrics | None = None
     ) -> None:
-        self.settings = settings
+        super().__init__(layout.GROUP, settings)
         self.metrics = metrics or CoordinatorMetrics()
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
-        self.cache = MetadataCache()
-        self.sync = ZkMetadataSync(self.zk, self.cache)
-        self.storage = StorageClients(self.cache)
         self.shards = ShardManager(
             settings.node_id,
             self.cache,
@@ -65,95 +48,12 @@ class GroupCoordinatorApp:
             lambda: [s for shard in self.shards.loaded_shards() for s in shard.group_states()]
         )
         self.service = GroupCoordinatorService(self.shards, self.metrics)
-        self.endpoint = layout.Endpoint(settings.node_id, "", 0, settings.broker_rack)
-        self.registrar = EphemeralRegistrar(
-            self.zk,
-            layout.group_coordinator_path(settings.node_id),
-            lambda: self.endpoint.to_json(),
-            settings.zookeeper_session_timeout_ms,
-            f"group coordinator node.id {settings.node_id}",
-            on_registered=self.shards.reconcile,
-        )
-        self.admin: AdminServer | None = None
-        self._server: grpc.aio.Server | None = None
-        self._health: health.aio.HealthServicer | None = None
-        self._shard_task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._session_lost = False
+
+    def add_servicer(self, server: grpc.aio.Server) -> None:
+        group_coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(self.service, server)
 
     async def _topic_exists(self, topic: str) -> bool:
         return await self.zk.exists(layout.topic_path(topic)) is not None
-
-    def ready(self) -> bool:
-        return (
-            not self._stopping
-            and self.zk.connected
-            and self.registrar.registered
-            and len(self.shards.loaded_shards()) == len(self.shards.owned)
-        )
-
-    async def start(self) -> None:
-        st = self.settings
-        self.admin = AdminServer(st.admin_host, st.admin_port, self.ready)
-        self.admin.start()
-        await self.zk.start()
-        self.zk.on_state(self._on_zk_state)
-        await self.zk.ensure_layout()
-        await self.sync.start()
-        self._server, self._health = new_grpc_server()
-        group_coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-            self.service, self._server
-        )
-        port = self._server.add_insecure_port(st.listener.bind_target)
-        await self._server.start()
-        await set_serving(self._health, True)
-        adv = st.advertised(port)
-        self.endpoint = layout.Endpoint(st.node_id, adv.host, adv.port, st.broker_rack)
-        await self.registrar.register()
-        self._shard_task = asyncio.create_task(self.shards.run(), name="shards")
-        log.info(
-            "group_coordinator_started",
-            grpc=f"{st.listener.host}:{port}",
-            advertised=f"{adv.host}:{adv.port}",
-            rack=st.broker_rack,
-            admin_port=self.admin.port,
-        )
-
-    def _on_zk_state(self, state: str) -> None:
-        if self._stopping:
-            return
-        if state == "LOST":
-            self._session_lost = True
-            self.shards.suspend()
-        elif state == "CONNECTED" and self._session_lost:
-            self._session_lost = False
-            self.shards.resume()
-
-    async def stop(self) -> None:
-        self._stopping = True
-        log.info("group_coordinator_stopping")
-        await self.registrar.deregister()
-        self.service.accepting = False
-        if self._health is not None:
-            await set_serving(self._health, False)
-        if self._shard_task is not None:
-            self._shard_task.cancel()
-            await asyncio.gather(self._shard_task, return_exceptions=True)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.shutdown_timeout_ms / 1000.0
-        await self.shards.stop()
-        if self._server is not None:
-            await self._server.stop(grace=max(0.0, deadline - loop.time()))
-        await self.service.drain(deadline - loop.time())
-        self.sync.stop()
-        await self.storage.close()
-        try:
-            await self.zk.stop()
-        except Exception as exc:  # noqa: BLE001 - closing anyway
-            log.warning("zookeeper_close_failed", error=repr(exc))
-        if self.admin is not None:
-            await self.admin.stop()
-        log.info("group_coordinator_stopped")
 
 
 async def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from services.common.coordinator.shard_store import TransactionalShardStore
 from services.common.errors import ErrorCode
 from services.common.internal_topics.consumer_offsets import OffsetAndMetadata
 from services.common.logging import get_logger
@@ -38,7 +39,6 @@ from services.group_coordinator.requests import (
     LeavingMember,
     MemberSummary,
 )
-from services.group_coordinator.shard_store import ShardStore
 
 log = get_logger("group_coordinator.groups")
 
@@ -49,7 +49,7 @@ class GroupShard:
     def __init__(
         self,
         partition: int,
-        store: ShardStore,
+        store: TransactionalShardStore,
         config: GroupConfig,
         *,
         coordinator_id: int,
@@ -84,6 +84,11 @@ class GroupShard:
             if group is None:
                 group = self.groups[group_id] = Group(group_id, S.EMPTY, now)
             group.offsets.update(offsets)
+        for producer_id, by_group in snapshot.pending_txn.items():
+            for group_id in by_group:
+                if group_id not in self.groups:
+                    self.groups[group_id] = Group(group_id, S.EMPTY, now)
+            self.offsets.pending_txn[producer_id] = by_group
         for group in self.groups.values():
             for member in group.members.values():
                 self.rebalance.schedule_heartbeat(group, member)
@@ -681,6 +686,40 @@ class GroupShard:
             # commits also keep the session alive (the rebalance shows in heartbeats)
             self.rebalance.schedule_heartbeat(group, group.members[member_id])
         return await self.offsets.store_offsets(group, offsets)
+
+    async def txn_offset_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's handleTxnCommitOffsets: a group is created if needed; KIP-447 fencing
+        applies when the request names a member or generation (v3), as for OffsetCommit."""
+        if self.resigned:
+            return {tp: ErrorCode.NOT_COORDINATOR for tp in offsets}
+        if not group_id:
+            return {tp: ErrorCode.INVALID_GROUP_ID for tp in offsets}
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, S.EMPTY, self.clock())
+        error: ErrorCode | None = None
+        if group.is_(S.DEAD):
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        elif generation_id >= 0 or member_id != "" or group_instance_id is not None:
+            error = self.validate_member(group, member_id, group_instance_id, "txn-offset-commit")
+            if error is None and generation_id != group.generation_id:
+                error = ErrorCode.ILLEGAL_GENERATION
+        if error is not None:
+            return {tp: error for tp in offsets}
+        return await self.offsets.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+
+    def complete_txn(self, producer_id: int, commit: bool) -> int:
+        """The producer's transaction marker is in this shard's partition."""
+        return 0 if self.resigned else self.offsets.complete_txn(producer_id, commit)
 
     def _validate_offset_commit(
         self, group: Group, member_id: str, group_instance_id: str | None, generation_id: int

@@ -12,6 +12,11 @@ import asyncio
 from collections.abc import Callable, Collection
 from itertools import count
 
+from services.common.coordinator.shard_store import (
+    Records,
+    TransactionalShardStore,
+    store_error,
+)
 from services.common.errors import ErrorCode
 from services.common.internal_topics.consumer_offsets import (
     OffsetAndMetadata,
@@ -24,7 +29,6 @@ from services.common.shard_tasks import ShardTasks
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.consumer_protocol import PROTOCOL_TYPE
 from services.group_coordinator.group import Group, GroupState, TopicPartition
-from services.group_coordinator.shard_store import Records, ShardStore, store_error
 
 log = get_logger("group_coordinator.offsets")
 
@@ -47,7 +51,7 @@ class ShardOffsets:
     def __init__(
         self,
         groups: dict[str, Group],
-        store: ShardStore,
+        store: TransactionalShardStore,
         config: GroupConfig,
         tasks: ShardTasks,
         clock: Callable[[], int],
@@ -58,6 +62,9 @@ class ShardOffsets:
         self._config = config
         self._tasks = tasks
         self._clock = clock
+        # TxnOffsetCommit offsets waiting for their transaction's marker: producer id -> group
+        # -> partition -> offset (Kafka's pendingTransactionalOffsetCommits)
+        self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
         self._seq = count()
         self._expiry_timer: asyncio.TimerHandle | None = None
 
@@ -104,6 +111,58 @@ class ShardOffsets:
                     group.offset_seq[tp] = seq
         return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
 
+    # ---- TxnOffsetCommit and the transaction's marker -----------------------------------
+    async def store_txn_offsets(
+        self,
+        group: Group,
+        producer_id: int,
+        epoch: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Append the offsets in the producer's transaction; they count once its COMMIT marker
+        is written (``complete_txn``)."""
+        max_bytes = self._config.offset_metadata_max_bytes
+        valid = {tp: o for tp, o in offsets.items() if len(o.metadata) <= max_bytes}
+        if not valid:
+            return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+        records: Records = [
+            (offset_commit_key(group.group_id, t, p), offset_commit_value(o))
+            for (t, p), o in valid.items()
+        ]
+
+        async def append() -> ErrorCode:
+            if self._tasks.resigned:
+                return ErrorCode.NOT_COORDINATOR
+            try:
+                await self._store.append_transactional(records, producer_id, epoch)
+            except Exception as exc:
+                return store_error(exc, _COMMIT_ERRORS)
+            self.pending_txn.setdefault(producer_id, {}).setdefault(group.group_id, {}).update(
+                valid
+            )
+            return ErrorCode.NONE
+
+        error = await asyncio.shield(self._tasks.spawn(append()))
+        return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+
+    def complete_txn(self, producer_id: int, commit: bool) -> int:
+        """The producer's transaction ended (its marker is in the log): its offsets count
+        (COMMIT) or are dropped (ABORT). Returns the offsets applied."""
+        applied = 0
+        for group_id, offsets in self.pending_txn.pop(producer_id, {}).items():
+            group = self._groups.get(group_id)
+            if not commit or group is None or group.is_(S.DEAD):
+                continue
+            seq = next(self._seq)
+            for tp, offset in offsets.items():
+                group.offsets[tp] = offset
+                group.offset_seq[tp] = seq
+                applied += 1
+        return applied
+
+    def _pending_txn_of(self, group_id: str) -> set[TopicPartition]:
+        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
+
     # ---- OffsetFetch -----------------------------------------------------------------------
     def fetch_offsets(
         self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
@@ -113,11 +172,12 @@ class ShardOffsets:
         if group is None or group.is_(S.DEAD):
             return [(tp, None, ErrorCode.NONE) for tp in partitions or ()]
         wanted = list(group.offsets) if partitions is None else partitions
+        in_txn = self._pending_txn_of(group_id) if require_stable else set()
         out: list[tuple[TopicPartition, OffsetAndMetadata | None, ErrorCode]] = []
         for tp in wanted:
             # Kafka answers UNSTABLE_OFFSET_COMMIT while a commit of the partition is being
-            # written; transactional offset commits will join these once transactions exist.
-            if require_stable and group.pending_commits[tp] > 0:
+            # written or is part of an open transaction
+            if require_stable and (group.pending_commits[tp] > 0 or tp in in_txn):
                 out.append((tp, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
             else:
                 out.append((tp, group.offsets.get(tp), ErrorCode.NONE))

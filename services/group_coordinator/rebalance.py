@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from services.common.coordinator.shard_store import ShardStore, store_error
 from services.common.errors import ErrorCode
 from services.common.internal_topics.consumer_offsets import (
     group_metadata_key,
@@ -15,7 +16,6 @@ from services.common.logging import get_logger
 from services.common.shard_tasks import ShardTasks
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
-from services.group_coordinator.shard_store import ShardStore, store_error
 
 log = get_logger("group_coordinator.groups")
 

@@ -6,7 +6,12 @@ to ``MAX_MESSAGE_BYTES``, the first always goes). A cancel stops its call and an
 When the client half-closes, the running calls finish and are answered; when the stream
 breaks (client gone, channel closed), every running call is cancelled, as gRPC does for unary
 calls whose client went away. A call that raises is answered with a ``CallError`` (status
-UNKNOWN), as a unary handler's exception would be."""
+UNKNOWN), as a unary handler's exception would be.
+
+Streams live as long as their client, so a stopping node ends them itself (``ExchangeStreams``)
+rather than have gRPC's stop wait out its whole grace for them: each stream stops reading, answers
+the calls already running, and ends with status OK (its client fails anything still pending as
+UNAVAILABLE and retries, as for a broken stream); a stream opened after that ends at once."""
 
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class _Session:
         self.ready: deque[list[Buffer]] = deque()
         self.wake = asyncio.Event()
         self.reading = True
+        self.ending = False  # the node is stopping: read no more, finish what runs, end
 
     def start(self, calls: list[ExchangeCall]) -> None:
         for call_id, kind, body in calls:
@@ -113,10 +119,37 @@ class _Session:
             task.cancel()
         self.running.clear()
 
+    def end(self) -> None:
+        self.ending = True
+        self.wake.set()
 
-async def serve_exchange(handlers: dict[int, Handler], context: Any) -> None:
+
+class ExchangeStreams:
+    """The open Exchange streams of one server, so that a stopping node can end them."""
+
+    def __init__(self) -> None:
+        self._sessions: set[_Session] = set()
+        self.closing = False
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def close(self) -> None:
+        """End every open stream (see the module doc); streams opened from now on end at once."""
+        self.closing = True
+        for session in list(self._sessions):
+            session.end()
+
+
+async def serve_exchange(
+    handlers: dict[int, Handler], context: Any, streams: ExchangeStreams | None = None
+) -> None:
     """The Exchange handler body; ``handlers`` by call kind (wire.APPEND, wire.FETCH)."""
+    if streams is not None and streams.closing:
+        return
     session = _Session(handlers, context)
+    if streams is not None:
+        streams._sessions.add(session)
 
     async def read() -> None:
         try:
@@ -135,13 +168,20 @@ async def serve_exchange(handlers: dict[int, Handler], context: Any) -> None:
             if session.ready:
                 await context.write(session.next_message())
                 continue
-            if reader.done() and (
+            if session.ending:
+                reader.cancel()
+                if not session.running:
+                    break
+            elif reader.done() and (
                 not session.running or reader.cancelled() or reader.exception() is not None
             ):
                 break
             session.wake.clear()
             await session.wake.wait()
-        reader.result()  # a read that failed ends the call with its error
+        if not session.ending:
+            reader.result()  # a read that failed ends the call with its error
     finally:
         reader.cancel()
         session.cancel_all()
+        if streams is not None:
+            streams._sessions.discard(session)

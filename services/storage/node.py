@@ -41,7 +41,7 @@ from services.storage.metrics import StorageMetrics
 from services.storage.registration import BrokerRegistrar, StartupError, get_or_create_cluster_id
 from services.storage.replica_manager import ReplicaManager
 from services.storage.replication.service import Replication
-from services.storage.server import add_storage_service
+from services.storage.server import StorageService, add_storage_service
 from services.storage.settings import ListenerAddress, StorageSettingsBase
 from services.storage.usage import UsageReporter, capacity_of, counter_total
 
@@ -124,6 +124,7 @@ class StorageNode:
         self.broker_configs.on_change(self.dynamic.on_change)
         self.cluster_id: str | None = None
         self.grpc_server: grpc.aio.Server | None = None
+        self.storage_service: StorageService | None = None
         self._health: Any = None
         self.admin: AdminServer | None = None
         self.registrar: BrokerRegistrar | None = None
@@ -308,7 +309,7 @@ class StorageNode:
         assert self.rm is not None
         listener = self.settings.listener
         server, health = new_grpc_server()
-        add_storage_service(server, self.rm)
+        self.storage_service = add_storage_service(server, self.rm)
         try:
             port = server.add_insecure_port(listener.bind_target)
         except RuntimeError as exc:
@@ -456,6 +457,8 @@ class StorageNode:
             log.info("deregistering", leaders=self._leader_count())
             await self.registrar.deregister()
         if self.grpc_server is not None:
+            if self.storage_service is not None:  # Exchange streams never end by themselves
+                self.storage_service.exchanges.close()
             await self.grpc_server.stop(self.settings.shutdown_grace_ms / 1000.0)
         self._stop_tasks.set()
         self.broker_config_sync.stop()

@@ -12,7 +12,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.storage.appends import append
 from services.storage.delete_records import delete_records
 from services.storage.epochs import offset_for_leader_epoch
-from services.storage.exchange import serve_exchange
+from services.storage.exchange import ExchangeStreams, serve_exchange
 from services.storage.fetches import fetch
 from services.storage.log_dir_info import describe_log_dirs
 from services.storage.offsets import list_offsets
@@ -36,6 +36,7 @@ class StorageService(pb_grpc.StorageServicer):
 
     def __init__(self, rm: ReplicaManager) -> None:
         self.rm = rm
+        self.exchanges = ExchangeStreams()  # ended by the node as it stops
 
     async def Append(
         self, request: pb.AppendRequest | AppendCall, context: Any
@@ -52,7 +53,7 @@ class StorageService(pb_grpc.StorageServicer):
 
     async def Exchange(self, request_iterator: Any, context: Any) -> None:  # type: ignore[override]
         """Append and Fetch multiplexed on one stream (services/storage/exchange.py)."""
-        await serve_exchange({APPEND: self.Append, FETCH: self.Fetch}, context)
+        await serve_exchange({APPEND: self.Append, FETCH: self.Fetch}, context, self.exchanges)
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: Any

@@ -1,9 +1,10 @@
 """Disk use of this storage node, published for the controller's rebalancer and autoscaler.
 
 Every ``kafkapy.usage.report.interval.ms`` the node writes the ephemeral
-``/kafka-py/storage-usage/<id>`` (services.common.zk.elastic): bytes of every hosted replica,
-their total, the node's capacity (``kafkapy.storage.capacity.bytes``, or the size of the file
-system of its first log dir) and the client bytes appended so far.
+``/kafka-py/storage-usage/<id>`` (services.common.zk.elastic): the bytes of its replicas in
+total, how many they are, the node's capacity (``kafkapy.storage.capacity.bytes``, or the size of
+the file system of its first log dir) and the client bytes appended so far. Totals only: the
+controller asks each replica's size (Storage.DescribeLogDirs) when it plans moves.
 """
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ class UsageReporter:
         self.path = elastic.usage_path(broker_id)
 
     def snapshot(self) -> elastic.StorageUsage:
-        sizes = {key: h.log.size_bytes() for key, h in list(self.rm.hosted.items())}
+        hosted = list(self.rm.hosted.values())
         return elastic.StorageUsage(
             self.broker_id,
-            sum(sizes.values()),
+            sum(h.log.size_bytes() for h in hosted),
             self.capacity_bytes,
             self.bytes_in(),
             int(time.time() * 1000),
-            sizes,
+            len(hosted),
         )
 
     async def report(self) -> None:

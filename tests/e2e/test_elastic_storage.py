@@ -16,6 +16,7 @@ partition topic with RF 3 and min.insync.replicas 2:
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -215,6 +216,9 @@ def test_grow_rebalance_refused_shrink_and_drain_across_controller_failover(
                 started = cli(cluster, "decommission", "--broker", "3", "--broker", "4")
                 assert started.returncode == 0, started.stderr
                 assert started.stdout.startswith("decommission of 3, 4: moving ")
+                # replica sizes come from the nodes (Storage.DescribeLogDirs), not the usage znode
+                copied = re.search(r"(\d+) bytes to copy", started.stdout)
+                assert copied is not None and int(copied.group(1)) > 0, started.stdout
                 wait_until(
                     "a move of the drain in flight",
                     lambda: any(b.get("adding_replicas") for b in topics(zk).values()),

@@ -55,7 +55,7 @@ from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 from services.common.zk import layout
 from tests.e2e.checker import Checker, evidence_dir
-from tests.integration.kafka_support import cli_ok
+from tests.integration.kafka_support import cli_ok, kafka_py, one_line
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +63,11 @@ TOPIC = "moving"
 PARTITIONS = 24
 NODES = 5
 WAIT_S = 60.0
+# Nodes are SIGSTOPped (so they cannot catch up) while reassignments onto them are submitted and
+# cancelled: a session timeout well above those windows keeps them registered on a loaded
+# machine (with the local cluster's 3 s a slow request let a stopped node's session expire, and
+# a replica cannot be added on a node that is not registered).
+SESSION_TIMEOUT_MS = 8000
 
 
 @pytest.fixture
@@ -75,6 +80,7 @@ def five_node_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         gateway_port=0,
         zk_port=0,
         zones=("zone-a", "zone-b", "zone-c", "zone-a", "zone-b"),
+        zk_session_timeout_ms=SESSION_TIMEOUT_MS,
     )
     cluster.start(timeout=120)
     try:
@@ -307,6 +313,19 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
                 assert time.monotonic() < deadline, verify
                 time.sleep(0.5)
             view.wait_targets(dict(targets))
+            bad = _write_plan(tmp_path / "bad.json", {99: [0, 1], 0: [0, 1, 42]})
+            res = kafka_py("reassign-partitions", *bootstrap, "--execute",
+                           "--reassignment-json-file", str(bad))  # fmt: skip
+            assert res.returncode == 1 and "Traceback" not in res.stderr
+            line = one_line(res.stderr)
+            assert line.startswith(f"error: Error reassigning partition(s): {TOPIC}-0: "), line
+            assert (
+                f"{TOPIC}-0: INVALID_REPLICA_ASSIGNMENT: Replica assignment has brokers that are "
+                "not alive." in line
+            )
+            assert line.endswith(
+                f"; {TOPIC}-99: UNKNOWN_TOPIC_OR_PARTITION: The partition does not exist."
+            )
             checker.note("phase 2 done")
 
             # 3. cancelled midway: the node to add is stopped, so it cannot catch up
@@ -325,6 +344,8 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             out = cli_ok("reassign-partitions", *bootstrap, "--cancel",
                          "--reassignment-json-file", str(cancel_plan))  # fmt: skip
             assert out.strip() == f"Successfully cancelled partition reassignment for: {TOPIC}-{p}"
+            cluster.kill("storage", x, signal.SIGCONT)
+            stopped.remove(x)
             assert admin.list_partition_reassignments() == {}
             # the original replicas, in their order within the full list (as Kafka: the topic
             # znode keeps no other order)
@@ -333,8 +354,6 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             again = cli_ok("reassign-partitions", *bootstrap, "--cancel",
                            "--reassignment-json-file", str(cancel_plan))  # fmt: skip
             assert again.strip() == "None of the specified partition reassignments are active."
-            cluster.kill("storage", x, signal.SIGCONT)
-            stopped.remove(x)
             targets[p] = reverted
             removed[p] = removed.get(p, set()) | {x}
             view.wait(
@@ -408,7 +427,10 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
                 f"{TOPIC}-{p} deleted from storage-{z} once it registered again",
                 lambda: _log_bytes(cluster, z, p) is None,
             )
-            outcome = checker.finish(heal=heal)
+            # a killed controller is replaced after its session expired: allow two sessions
+            outcome = checker.finish(
+                heal=heal, max_controller_gap=2 * SESSION_TIMEOUT_MS / 1000 + 4
+            )
         outcome.assert_ok()
 
         final = view.replicas()

@@ -606,14 +606,15 @@ def zk_partition_state(zk_connect: str, topic: str, partition: int) -> dict[str,
     return state
 
 
-def shard_owner(zk: Any, group: str) -> tuple[int, int, int]:
+def shard_owner(zk: Any, group: str, kind: Any = None) -> tuple[int, int, int]:
     """(``__consumer_offsets`` partition, owning coordinator, shard epoch) of ``group``, from
-    the controller's shard map in ZooKeeper (``zk``: a started KazooClient)."""
-    from services.common.zk.layout import GROUP_COORDINATOR_SHARDS, ShardMap, group_partition
+    the controller's shard map in ZooKeeper (``zk``: a started KazooClient); ``kind``
+    ``layout.TRANSACTION``: the same for a transactional id and ``__transaction_state``."""
+    from services.common.zk.layout import GROUP, ShardMap, shard_of
 
-    data, _ = zk.get(GROUP_COORDINATOR_SHARDS)
+    data, _ = zk.get((kind or GROUP).shards)
     shard_map = ShardMap.from_json(data)
-    p = group_partition(group, shard_map.partitions)
+    p = shard_of(group, shard_map.partitions)
     owner = shard_map.shards[p]
     return p, owner.owner, owner.epoch
 

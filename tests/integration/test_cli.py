@@ -419,6 +419,7 @@ def test_cluster_up_runs_stops_cleanly_and_keeps_data(
         "controller-0",
         "storage-0",
         "group_coordinator-0",
+        "transaction_coordinator-0",
         "gateway-0",
     }
     assert any(

@@ -58,6 +58,7 @@ def _small(tmp_path: Path, **kw: object) -> FakeCluster:
         "storage_nodes": 2,
         "controllers": 1,
         "group_coordinators": 1,
+        "transaction_coordinators": 0,
         "gateway_port": 0,
         "zk_port": 0,
     }
@@ -67,7 +68,9 @@ def _small(tmp_path: Path, **kw: object) -> FakeCluster:
 
 def test_start_stop_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKESVC_CHILD", "1")  # each service also forks a child in its group
-    cluster = _small(tmp_path, storage_nodes=3, controllers=2, group_coordinators=2)
+    cluster = _small(
+        tmp_path, storage_nodes=3, controllers=2, group_coordinators=2, transaction_coordinators=1
+    )
     with cluster:
         pids = cluster.pids()
         assert set(pids) == {
@@ -79,6 +82,7 @@ def test_start_stop_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.Mo
             "storage-2",
             "group_coordinator-0",
             "group_coordinator-1",
+            "transaction_coordinator-0",
             "gateway-0",
         }
         host, port = cluster.bootstrap.split(":")
@@ -232,7 +236,7 @@ def test_next_start_reaps_processes_of_a_killed_supervisor(tmp_path: Path) -> No
         "import sys, time\n"
         "from tests.integration.test_cli_local_cluster import FakeCluster\n"
         f"c = FakeCluster({str(data)!r}, gateways=1, storage_nodes=1, controllers=1,"
-        " group_coordinators=1,"
+        " group_coordinators=1, transaction_coordinators=0,"
         " gateway_port=0, zk_port=0).start()\n"
         "print(' '.join(str(p) for p in c.pids().values()), flush=True)\n"
         "time.sleep(600)\n"

@@ -1,11 +1,10 @@
 """What librdkafka's broker-conformance tests (and the issue-12 review) found, with real clients:
-per-record errors (KIP-467), deprecated message.format.version, transactional producers."""
+per-record errors (KIP-467), deprecated message.format.version (transactional producers:
+test_transactions.py)."""
 
 from __future__ import annotations
 
 import socket
-import time
-import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -235,35 +234,3 @@ def test_message_format_version_is_accepted_and_described(
     producer.produce(name, value=b"x", partition=0)
     assert producer.flush(30) == 0
     assert len(consume_confluent(bootstrap, name, [0], 1)[0]) == 1
-
-
-# ---- transactions -------------------------------------------------------------------------
-
-
-def test_transactional_producer_fails_fast_with_a_clear_error(bootstrap: str) -> None:
-    """Until transactions exist, init_transactions() must not wait out its timeout: librdkafka
-    gets a non-retriable answer to its coordinator lookup, with kafka-py's reason."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"}
-    )
-    start = time.monotonic()
-    with pytest.raises(KafkaException) as info:
-        producer.init_transactions(60)
-    elapsed = time.monotonic() - start
-    print(f"init_transactions failed after {elapsed:.2f}s: {info.value}")
-    err = info.value.args[0]
-    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, err
-    assert err.fatal() and not err.retriable()
-    assert "Transactions are not supported by this kafka-py cluster" in err.str()
-    assert elapsed < 60  # it answered, rather than running into init_transactions' timeout
-
-
-def test_kafka_python_transactional_producer_fails_fast(bootstrap: str) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}"
-    )
-    try:
-        with pytest.raises(kp_errors.TransactionalIdAuthorizationFailedError):
-            producer.init_transactions()  # max.block.ms: 60 s
-    finally:
-        producer.close(5)

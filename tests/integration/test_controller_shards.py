@@ -173,7 +173,7 @@ async def test_create_internal_topic_refusals(shards_cluster: LocalCluster) -> N
         got = await call(shards_cluster, standby, CONSUMER_OFFSETS_TOPIC)
         assert got.error_code == ErrorCode.NOT_CONTROLLER
 
-        got = await call(shards_cluster, active, "__transaction_state")
+        got = await call(shards_cluster, active, "__cluster_metadata")
         assert got.error_code == ErrorCode.INVALID_REQUEST
 
         async def refused() -> pb.CreateInternalTopicResponse | None:

@@ -440,3 +440,29 @@ def test_main_lists_a_txn_index(tmp_path: Path, capsys: pytest.CaptureFixture[st
     path.write_bytes(struct.pack(">hqqqq", 3, 1, 2, 3, 4))  # an unknown entry version
     assert main(["--files", str(path)]) == 1
     assert "unknown transaction index entry version 3" in capsys.readouterr().err
+
+
+def test_transaction_log_decoder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.common.internal_topics.transaction_state import (
+        TxnRecord,
+        TxnState,
+        transaction_key,
+        transaction_value,
+    )
+
+    record = TxnRecord(7, 1, 60000, TxnState.ONGOING, frozenset({("t", 2)}), 11, 10)
+    batch = build_batch(
+        [
+            Record(key=transaction_key("tx"), value=transaction_value(record)),
+            Record(key=transaction_key("gone"), value=None),
+        ]
+    )
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batch)
+    assert main(["--files", str(path), "--transaction-log-decoder"]) == 0
+    records = [line for line in capsys.readouterr().out.splitlines() if "| offset:" in line]
+    assert records[0].endswith(
+        "key: transaction_metadata::transactionalId=tx payload: producerId:7,producerEpoch:1,"
+        "state=Ongoing,partitions=[t-2],txnLastUpdateTimestamp=11,txnTimeoutMs=60000"
+    )
+    assert records[1].endswith("key: transaction_metadata::transactionalId=gone payload: <DELETE>")

@@ -60,6 +60,11 @@ def build_parser(prog: str = "kafka-py dump-log") -> argparse.ArgumentParser:
         help="decode records as __consumer_offsets keys and values (implies --print-data-log)",
     )
     parser.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="decode records as __transaction_state keys and values (implies --print-data-log)",
+    )
+    parser.add_argument(
         "--deep-iteration", action="store_true", help="print record metadata (no payloads)"
     )
     parser.add_argument(

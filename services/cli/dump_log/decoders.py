@@ -1,8 +1,7 @@
 """Record decoders of ``dump-log``: key and value bytes -> printable text.
 
 The default is Kafka's StringDecoder (UTF-8). ``--offsets-decoder`` reads ``__consumer_offsets``
-records; another internal topic's decoder (``--transaction-log-decoder`` for
-``__transaction_state``) is one more entry in ``DECODERS``.
+records, ``--transaction-log-decoder`` ``__transaction_state`` records (Kafka's option names).
 """
 
 from __future__ import annotations
@@ -23,10 +22,17 @@ def _offsets_decoder() -> RecordDecoder:
     return describe_record
 
 
+def _transaction_log_decoder() -> RecordDecoder:
+    from services.common.internal_topics.transaction_state import describe_record
+
+    return describe_record
+
+
 #: the option's dest name -> a loader of its decoder (loaded lazily: the schemas are not needed
 #: to dump ordinary topics)
 DECODERS: dict[str, Callable[[], RecordDecoder]] = {
     "offsets_decoder": _offsets_decoder,
+    "transaction_log_decoder": _transaction_log_decoder,
 }
 
 

@@ -1,5 +1,5 @@
 """LocalCluster: a whole kafka-py cluster as local processes (ZooKeeper, controllers, storage
-nodes, group coordinators, gateways), started, supervised, faulted and stopped from one thread.
+nodes, group and transaction coordinators, gateways), started, supervised, faulted and stopped from one thread.
 
 Each service runs as ``python -m services.<role>`` in its own process group with its output in
 ``<data_dir>/logs/<service>-<index>.log`` (``storage-0.log``, ``group-coordinator-1.log``). Ids
@@ -74,6 +74,7 @@ class LocalCluster:
         storage_nodes: int = 3,
         controllers: int = 2,
         group_coordinators: int = 2,
+        transaction_coordinators: int = 1,
         zones: Sequence[str] = ("zone-a", "zone-b", "zone-c"),
         gateway_port: int = 9092,
         zk_port: int = 2181,
@@ -85,8 +86,8 @@ class LocalCluster:
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one gateway, storage node and controller")
-        if group_coordinators < 0:
-            raise ValueError("group_coordinators must be >= 0")
+        if group_coordinators < 0 or transaction_coordinators < 0:
+            raise ValueError("group_coordinators and transaction_coordinators must be >= 0")
         if not zones:
             raise ValueError("zones must not be empty")
         unknown = set(extra or {}) - set(ROLES)
@@ -105,6 +106,7 @@ class LocalCluster:
             "controller": controllers,
             "storage": storage_nodes,
             "group_coordinator": group_coordinators,
+            "transaction_coordinator": transaction_coordinators,
             "gateway": gateways,
         }
         self._requested = {"gateway": gateway_port, ZOOKEEPER: zk_port}
@@ -159,8 +161,8 @@ class LocalCluster:
 
     # ---- lifecycle --------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Self:
-        """Start ZooKeeper, then launch controllers, storage nodes, group coordinators and
-        gateways (in that order) and wait until every one is ready; on failure everything
+        """Start ZooKeeper, then launch controllers, storage nodes, group and transaction
+        coordinators and gateways (in that order) and wait until every one is ready; on failure everything
         started is stopped again."""
         if self._started:
             raise LocalClusterError("the cluster is already started")

@@ -2,7 +2,7 @@
 
 Flags use Kafka's property names. Every role gets the ZooKeeper connection, the (shared, short)
 session timeout and its admin listener; the rest comes from the role's renderer in
-``ROLE_FLAGS`` (a new role, such as a transaction coordinator, adds one renderer there).
+``ROLE_FLAGS`` (a new role adds one renderer there).
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ Renderer = Callable[[Service, ClusterShape, list[str]], list[str]]
 
 
 def _controller(svc: Service, shape: ClusterShape, common: list[str]) -> list[str]:
-    # __consumer_offsets wants 3 replicas (Kafka's default); a smaller cluster gets what it can
-    # host, as Kafka's own test clusters configure it.
-    offsets_rf = min(3, shape.storage_nodes)
+    # __consumer_offsets and __transaction_state want 3 replicas (Kafka's default), the latter
+    # a min ISR of 2; a smaller cluster gets what it can host, as Kafka's own test clusters
+    # configure it.
+    internal_rf = min(3, shape.storage_nodes)
     return [
         "--controller.id", str(svc.index), "--listeners", f"{shape.host}:{svc.port}", *common,
-        "--offsets.topic.replication.factor", str(offsets_rf),
+        "--offsets.topic.replication.factor", str(internal_rf),
+        "--transaction.state.log.replication.factor", str(internal_rf),
+        "--transaction.state.log.min.isr", str(min(2, internal_rf)),
     ]  # fmt: skip
 
 
@@ -48,7 +51,7 @@ def _storage(svc: Service, shape: ClusterShape, common: list[str]) -> list[str]:
 
 
 def _zoned_node(svc: Service, shape: ClusterShape, common: list[str]) -> list[str]:
-    """Group coordinators and gateways: a node id and a rack."""
+    """Group and transaction coordinators, gateways: a node id and a rack."""
     return [
         "--node.id", str(svc.index), "--listeners", f"{shape.host}:{svc.port}",
         "--broker.rack", str(svc.zone), *common,
@@ -59,6 +62,7 @@ ROLE_FLAGS: dict[str, Renderer] = {
     "controller": _controller,
     "storage": _storage,
     "group_coordinator": _zoned_node,
+    "transaction_coordinator": _zoned_node,
     "gateway": _zoned_node,
 }
 

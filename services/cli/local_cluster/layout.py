@@ -21,7 +21,7 @@ from services.cli.probes import port_free
 from services.common.zk.server import free_port
 
 #: every role in start order (dependencies first); stopped in reverse
-ROLES = ("controller", "storage", "group_coordinator", "gateway")
+ROLES = ("controller", "storage", "group_coordinator", "transaction_coordinator", "gateway")
 ZOOKEEPER = "zookeeper"
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1

@@ -24,6 +24,9 @@ class SchemaWriter:
     def __init__(self, version: int) -> None:
         self.parts: list[bytes] = [_I16.pack(version)]
 
+    def i8(self, v: int) -> None:
+        self.parts.append(struct.pack(">b", v))
+
     def i16(self, v: int) -> None:
         self.parts.append(_I16.pack(v))
 
@@ -125,13 +128,15 @@ class SchemaReader:
             raise self.corrupt(f"array of {n} elements in {len(self.data) - self.pos} bytes")
         return n
 
-    def tagged_fields(self) -> None:
-        """Skip the tagged fields of a flexible struct (none are known to kafka-py)."""
+    def tagged_fields(self) -> dict[int, bytes]:
+        """The tagged fields of a flexible struct, raw by tag (none outside flexible versions)."""
+        out: dict[int, bytes] = {}
         if not self.flexible:
-            return
+            return out
         for _ in range(self._uvarint()):
-            self._uvarint()  # tag
-            self._take(self._uvarint())
+            tag = self._uvarint()
+            out[tag] = self._take(self._uvarint())
+        return out
 
     def end(self) -> None:
         if self.pos != len(self.data):

@@ -6,7 +6,9 @@ by id); Produce at v9 (first flexible version; v10+ adds leader-discovery tags);
 (MAX_TIMESTAMP; v8+ is tiered storage); Metadata at v12 (v13 adds a top-level error code).
 Group APIs: the classic protocol only - OffsetCommit and OffsetFetch stop at v8 (v9+ carry
 KIP-848 member epochs), FindCoordinator at v4 (v5+ is KIP-890 / share groups), DescribeGroups at
-v5 and ListGroups at v4 (later versions add KIP-1043 fields).
+v5 and ListGroups at v4 (later versions add KIP-1043 fields). Transactions: AddPartitionsToTxn,
+AddOffsetsToTxn and EndTxn stop at v3 (v4+ are KIP-890's batched/verify-only form and
+TRANSACTION_ABORTABLE, v5 its epoch bump per transaction).
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 

@@ -1,9 +1,11 @@
 """ZooKeeper layout of elastic storage, under kafka-py's own prefix.
 
 - ``/kafka-py/storage-usage/<id>`` (ephemeral, written by each storage node every few seconds):
-  ``{"version":1,"broker":0,"used_bytes":..,"capacity_bytes":..,"bytes_in":..,
-  "timestamp":..,"partitions":{"topic":{"0":bytes}}}`` (``bytes_in``: bytes appended by clients
-  since the node started; the controller derives the rate from two reports).
+  ``{"version":2,"broker":0,"used_bytes":..,"capacity_bytes":..,"bytes_in":..,
+  "timestamp":..,"replicas":n}`` (``bytes_in``: bytes appended by clients since the node
+  started; the controller derives the rate from two reports). Totals only, a fixed ~150 bytes
+  whatever the number of replicas: the controller asks each replica's size of the nodes
+  (Storage.DescribeLogDirs) only when it plans moves.
 - ``/kafka-py/autoscaler`` (persistent, written by the active controller, epoch-guarded): what
   the controller is doing (draining nodes, desired node count, the last decision and why), so a
   new controller resumes it.
@@ -35,30 +37,28 @@ class StorageUsage:
     capacity_bytes: int
     bytes_in: int
     timestamp_ms: int
-    partitions: dict[tuple[str, int], int] = field(default_factory=dict)
+    replicas: int = 0  # replicas hosted
 
     @property
     def used_percent(self) -> float:
         return 100.0 * self.used_bytes / self.capacity_bytes if self.capacity_bytes else 0.0
 
     def to_json(self) -> bytes:
-        parts: dict[str, dict[str, int]] = {}
-        for (topic, p), size in sorted(self.partitions.items()):
-            parts.setdefault(topic, {})[str(p)] = size
         return dumps(
             {
-                "version": 1,
+                "version": 2,
                 "broker": self.broker,
                 "used_bytes": self.used_bytes,
                 "capacity_bytes": self.capacity_bytes,
                 "bytes_in": self.bytes_in,
                 "timestamp": self.timestamp_ms,
-                "partitions": parts,
+                "replicas": self.replicas,
             }
         )
 
     @classmethod
     def from_json(cls, data: bytes) -> StorageUsage | None:
+        """Version 1 (which also listed every replica's size) reads the same, the list ignored."""
         try:
             body = loads(data)
         except ValueError:
@@ -66,20 +66,15 @@ class StorageUsage:
         if not isinstance(body, dict):
             return None
         try:
-            parts = {
-                (str(t), int(p)): int(size)
-                for t, sizes in (body.get("partitions") or {}).items()
-                for p, size in sizes.items()
-            }
             return cls(
                 int(body["broker"]),
                 int(body["used_bytes"]),
                 int(body["capacity_bytes"]),
                 int(body.get("bytes_in", 0)),
                 int(body.get("timestamp", 0)),
-                parts,
+                int(body.get("replicas", 0)),
             )
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError):
             return None
 
 

@@ -37,6 +37,13 @@ GROUP_COORDINATOR_IDS = f"{GROUP_COORDINATORS}/ids"
 # The active controller's placement of __consumer_offsets partitions on group coordinators.
 GROUP_COORDINATOR_SHARDS = f"{GROUP_COORDINATORS}/shards"
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_COORDINATORS = f"{KAFKA_PY}/transaction-coordinators"
+TRANSACTION_COORDINATOR_IDS = f"{TRANSACTION_COORDINATORS}/ids"
+# The active controller's placement of __transaction_state partitions on transaction coordinators.
+TRANSACTION_COORDINATOR_SHARDS = f"{TRANSACTION_COORDINATORS}/shards"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+# Internal topics whose partitions the controller places on coordinators.
+SHARDED_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 PERSISTENT_PATHS = (
     "/consumers",
@@ -54,6 +61,7 @@ PERSISTENT_PATHS = (
     GATEWAYS,
     CONTROLLERS,
     GROUP_COORDINATOR_IDS,
+    TRANSACTION_COORDINATOR_IDS,
 )
 
 
@@ -105,6 +113,30 @@ def controller_endpoint_path(controller_id: int) -> str:
 
 def group_coordinator_path(node_id: int) -> str:
     return f"{GROUP_COORDINATOR_IDS}/{node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorKind:
+    """A family of coordinators that own the partitions ("shards") of one internal topic."""
+
+    name: str  # "group" | "transaction" (log events, metric names)
+    topic: str
+    root: str
+
+    @property
+    def ids(self) -> str:
+        return f"{self.root}/ids"
+
+    @property
+    def shards(self) -> str:
+        return f"{self.root}/shards"
+
+    def path(self, node_id: int) -> str:
+        return f"{self.ids}/{node_id}"
+
+
+GROUP = CoordinatorKind("group", CONSUMER_OFFSETS_TOPIC, GROUP_COORDINATORS)
+TRANSACTION = CoordinatorKind("transaction", TRANSACTION_STATE_TOPIC, TRANSACTION_COORDINATORS)
 
 
 def now_ms_str() -> str:
@@ -441,9 +473,15 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def shard_of(key: str, partitions: int) -> int:
+    """The internal-topic partition of a group or transactional id: Kafka's
+    ``Utils.abs(key.hashCode) % partitions`` (``Utils.abs`` maps Integer.MIN_VALUE to 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 def group_partition(group_id: str, partitions: int) -> int:
     """The ``__consumer_offsets`` partition of a group: Kafka's
     ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`` (``Utils.abs`` maps
     Integer.MIN_VALUE to 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    return shard_of(group_id, partitions)

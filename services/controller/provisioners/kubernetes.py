@@ -1,36 +1,45 @@
 """Storage nodes as a Kubernetes StatefulSet: scale through ``statefulsets/<name>/scale``, zones
 from the ``topology.kubernetes.io/zone`` label of the node each pod runs on.
 
-Speaks the API server's REST interface over httpx (asyncio, so the controller's loop never
-blocks) rather than through the official ``kubernetes`` client, which is synchronous and not a
-dependency of this project (docs/decisions.md). Exactly four calls, which the chart's RBAC grants:
+Talks to the API server through the official ``kubernetes`` client, built the way zone discovery
+builds it (services/common/zone.py: in-cluster service account, or an explicit URL), and reads
+node labels through the same reader. The client is synchronous: every call runs in a thread
+(asyncio.to_thread), so the controller's loop never blocks. Exactly four calls, which the chart's
+RBAC grants:
 
-- ``GET   /apis/apps/v1/namespaces/<ns>/statefulsets/<name>/scale``
-- ``PATCH /apis/apps/v1/namespaces/<ns>/statefulsets/<name>/scale``
-  (``application/merge-patch+json``, ``{"metadata": {"resourceVersion": rv},
-  "spec": {"replicas": n}}``: the resource version makes a concurrent change a 409 instead of a
-  lost update; the scale is read again and the patch retried)
-- ``GET   /api/v1/namespaces/<ns>/pods?labelSelector=<selector>``
-- ``GET   /api/v1/nodes/<node>``
+- ``AppsV1Api.read_namespaced_stateful_set_scale`` (GET ``.../statefulsets/<name>/scale``)
+- ``AppsV1Api.patch_namespaced_stateful_set_scale`` (PATCH, ``application/merge-patch+json``,
+  ``{"metadata": {"resourceVersion": rv}, "spec": {"replicas": n}}``: the resource version makes
+  a concurrent change a 409 instead of a lost update; the scale is read again and the patch
+  retried)
+- ``CoreV1Api.list_namespaced_pod`` (by label selector)
+- ``CoreV1Api.read_node`` (through ``zone.read_node_labels``)
 
 403, 404, 409, 429, 5xx and timeouts are retried with exponential backoff, each attempt logged
-with what to fix; after the last attempt one readable ProvisionerError is raised.
+with what to fix (urllib3's own silent retries are off); after the last attempt one readable
+ProvisionerError is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json as jsonlib
-import os
+import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import httpx
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from services.common.logging import get_logger
+from services.common.zone import (
+    ZONE_LABEL,
+    ZoneLookupError,
+    kubernetes_api_client,
+    read_node_labels,
+)
 from services.controller.provisioners.base import (
     ProvisionedNode,
     ProvisionerError,
@@ -40,9 +49,9 @@ from services.controller.provisioners.base import (
 
 log = get_logger("controller.provisioner.kubernetes")
 
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-ZONE_LABEL = "topology.kubernetes.io/zone"
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MERGE_PATCH = "application/merge-patch+json"
+T = TypeVar("T")
 
 HINTS = {
     403: "forbidden: the controller's service account needs get/patch on statefulsets/scale, "
@@ -57,33 +66,17 @@ HINTS = {
 class KubernetesConfig:
     namespace: str
     statefulset: str
-    api_url: str = ""  # default: the in-cluster service address
+    api_url: str = ""  # default: the in-cluster service account (services/common/zone.py)
     pod_selector: str = ""  # default: every pod named <statefulset>-<ordinal>
     zone_label: str = ZONE_LABEL
-    token: str | None = None  # default: the pod's service account token
-    ca_file: str | None = None
     timeout_s: float = 10.0
     attempts: int = 5
     backoff_s: float = 0.2
     max_backoff_s: float = 5.0
 
-    def resolved_url(self) -> str:
-        if self.api_url:
-            return self.api_url.rstrip("/")
-        host = os.environ.get("KUBERNETES_SERVICE_HOST")
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
-            raise ProvisionerError(
-                "kafkapy.kubernetes.api.url is not set and KUBERNETES_SERVICE_HOST is not in the "
-                "environment (not running in a pod)"
-            )
-        return f"https://{host}:{port}"
 
-
-class _Retryable(Exception):
-    def __init__(self, status: int | None, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+class _Conflict(Exception):
+    pass
 
 
 class KubernetesProvisioner:
@@ -91,51 +84,63 @@ class KubernetesProvisioner:
 
     def __init__(self, config: KubernetesConfig) -> None:
         self.config = config
-        self.base = config.resolved_url()
-        token = config.token
-        if token is None and (SERVICE_ACCOUNT / "token").exists():
-            token = (SERVICE_ACCOUNT / "token").read_text().strip()
-        ca = config.ca_file
-        if ca is None and (SERVICE_ACCOUNT / "ca.crt").exists():
-            ca = str(SERVICE_ACCOUNT / "ca.crt")
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self.http = httpx.AsyncClient(
-            base_url=self.base,
-            headers=headers,
-            verify=ca if ca else True,
-            timeout=config.timeout_s,
-        )
-        ns, name = config.namespace, config.statefulset
-        self.scale_path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/{name}/scale"
-        self.pods_path = f"/api/v1/namespaces/{ns}/pods"
-        self.pod_name = re.compile(rf"^{re.escape(name)}-(\d+)$")
+        self.pod_name = re.compile(rf"^{re.escape(config.statefulset)}-(\d+)$")
+        self._api: Any = None  # built on first use, in a thread (it reads the token file)
+
+    async def _client(self) -> Any:
+        if self._api is None:
+            try:
+                self._api = await asyncio.to_thread(
+                    kubernetes_api_client, self.config.api_url or None, client_retries=False
+                )
+            except ZoneLookupError as exc:
+                raise ProvisionerError(str(exc)) from None
+        return self._api
 
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._api is not None:
+            api, self._api = self._api, None
+            await asyncio.to_thread(api.close)
 
     # ---- the interface ----------------------------------------------------------------------
     async def current(self) -> int:
-        body = await self._call("GET", self.scale_path, "read the StatefulSet scale")
-        return int(body.get("spec", {}).get("replicas", 0))
+        return _replicas(await self._read_scale())
+
+    async def _read_scale(self) -> Any:
+        apps = client.AppsV1Api(await self._client())
+        c = self.config
+        return await self._call(
+            "read the StatefulSet scale",
+            apps.read_namespaced_stateful_set_scale,
+            c.statefulset,
+            c.namespace,
+        )
 
     async def scale_to(self, replicas: int, hosting: Collection[int]) -> None:
         what = f"scale StatefulSet {self.config.statefulset} to {replicas}"
         for attempt in range(1, self.config.attempts + 1):
-            scale = await self._call("GET", self.scale_path, "read the StatefulSet scale")
-            current = int(scale.get("spec", {}).get("replicas", 0))
+            scale = await self._read_scale()
+            current = _replicas(scale)
             check_scale_down(current, replicas, hosting)
             if current == replicas:
                 return
-            version = scale.get("metadata", {}).get("resourceVersion")
+            version = scale.metadata.resource_version if scale.metadata is not None else None
             patch: dict[str, Any] = {"spec": {"replicas": replicas}}
             if version:
                 patch["metadata"] = {"resourceVersion": version}
+            apps = client.AppsV1Api(await self._client())
             try:
-                await self._call("PATCH", self.scale_path, what, json=patch, conflict_retry=False)
-            except _Retryable as exc:  # a 409: the scale moved; read it again
-                self._log_retry(what, attempt, exc.status, str(exc))
+                await self._call(
+                    what,
+                    apps.patch_namespaced_stateful_set_scale,
+                    self.config.statefulset,
+                    self.config.namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    conflict_retry=False,
+                )
+            except _Conflict as exc:  # a 409: the scale moved; read it again
+                self._log_retry(what, attempt, 409, str(exc))
                 await asyncio.sleep(self._backoff(attempt))
                 continue
             log.info(
@@ -152,33 +157,36 @@ class KubernetesProvisioner:
         await self.scale_to(top_ordinals(await self.current(), ids), hosting)
 
     async def nodes(self) -> list[ProvisionedNode]:
-        params = {"labelSelector": self.config.pod_selector} if self.config.pod_selector else None
-        body = await self._call("GET", self.pods_path, "list storage pods", params=params)
+        api = await self._client()
+        c = self.config
+        pods = await self._call(
+            "list storage pods",
+            client.CoreV1Api(api).list_namespaced_pod,
+            c.namespace,
+            label_selector=c.pod_selector or None,
+        )
         out: list[ProvisionedNode] = []
         zones: dict[str, str | None] = {}
-        for pod in body.get("items", []):
-            meta = pod.get("metadata", {})
-            m = self.pod_name.match(meta.get("name", ""))
-            if m is None:
+        for pod in pods.items or []:
+            name = pod.metadata.name if pod.metadata is not None else None
+            m = self.pod_name.match(name or "")
+            if m is None or name is None:
                 continue
-            node_name = pod.get("spec", {}).get("nodeName")
+            node_name = pod.spec.node_name if pod.spec is not None else None
             if node_name and node_name not in zones:
-                zones[node_name] = await self._zone_of(node_name)
+                labels = await self._call(
+                    f"read node {node_name}", read_node_labels, node_name, api, c.timeout_s
+                )
+                zones[node_name] = labels.get(c.zone_label)
             out.append(
                 ProvisionedNode(
                     ordinal=int(m.group(1)),
                     ready=_pod_ready(pod),
                     zone=zones.get(node_name) if node_name else None,
-                    name=meta["name"],
+                    name=name,
                 )
             )
         return sorted(out, key=lambda n: n.ordinal)
-
-    async def _zone_of(self, node_name: str) -> str | None:
-        node = await self._call("GET", f"/api/v1/nodes/{node_name}", f"read node {node_name}")
-        labels = node.get("metadata", {}).get("labels", {}) or {}
-        zone = labels.get(self.config.zone_label)
-        return str(zone) if zone is not None else None
 
     # ---- HTTP with retries ------------------------------------------------------------------
     def _backoff(self, attempt: int) -> float:
@@ -197,69 +205,62 @@ class KubernetesProvisioner:
 
     async def _call(
         self,
-        method: str,
-        path: str,
         what: str,
-        *,
-        json: dict[str, Any] | None = None,
-        params: dict[str, str] | None = None,
+        fn: Callable[..., T],
+        *args: Any,
         conflict_retry: bool = True,
-    ) -> dict[str, Any]:
+        **kwargs: Any,
+    ) -> T:
+        """``fn(*args, **kwargs)`` in a thread, retried with backoff on what may pass."""
+        if fn is not read_node_labels:
+            kwargs["_request_timeout"] = self.config.timeout_s
         last = ""
+        status: int | None = None
         for attempt in range(1, self.config.attempts + 1):
-            status: int | None = None
+            status = None
             try:
-                headers = {"Content-Type": MERGE_PATCH} if json is not None else None
-                resp = await self.http.request(
-                    method,
-                    path,
-                    params=params,
-                    headers=headers,
-                    content=None if json is None else _dumps(json),
-                )
-                status = resp.status_code
-                if status < 300:
-                    body = resp.json()
-                    return body if isinstance(body, dict) else {}
-                last = f"HTTP {status}: {_reason(resp)}"
+                return await asyncio.to_thread(fn, *args, **kwargs)
+            except ApiException as exc:
+                status = exc.status or None
+                last = f"HTTP {status}: {_reason(exc)}" if status else f"{exc.reason}"
                 if status == 409 and not conflict_retry:
-                    raise _Retryable(status, last)
-                if status not in (403, 404, 409, 429) and status < 500:
-                    raise ProvisionerError(f"{what}: {last}")
-            except httpx.TimeoutException as exc:
+                    raise _Conflict(last) from None
+                if status and status not in (403, 404, 409, 429) and status < 500:
+                    raise ProvisionerError(f"{what}: {last}") from None
+            except ZoneLookupError as exc:  # read_node_labels: the status when there was one
+                status, last = exc.status, str(exc)
+                if status and status not in (403, 404, 409, 429) and status < 500:
+                    raise ProvisionerError(f"{what}: {last}") from None
+            except urllib3.exceptions.TimeoutError as exc:
                 last = f"timed out after {self.config.timeout_s:g}s ({type(exc).__name__})"
-            except httpx.TransportError as exc:
+            except urllib3.exceptions.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
-            except ValueError as exc:  # a body that is not JSON
-                raise ProvisionerError(f"{what}: the API server answered no JSON ({exc})") from None
             if attempt == self.config.attempts:
                 break
             self._log_retry(what, attempt, status, last)
             await asyncio.sleep(self._backoff(attempt))
-        hint = ""
-        for code, text in HINTS.items():
-            if last.startswith(f"HTTP {code}"):
-                hint = f" ({text})"
+        hint = f" ({HINTS[status]})" if status in HINTS else ""
         raise ProvisionerError(f"{what}: {last}{hint}, after {self.config.attempts} attempts")
 
 
-def _dumps(body: dict[str, Any]) -> bytes:
-    return jsonlib.dumps(body, separators=(",", ":")).encode()
+def _replicas(scale: Any) -> int:
+    return int(scale.spec.replicas or 0) if scale.spec is not None else 0
 
 
-def _reason(resp: httpx.Response) -> str:
+def _reason(exc: ApiException) -> str:
     """The Status object's message when the API server sent one."""
     try:
-        body = resp.json()
+        body = json.loads(exc.body or "")
     except ValueError:
-        return resp.text[:200] or resp.reason_phrase
+        return (exc.body or "")[:200] or str(exc.reason)
     if isinstance(body, dict) and body.get("message"):
         return str(body["message"])
-    return resp.reason_phrase
+    return str(exc.reason)
 
 
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    for cond in pod.get("status", {}).get("conditions", []) or []:
-        if cond.get("type") == "Ready":
-            return str(cond.get("status")) == "True"
+def _pod_ready(pod: Any) -> bool:
+    conditions = pod.status.conditions if pod.status is not None else None
+    for cond in conditions or []:
+        if cond.type == "Ready":
+            return str(cond.status) == "True"
     return False

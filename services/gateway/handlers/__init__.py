@@ -31,6 +31,7 @@ from services.gateway.handlers import (
     partition_reassignments,
     produce,
     sasl,
+    transactions,
     user_scram,
 )
 from services.gateway.handlers.base import ApiHandler
@@ -63,6 +64,7 @@ HANDLERS: dict[int, ApiHandler] = {
         sasl.AUTHENTICATE_HANDLER,
         user_scram.DESCRIBE_HANDLER,
         user_scram.ALTER_HANDLER,
+        *transactions.HANDLERS,
     )
 }
 

@@ -6,15 +6,11 @@ that zone-aware routing makes "leader" of that partition for this client - which
 group requests. As in Kafka, the first lookup creates ``__consumer_offsets`` (through the
 controller) and is answered COORDINATOR_NOT_AVAILABLE until its shard is placed on a registered
 coordinator; clients retry. Any string is a group key, the empty one included (Kafka hashes it
-like any other: partition 0). Other key types: INVALID_REQUEST for every key.
+like any other: partition 0).
 
-Transactions (key type 1): there is no transaction coordinator yet, and a retriable answer
-(COORDINATOR_NOT_AVAILABLE) made ``init_transactions()`` wait out its whole timeout. The lookup
-is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED with ``TRANSACTIONS_UNSUPPORTED`` as its
-message: the one non-retriable code on which librdkafka gives up at this step (it retries every
-other one), and the answer a Kafka cluster gives a client that may not use transactional ids;
-librdkafka, the Java client, kafka-python and aiokafka all fail at once and show the message
-(docs/compatibility.md compares the candidates).
+Transactions (key type 1): the same with ``__transaction_state`` and the transaction
+coordinators; an empty transactional id is INVALID_REQUEST. Other key types: INVALID_REQUEST
+for every key.
 
 Error messages as Kafka's: v0-3 carry the error's default message; v4 answers a lookup failure
 without one, and a request it rejects (an unknown key type) with the default message per key.
@@ -24,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey, message_spec
-from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, Endpoint
+from services.common.zk.layout import GROUP, TRANSACTION, CoordinatorKind, Endpoint
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body
@@ -36,7 +33,7 @@ from services.gateway.routing import candidates, client_zone, leader_for, topic_
 
 log = get_logger("gateway.find_coordinator")
 
-GROUP, TRANSACTION = 0, 1
+GROUP_KEY, TRANSACTION_KEY = 0, 1
 BATCHED_VERSION = 4
 
 # Kafka's default messages (Errors.message()) of the codes this handler answers.
@@ -51,13 +48,6 @@ MESSAGES = {
     ),
     ErrorCode.UNSUPPORTED_VERSION: "The version of API is not supported.",
 }
-
-# Why a transactional id is refused (FindCoordinator key type 1, InitProducerId).
-TRANSACTIONS_UNSUPPORTED = (
-    "Transactions are not supported by this kafka-py cluster yet (there is no transaction "
-    "coordinator): use an idempotent producer without transactional.id"
-)
-TRANSACTIONS_REFUSED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 Lookup = tuple[ErrorCode, Endpoint | None, str | None]  # (error, coordinator, error message)
 
@@ -80,57 +70,69 @@ def _default_message(code: ErrorCode) -> str | None:
     return MESSAGES.get(code, code.name)
 
 
-def _create_offsets_topic(s: GatewayServices) -> None:
-    """Ask the controller for __consumer_offsets in the background, at most one call in flight
-    per gateway (failures are logged; the next lookup asks again)."""
-    if s.offsets_topic_creation is not None and not s.offsets_topic_creation.done():
+def _create_internal_topic(s: GatewayServices, topic: str) -> None:
+    """Ask the controller for ``__consumer_offsets`` / ``__transaction_state`` in the
+    background, at most one call in flight per topic and gateway (failures are logged; the next
+    lookup asks again)."""
+    offsets = topic == GROUP.topic
+    running = s.offsets_topic_creation if offsets else s.txn_topic_creation
+    if running is not None and not running.done():
         return
 
     async def create() -> None:
         deadline = asyncio.get_running_loop().time() + s.request_timeout_s
         try:
-            resp = await s.controller.create_internal_topic(CONSUMER_OFFSETS_TOPIC, deadline)
+            resp = await s.controller.create_internal_topic(topic, deadline)
         except (TimeoutError, ControllerError) as exc:
-            log.warning("offsets_topic_creation_failed", error=repr(exc))
+            log.warning("internal_topic_creation_failed", topic=topic, error=repr(exc))
             return
         if resp.error_code:
             log.warning(
-                "offsets_topic_not_created",
+                "internal_topic_not_created",
+                topic=topic,
                 error_code=resp.error_code,
                 message=resp.error_message,
             )
         else:
-            log.info("offsets_topic_requested", topic=CONSUMER_OFFSETS_TOPIC)
+            log.info("internal_topic_requested", topic=topic)
 
-    s.offsets_topic_creation = s.spawn(create(), "create __consumer_offsets")
+    task = s.spawn(create(), f"create {topic}")
+    if offsets:
+        s.offsets_topic_creation = task
+    else:
+        s.txn_topic_creation = task
 
 
-def find_group_coordinator(ctx: RequestContext, key: str) -> Lookup:
-    """The gateway that serves ``key``'s group for this client, or why there is none."""
+def find_coordinator(ctx: RequestContext, key: str, kind: CoordinatorKind = GROUP) -> Lookup:
+    """The gateway that serves ``key``'s group / transactional id for this client, or why
+    there is none."""
     s = ctx.services
-    if s.cache.topic(CONSUMER_OFFSETS_TOPIC) is None:
-        _create_offsets_topic(s)
+    if s.cache.topic(kind.topic) is None:
+        _create_internal_topic(s, kind.topic)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, None
-    if s.coordinators is None:
+    clients: CoordinatorClients | None = s.coordinators if kind == GROUP else s.txn_coordinators
+    if clients is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, None
-    route = s.coordinators.route(key)
+    route = clients.route(key)
     if route.error != ErrorCode.NONE:
         return route.error, None, None
     gateways = live_gateways(s, ctx.listener)
     ids = candidates(gateways, client_zone(ctx.client_id, s.endpoint.rack))
-    chosen = leader_for(topic_hash(CONSUMER_OFFSETS_TOPIC), route.partition, ids)
+    chosen = leader_for(topic_hash(kind.topic), route.partition, ids)
     return ErrorCode.NONE, gateways[chosen], None
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
-    key_type = int(req.get("key_type") or GROUP)
-    if key_type not in (GROUP, TRANSACTION):
+    key_type = int(req.get("key_type") or GROUP_KEY)
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return error_response(req, ctx.api_version, ErrorCode.INVALID_REQUEST)
 
     def lookup(key: str) -> Lookup:
-        if key_type == GROUP:
-            return find_group_coordinator(ctx, key)
-        return TRANSACTIONS_REFUSED, None, TRANSACTIONS_UNSUPPORTED
+        if key_type == GROUP_KEY:
+            return find_coordinator(ctx, key)
+        if not key:
+            return ErrorCode.INVALID_REQUEST, None, None
+        return find_coordinator(ctx, key, TRANSACTION)
 
     if ctx.api_version >= BATCHED_VERSION:
         entries = []

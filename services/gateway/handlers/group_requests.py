@@ -1,6 +1,7 @@
 """The group APIs, forwarded to the group coordinator that owns each group's shard.
 
-JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch (v1-7) and OffsetDelete
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch (v1-7) and
+OffsetDelete
 name one group; DescribeGroups, DeleteGroups and OffsetFetch v8 name several, possibly on
 different coordinators: they are split per coordinator (one request each, concurrently) and the
 answers merged back in request order. ListGroups asks every registered coordinator and merges;
@@ -8,9 +9,9 @@ a coordinator that fails reports its error in the top-level error code, next to 
 the others (COORDINATOR_NOT_AVAILABLE also while a shard of an existing ``__consumer_offsets``
 has no registered owner, as Kafka answers while partitions load: admin clients retry).
 
-As Kafka's KafkaApis does, OffsetCommit and OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION here
+As Kafka's KafkaApis does, (Txn)OffsetCommit and OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION here
 for partitions the cluster does not have, and an OffsetCommit with nothing left to commit is
-answered without asking the coordinator. Failures (see ``services.gateway.coordinators``) are
+answered without asking the coordinator. Failures (see ``services.common.coordinator.clients``) are
 answered in each API's and version's shape (``services.common.group_errors``).
 
 Deadlines: JoinGroup may wait for the whole rebalance, so its call may last its rebalance
@@ -26,13 +27,13 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from services.common.coordinator.clients import CoordinatorClients, ForwardError
 from services.common.errors import ErrorCode
 from services.common.group_errors import GROUP_API_NAMES
 from services.common.group_errors import error_response as group_error_response
 from services.common.protocol import ApiKey
 from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC
 from services.gateway.context import RequestContext
-from services.gateway.coordinators import CoordinatorClients, ForwardError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 
 OFFSET_FETCH_BATCHED_VERSION = 8
@@ -277,6 +278,7 @@ HANDLERS = [
     _handler(ApiKey.HEARTBEAT, _single),
     _handler(ApiKey.LEAVE_GROUP, _single),
     _handler(ApiKey.OFFSET_COMMIT, _offset_commit),
+    _handler(ApiKey.TXN_OFFSET_COMMIT, _offset_commit),
     _handler(ApiKey.OFFSET_DELETE, _offset_delete),
     _handler(ApiKey.OFFSET_FETCH, _offset_fetch),
     _handler(ApiKey.DESCRIBE_GROUPS, _describe_groups),

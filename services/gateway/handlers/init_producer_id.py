@@ -1,11 +1,10 @@
-"""InitProducerId (v0-4) for idempotent producers.
+"""InitProducerId (v0-4).
 
-As Kafka's TransactionCoordinator for a null transactional id: always a fresh producer id with
-epoch 0, whatever producer_id/epoch the request carries (KIP-360 clients asking to bump get a
-new id, which resets their sequences just the same). Ids come from blocks claimed in
-``/latest_producer_id_block``. A transactional id needs the transaction coordinator, which does
-not exist yet: it is refused with the code FindCoordinator gives for transactional ids
-(``find_coordinator.TRANSACTIONS_REFUSED``, non-retriable), so clients fail at once.
+Idempotent producers (null transactional id), as Kafka's TransactionCoordinator answers them:
+always a fresh producer id with epoch 0, whatever producer_id/epoch the request carries
+(KIP-360 clients asking to bump get a new id, which resets their sequences just the same). Ids
+come from blocks claimed in ``/latest_producer_id_block``. A transactional id is forwarded to
+its transaction coordinator (``transactions.forward``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from services.common.logging import get_logger
 from services.common.protocol import ApiKey
 from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body
-from services.gateway.handlers.find_coordinator import TRANSACTIONS_REFUSED
+from services.gateway.handlers.transactions import forward
 
 log = get_logger("gateway.producer_ids")
 
@@ -27,8 +26,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     v = ctx.api_version
     txn_id = req.get("transactional_id")
     if txn_id is not None:
-        code = ErrorCode.INVALID_REQUEST if txn_id == "" else TRANSACTIONS_REFUSED
-        return error_response(req, v, code)
+        return await forward(ctx, req)
     pid, epoch = (
         req.get("producer_id", NO_PRODUCER_ID),
         req.get("producer_epoch", NO_PRODUCER_EPOCH),

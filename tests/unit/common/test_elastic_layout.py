@@ -6,11 +6,28 @@ from services.common.zk.elastic import AutoscalerState, ScaleSpec, StorageUsage
 
 
 def test_usage_round_trip() -> None:
-    u = StorageUsage(2, 300, 1000, 55, 1234, {("t", 0): 100, ("t", 1): 200})
+    u = StorageUsage(2, 300, 1000, 55, 1234, 2)
     assert StorageUsage.from_json(u.to_json()) == u
     assert u.used_percent == 30.0
     assert StorageUsage.from_json(b"not json") is None
     assert StorageUsage.from_json(b'{"broker": "x"}') is None
+
+
+def test_usage_znode_is_totals_only_whatever_the_replica_count() -> None:
+    """At 10,000 replicas the report stays the size it is at 1 (it once listed every replica:
+    ~400 KB written every 5 s per node); replica sizes are asked over gRPC when planning."""
+    small = StorageUsage(0, 10**12, 4 * 10**12, 10**11, 1_700_000_000_000, 1).to_json()
+    large = StorageUsage(0, 10**12, 4 * 10**12, 10**11, 1_700_000_000_000, 10_000).to_json()
+    assert len(large) - len(small) == 4 and len(large) < 200
+    assert b"partitions" not in large
+
+
+def test_usage_version_1_reads_with_its_replica_list_ignored() -> None:
+    v1 = (
+        b'{"version":1,"broker":3,"used_bytes":300,"capacity_bytes":1000,"bytes_in":7,'
+        b'"timestamp":99,"partitions":{"t":{"0":100,"1":200}}}'
+    )
+    assert StorageUsage.from_json(v1) == StorageUsage(3, 300, 1000, 7, 99, 0)
 
 
 def test_autoscaler_state_round_trip_and_garbage() -> None:

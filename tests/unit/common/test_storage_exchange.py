@@ -12,7 +12,7 @@ import pytest
 
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.storage_exchange import StorageExchange
-from services.storage.exchange import serve_exchange
+from services.storage.exchange import ExchangeStreams, serve_exchange
 from services.storage.wire import APPEND, FETCH, FetchReply, FetchResult, parse_exchange_requests
 
 
@@ -26,6 +26,9 @@ class Node:
         self.cancelled: list[int] = []
         self.fail_appends = False
         self.server: grpc.aio.Server | None = None
+        self.streams = ExchangeStreams()
+        self.events: list[str] = []  # how each stream's handler ended
+        self.fetching = 0
 
     def _read(self, data: bytes) -> Any:
         self.messages += 1
@@ -47,6 +50,7 @@ class Node:
         )
 
     async def fetch(self, request: pb.FetchRequest, context: Any) -> FetchReply:
+        self.fetching += 1
         try:
             await asyncio.sleep(request.max_wait_ms / 1000)
         except asyncio.CancelledError:
@@ -57,7 +61,12 @@ class Node:
         return FetchReply([result])
 
     async def exchange(self, request_iterator: Any, context: Any) -> None:
-        await serve_exchange({APPEND: self.append, FETCH: self.fetch}, context)
+        try:
+            await serve_exchange({APPEND: self.append, FETCH: self.fetch}, context, self.streams)
+        except asyncio.CancelledError:
+            self.events.append("stream cancelled")
+            raise
+        self.events.append("stream ended")
 
     async def start(self, port: int = 0) -> int:
         handler = grpc.stream_stream_rpc_method_handler(
@@ -214,3 +223,33 @@ async def test_a_stream_ended_with_unknown_or_internal_fails_its_calls_as_unavai
         await channel.close()
         assert node.server is not None
         await node.server.stop(0)
+
+
+async def test_a_stopping_node_ends_its_streams_instead_of_waiting_out_the_grace(
+    node_and_client: Any,
+) -> None:
+    """What StorageNode.stop does: end the Exchange streams, then stop gRPC with its grace
+    (``shutdown.grace.ms``). A follower's stream with a long poll in flight answers that poll and
+    ends by itself (status OK), so the server's stop never reaches the grace, which would cancel
+    the stream; a call made meanwhile fails retriably and never runs."""
+    node, exchange, _, _ = node_and_client
+    assert node.server is not None
+    await exchange.append(_append(0))  # the stream is open
+    polling = asyncio.ensure_future(exchange.fetch(pb.FetchRequest(max_wait_ms=300)))
+    await _until(lambda: node.fetching == 1)
+    assert len(node.streams) == 1
+
+    node.streams.close()
+    answer = await polling  # the running call is answered before the stream ends
+    assert answer.partitions[0].topic == "waited-300"
+    await _until(lambda: node.events == ["stream ended"])
+    with pytest.raises(grpc.aio.AioRpcError) as info:  # on a new stream: ended at once
+        await exchange.append(_append(1), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert node.appends == [0]
+
+    await node.server.stop(120)  # a grace far beyond the test's timeout: never waited out
+    node.events.append("server stopped")
+    assert "stream cancelled" not in node.events
+    assert node.events[-1] == "server stopped" and set(node.events[:-1]) == {"stream ended"}
+    assert len(node.streams) == 0

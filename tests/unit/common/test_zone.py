@@ -1,13 +1,13 @@
-"""Zone discovery against an emulated Kubernetes API (kmock's KubernetesEmulator over real HTTP):
-the official client reads the Node, its zone label becomes broker.rack; every failure is one
-warning line and the configured fallback. No real API server runs here."""
+"""Zone discovery against the suite's emulated Kubernetes API (tests/integration/kube_api: kmock's
+KubernetesEmulator over real HTTP): the official client reads the Node, its zone label becomes
+broker.rack; every failure is one warning line and the configured fallback. No real API server
+runs here."""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 
-import kmock
 import pytest
 import structlog
 
@@ -16,6 +16,7 @@ from services.common.zone import ZONE_LABEL, ZoneLookupError, read_node_zone, wi
 from services.gateway.settings import GatewaySettings
 from services.group_coordinator.settings import GroupCoordinatorSettings
 from services.storage.settings import StorageSettings
+from tests.integration.kube_api import emulated_api
 
 NODES = {
     "node-a": {ZONE_LABEL: "zone-a", "example.com/rack": "rack-7"},
@@ -25,17 +26,9 @@ NODES = {
 
 
 @pytest.fixture
-async def api_url() -> AsyncIterator[str]:
-    emu = kmock.KubernetesEmulator()
-    async with emu, kmock.Server(emu) as srv:
-        emu.resources["v1/nodes"] = {}
-        for name, labels in NODES.items():
-            emu.objects[kmock.resource("", "v1", "nodes"), None, name] = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": labels},
-            }
-        yield str(srv.url)
+def api_url() -> Iterator[str]:
+    with emulated_api(NODES) as url:
+        yield url
 
 
 def _gateway(api_url: str, **extra: str) -> GatewaySettings:

@@ -256,7 +256,7 @@ class FakeCoordinators:
     the forwarded response (default: the API's all-clear shape)."""
 
     def __init__(self, answer: Callable[[int, int, dict[str, Any]], Any] | None = None) -> None:
-        from services.gateway.coordinators import Route
+        from services.common.coordinator.clients import Route
 
         self._route = Route(0, 0)
         self.calls: list[tuple[int, int, int, dict[str, Any], str, str, float]] = []

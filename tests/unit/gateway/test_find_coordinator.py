@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import (
@@ -19,7 +20,6 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.zk import layout
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerError
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.handlers import find_coordinator, metadata
 
 from .fake_group_coordinator import group_in, place
@@ -168,16 +168,30 @@ async def test_empty_group_id_is_a_group_like_any_other() -> None:
 
 
 @pytest.mark.parametrize("version", range(1, 5))
-async def test_transaction_and_unknown_key_types(version: int) -> None:
+async def test_transaction_key_type_and_unknown_key_types(version: int) -> None:
+    async def controller(method: str, request: Any) -> Any:
+        return cpb.CreateInternalTopicResponse()
+
     cache = _cache()
-    place(cache, {p: 5 for p in range(PARTITIONS)}, PARTITIONS)
-    _register(cache, 5)
-    svc = _svc(cache)
+    fake = FakeController(controller)
+    svc = _svc(cache, fake)
+    svc.txn_coordinators = CoordinatorClients(cache, layout.TRANSACTION)
+    # no __transaction_state yet: retriable, and the controller is asked to create it
     txn = await _find(svc, version, "txn-1", key_type=1)
-    # not retriable, so that init_transactions() fails at once, and says why
-    assert txn["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert txn["node_id"] == -1
-    assert txn["error_message"] == find_coordinator.TRANSACTIONS_UNSUPPORTED
+    assert txn["error_code"] == NOT_AVAILABLE and txn["node_id"] == -1
+    await svc.wait_background(1.0)
+    assert fake.requests == [
+        ("CreateInternalTopic", cpb.CreateInternalTopicRequest(name=layout.TRANSACTION_STATE_TOPIC))
+    ]
+    add_topic(cache, layout.TRANSACTION_STATE_TOPIC, {p: [11] for p in range(PARTITIONS)})
+    assert (await _find(svc, version, "txn-1", key_type=1))["error_code"] == NOT_AVAILABLE
+    shards = {p: layout.ShardOwner(7, 1, 2000 + p) for p in range(PARTITIONS)}
+    cache.apply_shard_map(layout.ShardMap(PARTITIONS, shards).to_json(), layout.TRANSACTION)
+    cache.apply_transaction_coordinator(7, layout.Endpoint(7, "127.0.0.1", 7707).to_json())
+    txn = await _find(svc, version, "txn-1", key_type=1)
+    assert txn["error_code"] == 0 and txn["node_id"] in (1, 2, 3, 4)  # a gateway
+    # the group coordinators' map does not serve transactional ids, and "" is no id
+    assert (await _find(svc, version, "", key_type=1))["error_code"] == ErrorCode.INVALID_REQUEST
     bad = await _find(svc, version, "g", key_type=2)
     assert bad["error_code"] == ErrorCode.INVALID_REQUEST and bad["node_id"] == -1
     assert bad["error_message"] == find_coordinator.MESSAGES[ErrorCode.INVALID_REQUEST]

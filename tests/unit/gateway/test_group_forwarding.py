@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
 from services.common.group_errors import error_response
 from services.common.metadata_cache import MetadataCache
@@ -31,7 +32,6 @@ from services.common.protocol.schema import EntitySpec
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2 as pb
 from services.common.zk import layout
 from services.gateway.context import GatewayServices
-from services.gateway.coordinators import CoordinatorClients
 from services.gateway.handlers import HANDLERS
 from services.gateway.handlers.group_requests import client_host, forward_timeout_s
 from services.gateway.server import KafkaServer

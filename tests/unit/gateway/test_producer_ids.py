@@ -71,8 +71,9 @@ async def test_init_producer_id_handler() -> None:
     assert (resp["producer_id"], resp["producer_epoch"]) == (43, 0)
     resp = await init_producer_id.handle(ctx, {**base, "producer_id": 42, "producer_epoch": -1})
     assert resp["error_code"] == ErrorCode.INVALID_REQUEST
+    # a transactional id goes to its transaction coordinator: none is known here (retriable)
     resp = await init_producer_id.handle(ctx, {**base, "transactional_id": "tx"})
-    assert resp["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # not retriable
+    assert resp["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert resp["producer_id"] == -1
     resp = await init_producer_id.handle(ctx, {**base, "transactional_id": ""})
     assert resp["error_code"] == ErrorCode.INVALID_REQUEST

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from services.common import txn_errors
 from services.common.errors import ErrorCode
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import (
@@ -100,6 +101,9 @@ def _services() -> GatewayServices:
     svc = services(cache, controller=FakeController(_controller))
     svc.producer_ids = _Ids()  # type: ignore[assignment]
     svc.coordinators = FakeCoordinators()  # type: ignore[assignment]
+    svc.txn_coordinators = FakeCoordinators(  # type: ignore[assignment]
+        lambda key, version, body: txn_errors.error_response(key, version, body, ErrorCode.NONE)
+    )
     add_topic(cache, "__consumer_offsets", {0: [11]})
     cache.apply_shard_map(
         b'{"version":1,"partitions":1,"shards":{"0":{"owner":0,"epoch":0,"producer_id":1}}}'
@@ -260,6 +264,52 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "topics": [{"name": "a", "partition_indexes": [0]}],
     },
     ApiKey.INIT_PRODUCER_ID: {"transactional_id": None, "transaction_timeout": 1000},
+    ApiKey.ADD_PARTITIONS_TO_TXN: {
+        "v3_and_below_transactional_id": "tx",
+        "v3_and_below_producer_id": 5,
+        "v3_and_below_producer_epoch": 0,
+        "v3_and_below_topics": [{"name": "a", "partitions": [0]}],
+    },
+    ApiKey.ADD_OFFSETS_TO_TXN: {
+        "transactional_id": "tx",
+        "producer_id": 5,
+        "producer_epoch": 0,
+        "group_id": "g",
+    },
+    ApiKey.TXN_OFFSET_COMMIT: {
+        "transactional_id": "tx",
+        "group_id": "g",
+        "producer_id": 5,
+        "producer_epoch": 0,
+        "generation_id": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": "a",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 3,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+        ],
+    },
+    ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["tx", "ty"]},
+    ApiKey.LIST_TRANSACTIONS: {
+        "state_filters": ["Ongoing"],
+        "producer_id_filters": [],
+        "duration_filter": -1,
+    },
+    ApiKey.END_TXN: {
+        "transactional_id": "tx",
+        "producer_id": 5,
+        "producer_epoch": 0,
+        "committed": True,
+    },
     ApiKey.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
     ApiKey.JOIN_GROUP: {
         "group_id": "g",

@@ -41,7 +41,13 @@ def assert_wire(api_key: int, version: int, response: dict[str, Any]) -> None:
 
 def request(api_key: int, version: int) -> dict[str, Any]:
     """A request of every API touching group "g" (member "m"), one partition t-0."""
-    if api_key == 8:
+    if api_key == 27:
+        marker = {
+            "producer_id": 7,
+            "topics": [{"name": "__consumer_offsets", "partition_indexes": [0]}],
+        }
+        return {"markers": [marker]}
+    if api_key in (8, 28):
         body: dict[str, Any] = {
             "group_id": "g",
             "generation_id_or_member_epoch": 1,
@@ -140,6 +146,26 @@ async def _exercise(env: Env, api_key: int, version: int, member: str) -> list[d
                 topics=[{"name": "t", "partitions": partitions}],
             )
         ]
+    if api_key == 28:
+        partitions = [{"partition_index": 0, "committed_offset": 6, "committed_metadata": None}]
+        return [
+            await env.call(
+                28,
+                version,
+                transactional_id="tx",
+                group_id="g",
+                producer_id=77,
+                producer_epoch=0,
+                topics=[{"name": "t", "partitions": partitions}],
+            )
+        ]
+    if api_key == 27:
+        topics = [{"name": "__consumer_offsets", "partition_indexes": [0]}]
+        marker = {"producer_id": 77, "producer_epoch": 0, "transaction_result": True,
+                  "topics": topics, "coordinator_epoch": 1}  # fmt: skip
+        r = await env.call(27, version, markers=[marker])
+        assert r["markers"][0]["topics"][0]["partitions"][0]["error_code"] == 0
+        return [r]
     if api_key == 9:
         if version >= 8:
             groups = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.internal_topics.consumer_offsets import group_metadata_key, offset_commit_key
@@ -66,3 +67,94 @@ async def test_failed_tombstones_still_forget_the_offsets() -> None:
     env.store.fail = KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     assert await env.shard.offsets.remove_topics({"gone"}) == 1
     assert set(offsets_of(await env.fetch("s", None))) == {("kept", 0)}
+
+
+# ---- offsets committed in a transaction (TxnOffsetCommit) --------------------------------------
+
+
+async def _txn_commit(
+    env: Env, group: str, offsets: dict[tuple[str, int], int], **extra: Any
+) -> dict[tuple[str, int], int]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (t, p), off in offsets.items():
+        topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off})
+    r = await env.call(
+        28, 3, transactional_id="tx", group_id=group, producer_id=77, producer_epoch=2,
+        topics=[{"name": t, "partitions": ps} for t, ps in topics.items()], **extra,
+    )  # fmt: skip
+    return {
+        (t["name"], p["partition_index"]): p["error_code"]
+        for t in r["topics"]
+        for p in t["partitions"]
+    }
+
+
+async def test_transactional_offsets_count_only_after_a_commit_marker() -> None:
+    env = Env()
+    await env.commit("g", {("t", 0): 1})
+    assert await _txn_commit(env, "g", {("t", 0): 5, ("t", 1): 6}) == {("t", 0): 0, ("t", 1): 0}
+    (pid, epoch, records) = env.store.txn_appends[0]
+    assert (pid, epoch) == (77, 2)
+    assert [k for k, _ in records] == [
+        offset_commit_key("g", "t", 0),
+        offset_commit_key("g", "t", 1),
+    ]
+    # not visible yet; a stable fetch is told the partition is unstable
+    assert offsets_of(await env.fetch("g", {"t": [0]}))[("t", 0)][0] == 1
+    stable = await env.call(
+        9, 7, group_id="g", topics=[{"name": "t", "partition_indexes": [0]}], require_stable=True
+    )
+    assert stable["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+    assert await env.lookup.write_txn_marker(0, 77, 2, 1, True) == ErrorCode.NONE
+    assert offsets_of(await env.fetch("g", {"t": [0, 1]})) == {
+        ("t", 0): (5, "", 0),
+        ("t", 1): (6, "", 0),
+    }
+    # an aborted transaction's offsets are dropped
+    await _txn_commit(env, "g", {("t", 0): 9})
+    assert await env.lookup.write_txn_marker(0, 77, 2, 1, False) == ErrorCode.NONE
+    assert offsets_of(await env.fetch("g", {"t": [0]}))[("t", 0)][0] == 5
+
+
+async def test_transactional_commit_fencing_kip447() -> None:
+    env = Env()
+    (member,) = await stable_group(env, "g", 1)
+    stale = await _txn_commit(env, "g", {("t", 0): 5}, member_id=member, generation_id=0)
+    assert stale == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+    ghost = await _txn_commit(env, "g", {("t", 0): 5}, member_id="ghost", generation_id=1)
+    assert ghost == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    ok = await _txn_commit(env, "g", {("t", 0): 5}, member_id=member, generation_id=1)
+    assert ok == {("t", 0): 0}
+    env.store.fail = KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, "old epoch")
+    assert await _txn_commit(env, "g", {("t", 1): 5}) == {
+        ("t", 1): ErrorCode.INVALID_PRODUCER_EPOCH
+    }
+
+
+def test_replay_holds_transactional_offsets_until_their_marker() -> None:
+    from services.common.internal_topics.consumer_offsets import (
+        OffsetAndMetadata,
+        offset_commit_value,
+    )
+    from services.common.records.record import Record, build_batch, build_end_txn_marker
+    from services.group_coordinator.replay import ShardReplay
+
+    def txn(pid: int, offset: int, base: int) -> bytes:
+        return build_batch(
+            [Record(key=offset_commit_key("g", "t", 0), value=offset_commit_value(OffsetAndMetadata(offset)))],
+            base_offset=base, producer_id=pid, producer_epoch=0, base_sequence=0,
+            is_transactional=True,
+        )  # fmt: skip
+
+    log = (
+        txn(1, 10, 0)
+        + txn(2, 20, 1)
+        + build_end_txn_marker(True, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=0, base_offset=2)
+        + txn(3, 30, 3)
+        + build_end_txn_marker(False, producer_id=3, producer_epoch=0, coordinator_epoch=0, timestamp=0, base_offset=4)
+    )  # fmt: skip
+    replay = ShardReplay()
+    assert replay.apply(memoryview(log)) == 5
+    snap = replay.snapshot()
+    assert snap.offsets == {"g": {("t", 0): OffsetAndMetadata(10)}}  # 1 committed, 3 aborted
+    assert snap.pending_txn == {2: {"g": {("t", 0): OffsetAndMetadata(20)}}}  # still open

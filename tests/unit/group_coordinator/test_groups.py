@@ -49,6 +49,7 @@ class FakeStore:
 
     def __init__(self) -> None:
         self.appends: list[list[tuple[bytes, bytes | None]]] = []
+        self.txn_appends: list[tuple[int, int, list[tuple[bytes, bytes | None]]]] = []
         self.fail: KafkaError | None = None
         self.gate: asyncio.Event | None = None
 
@@ -58,6 +59,13 @@ class FakeStore:
         if self.fail is not None:
             raise self.fail
         self.appends.append(list(records))
+
+    async def append_transactional(
+        self, records: Sequence[tuple[bytes, bytes | None]], producer_id: int, epoch: int
+    ) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.txn_appends.append((producer_id, epoch, list(records)))
 
     def keys(self) -> list[tuple[bytes, bool]]:
         return [(k, v is None) for batch in self.appends for k, v in batch]
@@ -75,6 +83,15 @@ class Lookup:
 
     def loaded_shards(self) -> list[GroupShard]:
         return [self._shard] if isinstance(self._shard, GroupShard) else []
+
+    async def write_txn_marker(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """The marker is taken as written: the shard applies or drops the offsets."""
+        if isinstance(self._shard, ErrorCode):
+            return self._shard
+        self._shard.complete_txn(producer_id, commit)
+        return ErrorCode.NONE
 
 
 class Clock:

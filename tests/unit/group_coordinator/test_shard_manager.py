@@ -15,7 +15,7 @@ from services.common.errors import ErrorCode
 from services.common.metadata_cache import PartitionInfo
 from services.common.records.batch import iter_headers
 from services.common.rpc.kafkapy.v1 import storage_pb2
-from services.common.zk.layout import ShardMap, ShardOwner
+from services.common.zk.layout import CoordinatorKind, ShardMap, ShardOwner
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.metrics import CoordinatorMetrics
 from services.group_coordinator.settings import GroupCoordinatorSettings
@@ -68,6 +68,9 @@ class StillCache:
     """A metadata cache that never changes: the shard map places shard 0 here throughout."""
 
     shard_map = ShardMap(partitions=1, shards={0: OWNER})
+
+    def shard_map_of(self, kind: CoordinatorKind) -> ShardMap:
+        return self.shard_map
 
     def partition(self, topic: str, partition: int) -> PartitionInfo:
         return PartitionInfo(partition, (2,), 2, 0, (2,), 0)

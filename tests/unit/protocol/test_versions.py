@@ -59,6 +59,12 @@ def test_supported_versions_table() -> None:
         ApiKey.SASL_AUTHENTICATE: (0, 2),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+        ApiKey.END_TXN: (0, 3),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
     }
     for key, (low, high) in SUPPORTED_VERSIONS.items():
         assert set(range(low, high + 1)) <= set(known_versions(key)), key

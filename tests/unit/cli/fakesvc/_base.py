@@ -23,6 +23,7 @@ ID_FLAG = {
     "controller": "controller.id",
     "storage": "broker.id",
     "group_coordinator": "node.id",
+    "transaction_coordinator": "node.id",
     "gateway": "node.id",
 }
 

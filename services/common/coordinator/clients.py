@@ -1,8 +1,11 @@
-"""Routing group requests to the group coordinator that owns the group's shard.
+"""Routing group (transaction) requests to the group (transaction) coordinator that owns the
+group's (transactional id's) shard.
 
-A group lives in ``__consumer_offsets`` partition ``abs(javaHashCode(group)) % partitions``; the
-controller's shard map names the coordinator serving that partition. Requests travel as Kafka
-request bodies inside ``GroupCoordinator.Forward`` (KIP-590's Envelope, in spirit).
+A group lives in ``__consumer_offsets`` partition ``abs(javaHashCode(group)) % partitions``, a
+transactional id in ``__transaction_state`` partition ``abs(javaHashCode(id)) % partitions``;
+the controller's shard map of that kind names the coordinator serving that partition. Requests
+travel as Kafka request bodies inside ``GroupCoordinator.Forward`` /
+``TransactionCoordinator.Forward`` (KIP-590's Envelope, in spirit).
 
 Failures, as clients expect them: a shard not placed (or placed on a coordinator that is not
 registered) is COORDINATOR_NOT_AVAILABLE; a coordinator that cannot be reached, or that does not
@@ -24,11 +27,14 @@ from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
 from services.common.protocol import ProtocolError, decode_response_body, encode_request_body
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2 as pb
-from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
+from services.common.rpc.kafkapy.v1 import (
+    group_coordinator_pb2_grpc,
+    transaction_coordinator_pb2_grpc,
+)
 from services.common.storage_client import ChannelPool
-from services.common.zk.layout import group_partition
+from services.common.zk.layout import GROUP, TRANSACTION, CoordinatorKind, shard_of
 
-log = get_logger("gateway.coordinators")
+log = get_logger("coordinator.clients")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,25 +52,32 @@ class ForwardError(Exception):
         self.code = code
 
 
-class CoordinatorClients(ChannelPool[Any]):
-    """GroupCoordinator stubs by coordinator id, plus the group -> coordinator routing."""
+_STUBS = {
+    GROUP: group_coordinator_pb2_grpc.GroupCoordinatorStub,
+    TRANSACTION: transaction_coordinator_pb2_grpc.TransactionCoordinatorStub,
+}
 
-    def __init__(self, cache: MetadataCache) -> None:
+
+class CoordinatorClients(ChannelPool[Any]):
+    """Coordinator stubs of one kind by coordinator id, plus the key -> coordinator routing."""
+
+    def __init__(self, cache: MetadataCache, kind: CoordinatorKind = GROUP) -> None:
         def address_of(node_id: int) -> str | None:
-            ep = cache.group_coordinators.get(node_id)
+            ep = cache.coordinators(kind).get(node_id)
             return ep.address if ep is not None else None
 
-        super().__init__(address_of, group_coordinator_pb2_grpc.GroupCoordinatorStub)
+        super().__init__(address_of, _STUBS[kind])
         self._cache = cache
+        self.kind = kind
 
-    def route(self, group_id: str) -> Route:
+    def route(self, key: str) -> Route:
         """COORDINATOR_NOT_AVAILABLE until the shard is placed on a registered coordinator."""
-        shard_map = self._cache.shard_map
+        shard_map = self._cache.shard_map_of(self.kind)
         if shard_map is None or shard_map.partitions <= 0:
             return Route(-1, -1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        p = group_partition(group_id, shard_map.partitions)
+        p = shard_of(key, shard_map.partitions)
         owner = shard_map.shards.get(p)
-        if owner is None or owner.owner not in self._cache.group_coordinators:
+        if owner is None or owner.owner not in self._cache.coordinators(self.kind):
             return Route(p, -1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return Route(p, owner.owner)
 

@@ -1,5 +1,5 @@
-"""One ``__consumer_offsets`` partition as its owning coordinator writes and reads it, through
-the partition's leader storage node.
+"""One coordinator shard - a partition of ``__consumer_offsets`` or ``__transaction_state`` - as
+its owning coordinator writes and reads it, through the partition's leader storage node.
 
 Writes are idempotent-producer batches: ``producer_id`` of the shard and ``producer_epoch`` =
 the shard epoch (``layout.ShardOwner``). The first write of a new owner (``fence``) makes
@@ -15,22 +15,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
 from services.common.errors import ErrorCode, KafkaError
-from services.common.internal_topics.consumer_offsets import group_metadata_key
 from services.common.internal_topics.schema import build_records_batch
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
 from services.common.records.batch import iter_headers
+from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.storage_client import StorageClients
 from services.common.storage_wire import PartitionAppend, append_request
-from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardOwner
-from services.group_coordinator.replay import ShardReplay
+from services.common.zk.layout import ShardOwner
 
-log = get_logger("group_coordinator.shard_log")
+log = get_logger("coordinator.shard_log")
 
 # Storage answers after which the same batch may be sent again once metadata has moved on.
 _RETRY_ON_NEW_LEADER = frozenset(
@@ -54,6 +55,20 @@ _FENCED = frozenset(
 _NEW_LEADER_WAIT_S = 0.5
 
 
+class Replay(Protocol):
+    def apply(self, records: memoryview) -> int:
+        """Apply every whole batch of ``records``; the offset after the last one applied (-1
+        when none was whole)."""
+        ...
+
+
+@dataclass(slots=True)
+class _ForeignProducer:
+    epoch: int
+    next_sequence: int = 0
+    in_doubt: tuple[bytes, int] | None = None
+
+
 class ShardFencedError(KafkaError):
     """A newer owner of the shard has written: this coordinator must resign it."""
 
@@ -62,10 +77,14 @@ class ShardFencedError(KafkaError):
 
 
 class ShardLog:
-    """The ShardStore of one owned shard (see ``groups.ShardStore``)."""
+    """The store of one owned shard (``group_coordinator.shard_store.ShardStore``).
+
+    ``fence_key`` is the key of the fence record (a tombstone): one no real record has (the
+    group "" / the transactional id "")."""
 
     def __init__(
         self,
+        topic: str,
         partition: int,
         owner: ShardOwner,
         cache: MetadataCache,
@@ -75,8 +94,11 @@ class ShardLog:
         request_timeout_ms: int,
         load_buffer_bytes: int,
         on_fenced: Callable[[int], None],
+        fence_key: bytes,
     ) -> None:
+        self.topic = topic
         self.partition = partition
+        self._fence_key = fence_key
         self.owner = owner
         self._cache = cache
         self._storage = storage
@@ -89,17 +111,18 @@ class ShardLog:
         self._in_doubt: bytes | None = None  # a batch whose outcome is not known yet
         self._in_doubt_count = 0
         self.fenced = False
+        self._foreign: dict[int, _ForeignProducer] = {}  # TxnOffsetCommit producers
 
     # ---- loading ------------------------------------------------------------------------
-    async def load(self, replay: ShardReplay) -> None:
+    async def load(self, replay: Replay) -> None:
         """Replay the whole partition into ``replay``, then fence: write once with this owner's
-        epoch (a tombstone of group "", which cannot exist), so storage refuses any later
-        write of a former owner, and replay what was written up to that fence.
+        epoch (a tombstone of ``fence_key``), so storage refuses any later write of a former
+        owner, and replay what was written up to that fence.
 
         The fence's sequence continues this epoch's last batch in the log (0 for a new epoch),
         so a restarted owner whose epoch did not change writes on where it left off."""
         end = await self._replay_range(replay, 0, None)
-        fence_offset = await self._append([(group_metadata_key(""), None)], self._request_timeout_s)
+        fence_offset = await self._append([(self._fence_key, None)], self._request_timeout_s)
         await self._replay_range(replay, end, fence_offset + 1)
 
     async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
@@ -107,7 +130,7 @@ class ShardLog:
 
     async def _append(self, records: Sequence[tuple[bytes, bytes | None]], timeout_s: float) -> int:
         if self.fenced:
-            raise ShardFencedError(f"__consumer_offsets-{self.partition}: this owner was fenced")
+            raise ShardFencedError(f"{self.topic}-{self.partition}: this owner was fenced")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         async with self._lock:
@@ -128,15 +151,53 @@ class ShardLog:
             self._next_sequence += len(records)
             return offset
 
-    async def _send(self, batch: bytes, deadline: float) -> int:
+    async def append_transactional(
+        self, records: Sequence[tuple[bytes, bytes | None]], producer_id: int, epoch: int
+    ) -> None:
+        """Append ``records`` as a transactional batch of a client's producer (TxnOffsetCommit:
+        its transaction's marker commits or aborts them). Sequences of that producer continue
+        per epoch; a batch whose outcome is unknown is sent again first. Storage refusing the
+        client's epoch raises KafkaError (it does not fence this owner)."""
+        if self.fenced:
+            raise ShardFencedError(f"{self.topic}-{self.partition}: this owner was fenced")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._commit_timeout_s
+        async with self._lock:
+            state = self._foreign.get(producer_id)
+            if state is None or state.epoch != epoch:
+                state = self._foreign[producer_id] = _ForeignProducer(epoch)
+            if state.in_doubt is not None:
+                await self._send(state.in_doubt[0], deadline, own=False)
+                state.next_sequence += state.in_doubt[1]
+                state.in_doubt = None
+            batch = build_batch(
+                [Record(timestamp=int(time.time() * 1000), key=k, value=v) for k, v in records],
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=state.next_sequence,
+                is_transactional=True,
+            )
+            state.in_doubt = (batch, len(records))
+            try:
+                await self._send(batch, deadline, own=False)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.REQUEST_TIMED_OUT:
+                    state.in_doubt = None  # refused: nothing was appended
+                raise
+            state.in_doubt = None
+            state.next_sequence += len(records)
+
+    async def _send(self, batch: bytes, deadline: float, own: bool = True) -> int:
         """Append ``batch`` (acks=all) until storage answers definitely; its base offset."""
         loop = asyncio.get_running_loop()
-        part = PartitionAppend(CONSUMER_OFFSETS_TOPIC, self.partition, batch)
+        part = PartitionAppend(self.topic, self.partition, batch)
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "offsets partition write timed out")
-            info = self._cache.partition(CONSUMER_OFFSETS_TOPIC, self.partition)
+                raise KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT, f"{self.topic} partition write timed out"
+                )
+            info = self._cache.partition(self.topic, self.partition)
             stub = self._storage.stub(info.leader) if info is not None else None
             if stub is None:
                 await self._wait_new_leader(info.leader if info else -1, remaining)
@@ -145,7 +206,12 @@ class ShardLog:
             try:
                 response = await stub.Append(request, timeout=remaining + 1.0)
             except grpc.aio.AioRpcError as exc:
-                log.info("offsets_append_retry", partition=self.partition, status=exc.code().name)
+                log.info(
+                    "shard_append_retry",
+                    topic=self.topic,
+                    partition=self.partition,
+                    status=exc.code().name,
+                )
                 await self._wait_new_leader(info.leader if info else -1, remaining)
                 continue
             result = response.partitions[0]
@@ -155,33 +221,33 @@ class ShardLog:
             if code in _RETRY_ON_NEW_LEADER:
                 await self._wait_new_leader(info.leader if info else -1, remaining)
                 continue
-            if code in _FENCED:
+            if code in _FENCED and own:
                 self.fenced = True
                 self._on_fenced(self.partition)
                 raise ShardFencedError(
-                    f"__consumer_offsets-{self.partition} epoch {self.owner.epoch} fenced: "
+                    f"{self.topic}-{self.partition} epoch {self.owner.epoch} fenced: "
                     f"{code.name} {result.error_message}"
                 )
             raise KafkaError(code, result.error_message or code.name)
 
     async def _wait_new_leader(self, old_leader: int, remaining: float) -> None:
         def moved() -> bool:
-            info = self._cache.partition(CONSUMER_OFFSETS_TOPIC, self.partition)
+            info = self._cache.partition(self.topic, self.partition)
             return info is not None and info.leader != old_leader and info.leader >= 0
 
         if not await self._cache.wait_for(moved, min(_NEW_LEADER_WAIT_S, remaining)):
             await asyncio.sleep(0)  # same leader: it may have recovered; try it again
 
     # ---- reads ---------------------------------------------------------------------------
-    async def _replay_range(self, replay: ShardReplay, start: int, end: int | None) -> int:
+    async def _replay_range(self, replay: Replay, start: int, end: int | None) -> int:
         """Feed ``replay`` the batches from ``start`` up to ``end`` (exclusive; None = up to
-        the high watermark), read in chunks of ``offsets.load.buffer.size`` bytes (one whole
+        the high watermark), read in chunks of ``load_buffer_bytes`` (``offsets.load.buffer.size``, ``transaction.state.log.load.buffer.size``) (one whole
         batch at least); tracks this epoch's last sequence. Returns the offset reached."""
         loop = asyncio.get_running_loop()
         offset = start
         deadline = loop.time() + self._request_timeout_s
         while end is None or offset < end:
-            info = self._cache.partition(CONSUMER_OFFSETS_TOPIC, self.partition)
+            info = self._cache.partition(self.topic, self.partition)
             stub = self._storage.stub(info.leader) if info is not None else None
             if stub is None:
                 await self._wait_or_fail(info.leader if info else -1, deadline)
@@ -202,7 +268,7 @@ class ShardLog:
                 await self._wait_or_fail(info.leader if info else -1, deadline)
                 continue
             if code != ErrorCode.NONE:
-                raise KafkaError(code, f"loading __consumer_offsets-{self.partition}: {code.name}")
+                raise KafkaError(code, f"loading {self.topic}-{self.partition}: {code.name}")
             records = memoryview(result.records)
             if not records:
                 if end is None and offset >= result.high_watermark:
@@ -215,7 +281,7 @@ class ShardLog:
             if next_offset <= offset:
                 raise KafkaError(
                     ErrorCode.CORRUPT_MESSAGE,
-                    f"__consumer_offsets-{self.partition}: no whole batch at offset {offset}",
+                    f"{self.topic}-{self.partition}: no whole batch at offset {offset}",
                 )
             offset = next_offset
         return offset
@@ -229,7 +295,7 @@ class ShardLog:
             isolation_level=0,
             partitions=[
                 storage_pb2.PartitionFetch(
-                    topic=CONSUMER_OFFSETS_TOPIC,
+                    topic=self.topic,
                     partition=self.partition,
                     fetch_offset=offset,
                     partition_max_bytes=self._load_buffer,
@@ -239,20 +305,25 @@ class ShardLog:
         )
 
     def _track_sequence(self, records: memoryview) -> None:
-        """Continue after the last batch this producer id wrote with this epoch."""
+        """Continue after the last batch this producer id wrote with this epoch (and, for the
+        transactional producers of TxnOffsetCommit, after their last batch)."""
         for header in iter_headers(records):
             if (
                 header.producer_id == self.owner.producer_id
                 and header.producer_epoch == self.owner.epoch
             ):
                 self._next_sequence = header.last_sequence + 1
+            elif header.is_transactional and not header.is_control:
+                self._foreign[header.producer_id] = _ForeignProducer(
+                    header.producer_epoch, header.last_sequence + 1
+                )
 
     async def _wait_or_fail(self, old_leader: int, deadline: float) -> None:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             raise KafkaError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                f"__consumer_offsets-{self.partition} could not be read",
+                f"{self.topic}-{self.partition} could not be read",
             )
         await self._wait_new_leader(old_leader, remaining)
         await asyncio.sleep(min(0.05, max(remaining, 0)))

@@ -1,0 +1,1 @@
+"""What group and transaction coordinators share: shard ownership, shard logs, forwarding."""

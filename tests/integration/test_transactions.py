@@ -1,0 +1,325 @@
+"""Transactions end to end with confluent-kafka through the transaction coordinator: commits
+and aborts over several topics and partitions read by read_committed / read_uncommitted
+consumers, zombie fencing, an expired transaction aborted by the coordinator, and what the
+coordinator wrote to ``__transaction_state`` (read back with the project's decoder)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from kafka_support import (
+    ApiUsage,
+    TopicFactory,
+    cli_ok,
+    consume_confluent,
+    gateway_requests,
+    kafka_py,
+    one_line,
+    wait_for,
+)
+
+from services.cli.local_cluster import LocalCluster
+from services.common.internal_topics.transaction_state import (
+    TxnState,
+    parse_key,
+    parse_value,
+)
+from services.common.zk.layout import TRANSACTION_STATE_TOPIC
+
+pytestmark = pytest.mark.integration
+
+TOPICS, PARTITIONS = 3, 3
+
+
+def _producer(bootstrap: str, txn_id: str, **extra: object) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "linger.ms": 5,
+            **extra,
+        }
+    )
+
+
+def _values(bootstrap: str, topic: str, expected: int, isolation: str) -> set[bytes]:
+    got = consume_confluent(
+        bootstrap,
+        topic,
+        list(range(PARTITIONS)),
+        expected,
+        extra_config={"isolation.level": isolation},
+    )
+    return {r.rec.value for recs in got.values() for r in recs if r.rec.value is not None}
+
+
+def _state_records(bootstrap: str, txn_id: str) -> list[TxnState]:
+    """The states written for ``txn_id`` to ``__transaction_state``, in log order."""
+    got = consume_confluent(bootstrap, TRANSACTION_STATE_TOPIC, list(range(50)), 1, timeout=30.0)
+    out = []
+    for recs in got.values():
+        for r in recs:
+            if r.rec.key is not None and parse_key(r.rec.key) == txn_id and r.rec.value:
+                out.append((r.offset, parse_value(r.rec.value).state))
+    return [state for _, state in sorted(out)]
+
+
+def test_commit_abort_over_topics_and_partitions(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster, api_usage: ApiUsage
+) -> None:
+    names = [topic(PARTITIONS) for _ in range(TOPICS)]
+    txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    with api_usage.record("confluent-kafka"):
+        _commit_and_abort(bootstrap, names, txn_id)
+    for api in ("InitProducerId", "AddPartitionsToTxn", "EndTxn", "FindCoordinator"):
+        print(api, gateway_requests(cluster, api))
+
+
+def _commit_and_abort(bootstrap: str, names: list[str], txn_id: str) -> None:
+    p = _producer(bootstrap, txn_id)
+    started = time.monotonic()
+    p.init_transactions(60)
+    print(f"init_transactions took {time.monotonic() - started:.2f}s")
+    committed: set[bytes] = set()
+    aborted: set[bytes] = set()
+    for n in range(6):
+        commit = n % 3 != 2
+        p.begin_transaction()
+        batch = set()
+        for t in names:
+            for part in range(PARTITIONS):
+                for i in range(5):
+                    value = f"{n}-{t}-{part}-{i}".encode()
+                    p.produce(t, value=value, partition=part)
+                    batch.add((t, value))
+        assert p.flush(30) == 0  # in the log before the end (abort would purge unsent ones)
+        if commit:
+            p.commit_transaction(30)
+            committed |= batch
+        else:
+            p.abort_transaction(30)
+            aborted |= batch
+    p.flush(10)
+    for t in names:
+        want_committed = {v for tt, v in committed if tt == t}
+        want_all = want_committed | {v for tt, v in aborted if tt == t}
+        assert _values(bootstrap, t, len(want_committed), "read_committed") == want_committed
+        assert _values(bootstrap, t, len(want_all), "read_uncommitted") == want_all
+    states = _state_records(bootstrap, txn_id)
+    assert states[0] == TxnState.EMPTY
+    assert states[-1] == TxnState.COMPLETE_ABORT  # the last transaction (n = 5) aborts
+    assert states.count(TxnState.PREPARE_ABORT) == 2 and states.count(TxnState.COMPLETE_ABORT) == 2
+    assert states.count(TxnState.PREPARE_COMMIT) == 4
+
+
+def test_a_second_producer_fences_the_first(bootstrap: str, topic: TopicFactory) -> None:
+    name = topic(1)
+    txn_id = f"zombie-{uuid.uuid4().hex[:8]}"
+    first = _producer(bootstrap, txn_id)
+    first.init_transactions(60)
+    first.begin_transaction()
+    first.produce(name, value=b"zombie-open", partition=0)
+    first.flush(10)
+    # the new instance aborts the zombie's open transaction and takes over the id
+    second = _producer(bootstrap, txn_id)
+    second.init_transactions(60)
+    second.begin_transaction()
+    second.produce(name, value=b"fresh", partition=0)
+    second.commit_transaction(30)
+    with pytest.raises(KafkaException) as info:
+        first.produce(name, value=b"zombie-late", partition=0)
+        first.commit_transaction(30)
+    err = info.value.args[0]
+    print(f"zombie: {err}")
+    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                          KafkaError.INVALID_PRODUCER_EPOCH), err  # fmt: skip
+    assert _values_one(bootstrap, name, "read_committed", 1) == [b"fresh"]
+
+
+def _values_one(
+    bootstrap: str, name: str, isolation: str, expected: int, timeout: float = 60.0
+) -> list[bytes | None]:
+    got = consume_confluent(
+        bootstrap, name, [0], expected, timeout=timeout, extra_config={"isolation.level": isolation}
+    )
+    return [r.rec.value for r in got[0]]
+
+
+def test_an_expired_transaction_is_aborted_by_the_coordinator(
+    bootstrap: str, topic: TopicFactory
+) -> None:
+    name = topic(1)
+    txn_id = f"expire-{uuid.uuid4().hex[:8]}"
+    p = _producer(bootstrap, txn_id, **{"transaction.timeout.ms": 2000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(name, value=b"left-open", partition=0)
+    p.flush(10)
+    # the coordinator checks every transaction.abort.timed.out.transaction.cleanup.interval.ms
+    # (10 s by default): the transaction's records stay invisible and the LSO moves past them
+    after = _producer(bootstrap, f"after-{uuid.uuid4().hex[:8]}")
+    after.init_transactions(60)
+    after.begin_transaction()
+    after.produce(name, value=b"after", partition=0)
+    after.commit_transaction(30)
+
+    def aborted() -> bool:
+        try:
+            return _values_one(bootstrap, name, "read_committed", 1, timeout=3.0) == [b"after"]
+        except AssertionError:  # still blocked at the open transaction's first offset
+            return False
+
+    wait_for("the expired transaction to be aborted", aborted, timeout=40)
+    assert _values_one(bootstrap, name, "read_uncommitted", 2) == [b"left-open", b"after"]
+    # too long a timeout is refused before anything starts
+    bad = _producer(bootstrap, f"bad-{uuid.uuid4().hex[:8]}", **{"transaction.timeout.ms": 900001})
+    with pytest.raises(KafkaException) as info:
+        bad.init_transactions(30)
+    assert info.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_kafka_python_and_aiokafka_transactions(bootstrap: str, topic: TopicFactory) -> None:
+    """The same commit/abort cycle with kafka-python's and aiokafka's transactional producers."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    name = topic(2)
+    kp = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:8]}")
+    try:
+        kp.init_transactions()
+        for n, commit in enumerate((True, False, True)):
+            kp.begin_transaction()
+            for part in range(2):
+                kp.send(name, value=f"kp-{n}-{part}".encode(), partition=part)
+            kp.flush()
+            if commit:
+                kp.commit_transaction()
+            else:
+                kp.abort_transaction()
+    finally:
+        kp.close(5)
+
+    async def aio() -> None:
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"aio-{uuid.uuid4().hex[:8]}"
+        )
+        await p.start()
+        try:
+            for n, commit in enumerate((False, True)):
+                await p.begin_transaction()
+                for part in range(2):
+                    await p.send_and_wait(name, f"aio-{n}-{part}".encode(), partition=part)
+                if commit:
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(aio())
+    committed = {f"kp-{n}-{p}".encode() for n in (0, 2) for p in range(2)}
+    committed |= {f"aio-1-{p}".encode() for p in range(2)}
+    got = consume_confluent(
+        bootstrap, name, [0, 1], len(committed), extra_config={"isolation.level": "read_committed"}
+    )
+    assert {r.rec.value for recs in got.values() for r in recs} == committed
+
+
+def test_consume_transform_produce_with_send_offsets(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+) -> None:
+    """Exactly once with confluent-kafka: the input offsets commit with the output
+    (AddOffsetsToTxn + TxnOffsetCommit); an aborted batch leaves neither output nor offsets."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as TP
+
+    source, sink = topic(1), topic(1)
+    feeder = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(20):
+        feeder.produce(source, value=f"in-{i}".encode(), partition=0)
+    assert feeder.flush(30) == 0
+    group = f"eos-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = _producer(bootstrap, f"eos-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions(60)
+    try:
+        consumer.subscribe([source])
+
+        def batch(n: int) -> list[bytes]:
+            out: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while len(out) < n and time.monotonic() < deadline:
+                for msg in consumer.consume(n - len(out), timeout=1.0):
+                    assert msg.error() is None, msg.error()
+                    out.append(msg.value())
+            assert len(out) == n, out
+            return out
+
+        for commit in (True, False, True):
+            values = batch(10)
+            producer.begin_transaction()
+            for v in values:
+                producer.produce(sink, value=v.replace(b"in-", b"out-"), partition=0)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+                consumer.seek(TP(source, 0, 10))  # the aborted batch is read again
+        committed = consumer.committed([TP(source, 0)], timeout=30)
+        assert committed[0].offset == 20
+    finally:
+        consumer.close()
+    out = _values_one(bootstrap, sink, "read_committed", 20)
+    assert out == [f"out-{i}".encode() for i in range(20)]
+    for api in ("AddOffsetsToTxn", "TxnOffsetCommit"):
+        print(api, gateway_requests(cluster, api))
+
+
+def test_transactions_cli_lists_and_describes(bootstrap: str, topic: TopicFactory) -> None:
+    """``kafka-py transactions list|describe`` (DescribeTransactions, ListTransactions)."""
+    name = topic(2)
+    txn_id = f"cli-{uuid.uuid4().hex[:8]}"
+    p = _producer(bootstrap, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(name, value=b"x", partition=1)
+    p.produce(name, value=b"y", partition=0)
+    assert p.flush(30) == 0
+    listed = cli_ok("transactions", "list", "--bootstrap-server", bootstrap, "--state", "Ongoing")
+    header, *rows = listed.splitlines()
+    assert header.split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    mine = [r.split() for r in rows if r.split()[0] == txn_id]
+    assert len(mine) == 1 and mine[0][3] == "Ongoing"
+    described = cli_ok(
+        "transactions", "describe", "--bootstrap-server", bootstrap, "--transactional-id", txn_id
+    )
+    head, row = described.splitlines()
+    fields = dict(zip(head.split(), row.split(), strict=True))
+    assert fields["TransactionState"] == "Ongoing" and fields["ProducerId"] == mine[0][2]
+    assert fields["TopicPartitions"] == f"{name}-0,{name}-1"
+    p.commit_transaction(30)
+    after = cli_ok(
+        "transactions", "describe", "--bootstrap-server", bootstrap, "--transactional-id", txn_id
+    )
+    assert "CompleteCommit" in after
+    missing = kafka_py(
+        "transactions", "describe", "--bootstrap-server", bootstrap, "--transactional-id", "nope"
+    )
+    assert missing.returncode != 0
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in one_line(missing.stderr)
