@@ -50,12 +50,18 @@ def listener_security(settings: GatewaySettings, listener: Listener) -> Listener
                 f"invalid setting ssl.keystore.location: listener {listener.name} uses "
                 f"{listener.protocol} and needs a keystore"
             )
+        client_auth = str(conf("ssl.client.auth")).lower()
+        if client_auth != "none" and not conf("ssl.truststore.location"):
+            raise ConfigError(
+                f"invalid setting ssl.truststore.location: listener {listener.name} has "
+                f"ssl.client.auth={client_auth} and needs a truststore"
+            )
         sec.tls = ReloadingContext(
             TlsConfig(
                 keystore,
                 conf("ssl.key.password"),
                 conf("ssl.truststore.location"),
-                str(conf("ssl.client.auth")).lower(),
+                client_auth,
             ),
             listener.name,
         )

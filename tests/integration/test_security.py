@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_support import (
     ApiUsage,
@@ -264,6 +264,15 @@ def test_bad_credentials_unknown_user_and_mechanism_refused(secure: Secure) -> N
     assert "PLAIN" in mech.str() and "SCRAM-SHA-256" in mech.str(), mech.str()
     log = secure.gateway_log()
     assert "sasl_authentication_failed" in log and "nope" not in log
+    import urllib.request
+
+    url = secure.cluster.admin_url("gateway", 0) + "/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert (
+        'kafka_server_socket_server_metrics_failed_authentication_total{listener="SASL_SSL",'
+        'mechanism="SCRAM-SHA-512"}' in metrics
+    )
     # and the gateway serves others
     AdminClient(secure.conf("PLAINTEXT")).list_topics(timeout=10)
 
@@ -329,6 +338,24 @@ def test_mutual_tls_principal_and_plaintext_client_on_tls_port(secure: Secure) -
     while not errors and time.monotonic() < deadline:
         p.poll(0.2)
     assert errors
+    # an expired client certificate is refused the same way
+    old_cert, old_key = secure.pki.client("expired-client", "/OU=clients/CN=Old", days=-1)
+    expired: list[KafkaError] = []
+    p = Producer(
+        secure.conf(
+            "SSL",
+            error_cb=expired.append,
+            **{"ssl.certificate.location": str(old_cert), "ssl.key.location": str(old_key)},
+        )
+    )
+    deadline = time.monotonic() + 15
+    while not expired and time.monotonic() < deadline:
+        p.poll(0.2)
+    failures = (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    assert expired and all(e.code() in failures for e in expired), expired
+    with pytest.raises(KafkaException):
+        p.list_topics(timeout=3)
+    assert "User:old" not in secure.gateway_log()
     # a plaintext client on the TLS port gets nowhere; the gateway keeps serving
     with socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"])) as s:
         s.sendall(encode_request(ApiKey.API_VERSIONS, 0, 1, "plain", {}))

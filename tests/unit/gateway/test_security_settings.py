@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from services.common.settings import ConfigError
@@ -74,3 +76,20 @@ def test_subject_in_rfc2253_order_with_escapes() -> None:
     }
     assert subject_dn(cert) == "CN=client\\, one,O=Org,C=US"
     assert subject_dn(None) is None and subject_dn({}) is None
+
+
+def test_tls_listener_needs_its_files(tmp_path: Path) -> None:
+    from services.gateway.security import listener_security
+
+    def build(*flags: str) -> None:
+        st = _load("--listeners", "SSL://127.0.0.1:0", *flags)
+        listener_security(st, st.kafka_listeners[0])
+
+    with pytest.raises(ConfigError, match="needs a keystore"):
+        build()
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+    with pytest.raises(ConfigError, match="ssl.keystore.location: listener SSL"):
+        build("--ssl.keystore.location", str(bad))
+    with pytest.raises(ConfigError, match="needs a truststore"):
+        build("--ssl.keystore.location", str(bad), "--ssl.client.auth", "required")
