@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from services.cli import (
     broker_api_versions,
     cluster_cmd,
+    configs,
     console_consumer,
     console_producer,
     delete_records,
@@ -103,6 +104,7 @@ def build_parser() -> Parser:
     transactions.add_parser(sub, _common)
     reassign_partitions.add_parser(sub, _common)
     log_dirs.add_parser(sub, _common)
+    configs.add_parser(sub, _common)
     for service in serve.SERVICES:
         sub.add_parser(
             service,
@@ -129,6 +131,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     base = _client_base(args)
     if args.command == "topics":
         return topics.run(args, base, sys.stdout)
+    if args.command == "configs":
+        return configs.run(args, base, sys.stdout)
     if args.command == "console-producer":
         return console_producer.run(args, base, sys.stdin.buffer)
     if args.command == "console-consumer":

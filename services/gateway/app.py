@@ -13,6 +13,7 @@ ZooKeeper is unreachable ends in seconds.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Sequence
 
@@ -35,7 +36,9 @@ from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.handlers import HANDLERS, advertised_versions
+from services.gateway.listeners import advertised_addresses
 from services.gateway.offsets_cache import OffsetsCache
+from services.gateway.security import listener_security
 from services.gateway.server import KafkaServer
 from services.gateway.settings import GatewaySettings
 
@@ -71,15 +74,23 @@ class Gateway:
         self.broker_config_sync = ZkBrokerConfigSync(self.zk, store)
         self.services.broker_config = GatewayBrokerConfig(settings, store, quotas)
         store.on_change(self.services.broker_config.on_change)
-        self.server = KafkaServer(
-            self.services,
-            HANDLERS,
-            advertised_versions(),
-            max_request_bytes=settings.socket_request_max_bytes,
-            max_inflight=settings.max_inflight_requests,
-            idle_timeout_s=settings.connections_max_idle_ms / 1000.0,
-            quotas=quotas,
-        )
+        # one server per listener (several listeners: e.g. PLAINTEXT + SASL_SSL), sharing the
+        # connection quotas; the first is the one readiness probes and local tools use
+        self.servers = [
+            KafkaServer(
+                self.services,
+                HANDLERS,
+                advertised_versions(),
+                max_request_bytes=settings.socket_request_max_bytes,
+                max_inflight=settings.max_inflight_requests,
+                idle_timeout_s=settings.connections_max_idle_ms / 1000.0,
+                quotas=quotas,
+                security=listener_security(settings, listener),
+            )
+            for listener in settings.kafka_listeners
+        ]
+        self.server = self.servers[0]
+        self._tls_watchers: list[asyncio.Task[None]] = []
         self.registrar = EphemeralRegistrar(
             self.zk,
             layout.gateway_path(settings.node_id),
@@ -96,7 +107,7 @@ class Gateway:
             and self.registrar.registered
             and self.zk.connected
             and self.cache.loaded
-            and self.server.bound
+            and all(server.bound for server in self.servers)
         )
 
     async def start(self) -> None:
@@ -110,16 +121,30 @@ class Gateway:
         await self.broker_config_sync.start()
         assert self.services.broker_config is not None
         await self.services.broker_config.apply()  # limits in force before the first accept
-        listener = st.listener
-        port = await self.server.start(listener.host, listener.port, serve=False)
-        adv = st.advertised(port)
-        self.services.endpoint = layout.Endpoint(st.node_id, adv.host, adv.port, st.broker_rack)
+        listeners = st.kafka_listeners
+        bound = {}
+        for listener, server in zip(listeners, self.servers, strict=True):
+            bound[listener.name] = await server.start(listener.host, listener.port, serve=False)
+            tls = server.security.tls
+            if tls is not None:
+                interval = st.ssl_reload_check_interval_ms / 1000.0
+                self._tls_watchers.append(asyncio.create_task(tls.watch(interval)))
+        adv = advertised_addresses(listeners, st.advertised_kafka_listeners, bound)
+        first = adv[listeners[0].name]
+        self.services.endpoint = layout.Endpoint(
+            st.node_id,
+            first.host,
+            first.port,
+            st.broker_rack,
+            tuple((name, a.host, a.port) for name, a in adv.items()) if len(adv) > 1 else (),
+        )
         await self.registrar.register()
-        await self.server.serve()
+        for server in self.servers:
+            await server.serve()
         log.info(
             "gateway_started",
-            listener=f"{listener.host}:{port}",
-            advertised=f"{adv.host}:{adv.port}",
+            listeners={lst.name: f"{lst.host}:{bound[lst.name]}" for lst in listeners},
+            advertised={name: f"{a.host}:{a.port}" for name, a in adv.items()},
             rack=st.broker_rack,
             admin_port=self.admin.port,
         )
@@ -128,7 +153,10 @@ class Gateway:
         self._stopping = True
         log.info("gateway_stopping")
         await self.registrar.deregister()
-        await self.server.drain(self.settings.shutdown_timeout_ms / 1000.0)
+        for task in self._tls_watchers:
+            task.cancel()
+        grace = self.settings.shutdown_timeout_ms / 1000.0
+        await asyncio.gather(*(server.drain(grace) for server in self.servers))
         await self.services.wait_background(2.0)
         self.sync.stop()
         self.broker_config_sync.stop()

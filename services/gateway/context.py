@@ -21,6 +21,7 @@ from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.produce_order import ProduceOrder
+from services.gateway.sasl import Session
 from services.gateway.settings import GatewaySettings
 
 log = get_logger("gateway")
@@ -104,6 +105,12 @@ class RequestContext:
     # the connection's produce ordering (produce_order.py); a request alone gets its own
     produce_order: ProduceOrder = field(default_factory=ProduceOrder)
     software: ClientSoftware = field(default_factory=ClientSoftware)  # the connection's client
+    session: Session | None = None  # the connection's listener and principal (sasl.py)
+
+    @property
+    def listener(self) -> str | None:
+        """The name of the listener the request came in on (None outside a connection)."""
+        return self.session.listener.name if self.session is not None else None
 
     def close_connection(self, reason: str) -> None:
         if self.close is not None:

@@ -103,3 +103,15 @@ CONNECTION_LIMIT = Gauge(
     "Connection limits in force (max.connections, max.connections.per.ip)",
     ["limit"],
 )
+
+# kafka.server:type=socket-server-metrics,listener=<l>: successful/failed-authentication-total
+SASL_SUCCESSES = Counter(
+    "kafka_server_socket_server_metrics_successful_authentication",
+    "Connections that completed SASL authentication, per listener and mechanism",
+    ["listener", "mechanism"],
+)
+SASL_FAILURES = Counter(
+    "kafka_server_socket_server_metrics_failed_authentication",
+    "Connections that failed SASL or TLS authentication, per listener and mechanism",
+    ["listener", "mechanism"],
+)

@@ -36,11 +36,15 @@ from services.gateway.fetch_park import FetchPark
 from services.gateway.framing import FrameReader, FrameSizeError
 from services.gateway.handlers.api_versions import fallback_body
 from services.gateway.handlers.base import ApiHandler
+from services.gateway.listeners import Listener
 from services.gateway.produce_order import ProduceOrder
+from services.gateway.sasl import ANONYMOUS, SaslFailure, Session
+from services.gateway.security import ListenerSecurity
 
 log = get_logger("gateway.server")
 
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
+_SASL_PHASE_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 class _Slot:
@@ -71,6 +75,7 @@ class Connection(asyncio.BufferedProtocol):
         self.peer_ip = "?"
         self.last_active = self._loop.time()
         self.requests = 0
+        self.session: Session | None = None
 
     # ---- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -80,6 +85,20 @@ class Connection(asyncio.BufferedProtocol):
         self.peer_ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         if not self._server.quotas.admit(self.peer_ip):
             # Over max.connections(.per.ip): closed before anything is read, as Kafka does.
+            self.closing = True
+            transport.close()
+            return
+        try:
+            self.session = self._server.security.session(transport.get_extra_info("peercert"))
+            if self._server.security.tls is not None and self.session.principal != ANONYMOUS:
+                log.info(
+                    "tls_client_authenticated",
+                    peer=self.peer,
+                    listener=self.session.listener.name,
+                    principal=self.session.principal,
+                )
+        except ValueError as exc:  # no ssl.principal.mapping.rules rule matches
+            log.warning("tls_principal_unmapped", peer=self.peer, error=str(exc))
             self.closing = True
             transport.close()
             return
@@ -148,7 +167,19 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _must_pause(self) -> bool:
-        return self._draining or self._write_paused or len(self._tasks) >= self._server.max_inflight
+        return (
+            self._draining
+            or self._write_paused
+            or len(self._tasks) >= self._server.max_inflight
+            or (bool(self._tasks) and self._authenticating)
+        )
+
+    @property
+    def _authenticating(self) -> bool:
+        """While a SASL session is not (or no longer) authenticated, requests are handled one
+        at a time, as Kafka's authenticator does, so each sees the state the previous left."""
+        session = self.session
+        return session is not None and session.sasl is not None and session.needs_auth
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closing:
@@ -185,6 +216,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _on_frame(self, frame: Buffer) -> None:
         start = time.perf_counter()
+        session = self.session
+        if session is not None and session.raw_tokens and session.mechanism is not None:
+            self._raw_token(session, bytes(frame))
+            return
         try:
             header, offset = parse_request_header(frame)
         except Exception as exc:  # noqa: BLE001 - any header failure closes, as in Kafka
@@ -194,6 +229,12 @@ class Connection(asyncio.BufferedProtocol):
         handler = self._server.handlers.get(api_key)
         if handler is None:
             self._protocol_close("unknown_api_key", api_key=api_key, api_version=version)
+            return
+        if session is not None and session.needs_auth and api_key not in _SASL_PHASE_APIS:
+            # Kafka closes a SASL connection that sends anything else before authenticating
+            # (and, KIP-368, after its session expired).
+            reason = "reauthentication_required" if session.authenticated else "unauthenticated"
+            self._protocol_close(reason, api_key=api_key, listener=session.listener.name)
             return
         lo, hi = self._server.versions[api_key]
         if not lo <= version <= hi:
@@ -227,6 +268,7 @@ class Connection(asyncio.BufferedProtocol):
             self._fetch_park,
             self._produce_order,
             self._software,
+            session,
         )
         task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
         self._tasks.add(task)
@@ -302,6 +344,40 @@ class Connection(asyncio.BufferedProtocol):
             return
         slot.data = data
         self._flush()
+        if ctx.session is not None and ctx.session.failed:
+            self._close_after_auth_failure(ctx.session)
+
+    def _close_after_auth_failure(self, session: Session) -> None:
+        """Kafka answers a failed authentication, then closes after
+        connection.failed.authentication.delay.ms (reading nothing more meanwhile)."""
+        if self.closing or self._draining:
+            return
+        self.stop_reading()
+        delay = session.sasl.failed_delay_ms / 1000.0 if session.sasl else 0.0
+        self._loop.call_later(delay, self.close_for, "authentication_failed")
+
+    def _raw_token(self, session: Session, token: bytes) -> None:
+        """A SASL token after SaslHandshake v0: a bare frame, answered with a bare frame
+        (failure: the connection is closed, the only signal that mode has)."""
+        slot = _Slot()
+        self._out.append(slot)
+
+        async def run() -> None:
+            try:
+                out, _, _ = await session.authenticate(token, self._server.services.zk)
+            except SaslFailure as exc:
+                metrics.SASL_FAILURES.labels(session.listener.name, "raw").inc()
+                log.warning("sasl_authentication_failed", peer=self.peer, error=exc.message)
+                self._out.clear()
+                self._close_after_auth_failure(session)
+                return
+            slot.data = [len(out).to_bytes(4, "big") + out]
+            self._flush()
+
+        task = self._loop.create_task(run())
+        self._tasks.add(task)
+        metrics.INFLIGHT.inc()
+        task.add_done_callback(self._task_done)
 
     def _safe_error_body(
         self, handler: ApiHandler, body: dict[str, Any], version: int
@@ -370,6 +446,7 @@ class KafkaServer:
         max_inflight: int = 128,
         idle_timeout_s: float = 600.0,
         quotas: ConnectionQuotas | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.services = services
         self.handlers = dict(handlers)
@@ -378,6 +455,9 @@ class KafkaServer:
         self.max_inflight = max_inflight
         self.idle_timeout_s = idle_timeout_s
         self.quotas = quotas if quotas is not None else ConnectionQuotas()
+        if security is None:
+            security = ListenerSecurity(Listener("PLAINTEXT", "PLAINTEXT", "", 0))
+        self.security = security
         self.connections: set[Connection] = set()
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
@@ -395,8 +475,15 @@ class KafkaServer:
         held but connections are refused until :meth:`serve`, so a client retries elsewhere
         (Kafka likewise binds at start-up but processes requests only once registered)."""
         factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
+        tls = self.security.tls
         self._server = await asyncio.get_running_loop().create_server(
-            factory, host or None, port, reuse_address=True, backlog=1024, start_serving=serve
+            factory,
+            host or None,
+            port,
+            reuse_address=True,
+            backlog=1024,
+            start_serving=serve,
+            ssl=tls.context if tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())

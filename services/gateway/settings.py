@@ -2,19 +2,53 @@
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from services.common.broker_config import parse_ip_overrides
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
-from services.common.settings import ServiceSettings, kafka_prop
+from services.common.settings import ConfigError, ServiceSettings, kafka_prop
 from services.common.zone import RackDiscoverySettings
+from services.gateway.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    Listener,
+    parse_listeners,
+    parse_protocol_map,
+)
 
 LISTENER_SCHEMES = ("PLAINTEXT",)
+LISTENER_PREFIX = "listener.name."
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# per-listener overrides Kafka accepts as listener.name.<listener>.<prop>
+_PER_LISTENER = {
+    "ssl.keystore.location",
+    "ssl.keystore.type",
+    "ssl.key.password",
+    "ssl.truststore.location",
+    "ssl.truststore.type",
+    "ssl.client.auth",
+    "ssl.principal.mapping.rules",
+    "sasl.enabled.mechanisms",
+    "connections.max.reauth.ms",
+}
 
 
 def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
     return _parse_listener(value, prop, LISTENER_SCHEMES)
+
+
+def _check_listener_key(key: str) -> None:
+    rest = key[len(LISTENER_PREFIX) :]
+    name, _, prop = rest.partition(".")
+    mech, _, jaas = prop.partition(".")
+    ok = bool(name) and (
+        prop in _PER_LISTENER or (mech.upper() in SASL_MECHANISMS and jaas == "sasl.jaas.config")
+    )
+    if not ok:
+        raise ConfigError(f"unknown setting {key}")
 
 
 class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
@@ -28,10 +62,63 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     listeners: str = kafka_prop(
         "PLAINTEXT://127.0.0.1:9092",
         "listeners",
-        "Kafka listener, host:port or PLAINTEXT://host:port",
+        "Kafka listeners, NAME://host:port[,NAME://host:port...] (host:port: one PLAINTEXT)",
     )
     advertised_listeners: str | None = kafka_prop(
-        None, "advertised.listeners", "address clients are told (default: the listener)"
+        None, "advertised.listeners", "addresses clients are told, per listener name"
+    )
+    listener_security_protocol_map: str = kafka_prop(
+        DEFAULT_PROTOCOL_MAP,
+        "listener.security.protocol.map",
+        "listener name -> PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
+    )
+    ssl_keystore_location: str | None = kafka_prop(
+        None, "ssl.keystore.location", "PEM file with the certificate chain and private key"
+    )
+    ssl_keystore_type: str = kafka_prop("PEM", "ssl.keystore.type", "PEM (the only type)")
+    ssl_key_password: str | None = kafka_prop(
+        None, "ssl.key.password", "password of the keystore's private key"
+    )
+    ssl_truststore_location: str | None = kafka_prop(
+        None, "ssl.truststore.location", "PEM file of CA certificates client certificates chain to"
+    )
+    ssl_truststore_type: str = kafka_prop("PEM", "ssl.truststore.type", "PEM (the only type)")
+    ssl_client_auth: str = kafka_prop(
+        "none", "ssl.client.auth", "client certificates: none | requested | required"
+    )
+    ssl_principal_mapping_rules: str = kafka_prop(
+        "DEFAULT",
+        "ssl.principal.mapping.rules",
+        "certificate subject -> principal name (RULE:pattern/replacement/[LU], DEFAULT)",
+    )
+    ssl_reload_check_interval_ms: int = kafka_prop(
+        5000,
+        "kafkapy.ssl.reload.check.interval.ms",
+        "how often the keystore/truststore files are checked for changes (reloaded live)",
+        gt=0,
+    )
+    sasl_enabled_mechanisms: str = kafka_prop(
+        ",".join(SASL_MECHANISMS),
+        "sasl.enabled.mechanisms",
+        "SASL mechanisms offered on SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
+    )
+    connections_max_reauth_ms: int = kafka_prop(
+        0,
+        "connections.max.reauth.ms",
+        "SASL session lifetime (KIP-368); 0: sessions do not expire",
+        ge=0,
+    )
+    connection_failed_authentication_delay_ms: int = kafka_prop(
+        100,
+        "connection.failed.authentication.delay.ms",
+        "delay before a connection that failed authentication is closed",
+        ge=0,
+    )
+    listener_name_configs: dict[str, str] = kafka_prop(
+        {},
+        "listener.name.*",
+        "per-listener settings: listener.name.<listener>.<setting> (e.g. "
+        "listener.name.sasl_ssl.plain.sasl.jaas.config)",
     )
     broker_rack: str | None = kafka_prop(None, "broker.rack", "zone of this gateway")
     auto_create_topics_enable: bool = kafka_prop(
@@ -96,6 +183,140 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
         "how long a Metadata request waits for the controller when auto-creating a topic",
         ge=0,
     )
+
+    @classmethod
+    def load(cls, *args: Any, **kwargs: Any) -> Self:
+        try:
+            return super().load(*args, **kwargs)
+        except ConfigError as exc:  # a model-level check: its own message names the setting
+            msg = str(exc)
+            if msg.startswith("invalid setting ?: Value error, "):
+                raise ConfigError(msg.removeprefix("invalid setting ?: Value error, ")) from None
+            raise
+
+    @classmethod
+    def _parse_flags(cls, argv: Sequence[str], props: Mapping[str, str]) -> dict[str, Any]:
+        """Also takes ``--listener.name.<l>.<prop> VALUE`` (and ``--override``/``=`` forms)."""
+        rest: list[str] = []
+        per_listener: dict[str, str] = {}
+        items = list(argv)
+        i = 0
+        while i < len(items):
+            arg = items[i]
+            key = value = None
+            if arg.startswith("--" + LISTENER_PREFIX):
+                key, sep, value = arg[2:].partition("=")
+                if not sep:
+                    if i + 1 >= len(items):
+                        raise ConfigError(f"setting {key} needs a value")
+                    value = items[i + 1]
+                    i += 1
+            elif (
+                arg == "--override"
+                and i + 1 < len(items)
+                and items[i + 1].startswith(LISTENER_PREFIX)
+            ):
+                key, _, value = items[i + 1].partition("=")
+                i += 1
+            if key is None:
+                rest.append(arg)
+            else:
+                _check_listener_key(key)
+                per_listener[key.lower()] = value or ""
+            i += 1
+        values = super()._parse_flags(rest, props)
+        if per_listener:
+            values["listener_name_configs"] = per_listener
+        return values
+
+    @field_validator("listener_name_configs")
+    @classmethod
+    def _listener_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            _check_listener_key(key)
+        return {k.lower(): val for k, val in v.items()}
+
+    @field_validator("listener_security_protocol_map")
+    @classmethod
+    def _protocol_map(cls, v: str) -> str:
+        parse_protocol_map(v)
+        return v
+
+    @field_validator("listeners", "advertised_listeners")
+    @classmethod
+    def _check_listener(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v  # checked with the protocol map, in _check_listeners
+
+    @model_validator(mode="after")
+    def _check_listeners(self) -> Self:
+        pmap = parse_protocol_map(self.listener_security_protocol_map)
+        for prop, value in (
+            ("listeners", self.listeners),
+            ("advertised.listeners", self.advertised_listeners),
+        ):
+            if value is not None:
+                parse_listeners(value, prop, pmap)  # ConfigError: one readable line
+        return self
+
+    @field_validator("ssl_keystore_type", "ssl_truststore_type")
+    @classmethod
+    def _pem_only(cls, v: str) -> str:
+        if v.upper() != "PEM":
+            raise ValueError(f"only PEM is supported, got {v!r}")
+        return "PEM"
+
+    @field_validator("ssl_client_auth")
+    @classmethod
+    def _client_auth(cls, v: str) -> str:
+        if v.lower() not in ("none", "requested", "required"):
+            raise ValueError(f"must be none, requested or required, got {v!r}")
+        return v.lower()
+
+    @field_validator("sasl_enabled_mechanisms")
+    @classmethod
+    def _mechanisms(cls, v: str) -> str:
+        for m in (x.strip().upper() for x in v.split(",") if x.strip()):
+            if m not in SASL_MECHANISMS:
+                raise ValueError(f"unsupported mechanism {m!r} ({', '.join(SASL_MECHANISMS)})")
+        return v
+
+    # ---- listeners ------------------------------------------------------------------------
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        return parse_protocol_map(self.listener_security_protocol_map)
+
+    @property
+    def kafka_listeners(self) -> list[Listener]:
+        return parse_listeners(self.listeners, "listeners", self.protocol_map)
+
+    @property
+    def advertised_kafka_listeners(self) -> list[Listener] | None:
+        if not self.advertised_listeners:
+            return None
+        return parse_listeners(self.advertised_listeners, "advertised.listeners", self.protocol_map)
+
+    @property
+    def listener(self) -> ListenerAddress:
+        """The first listener (the one local tools and readiness probes use)."""
+        return self.kafka_listeners[0].address
+
+    def advertised(self, bound_port: int) -> ListenerAddress:
+        from services.gateway.listeners import advertised_addresses
+
+        first = self.kafka_listeners[0]
+        return advertised_addresses(
+            [first],
+            [a for a in self.advertised_kafka_listeners or [] if a.name == first.name],
+            {first.name: bound_port},
+        )[first.name]
+
+    def listener_config(self, listener: str, prop: str) -> Any:
+        """``listener.name.<listener>.<prop>`` if set, else the setting ``prop`` (None if none)."""
+        key = f"{LISTENER_PREFIX}{listener.lower()}.{prop}"
+        if key in self.listener_name_configs:
+            return self.listener_name_configs[key]
+        field = type(self).properties().get(prop)
+        return getattr(self, field) if field is not None else None
 
     @field_validator("max_connections_per_ip_overrides")
     @classmethod

@@ -215,28 +215,49 @@ class BrokerRegistration:
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """``/kafka-py/gateways/<id>`` and ``/kafka-py/controllers/<id>``."""
+    """``/kafka-py/gateways/<id>`` and ``/kafka-py/controllers/<id>``.
+
+    ``host``/``port`` are the first listener's; a gateway with several listeners also lists
+    each as ``NAME://host:port`` under ``endpoints`` (as Kafka's broker registration does)."""
 
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (name, host, port)
 
     def to_json(self) -> bytes:
-        return dumps(
-            {
-                "version": 1,
-                "host": self.host,
-                "port": self.port,
-                "rack": self.rack,
-                "timestamp": now_ms_str(),
-            }
-        )
+        body: dict[str, Any] = {
+            "version": 1,
+            "host": self.host,
+            "port": self.port,
+            "rack": self.rack,
+            "timestamp": now_ms_str(),
+        }
+        if self.listeners:
+            body["endpoints"] = [
+                f"{n}://[{h}]:{p}" if ":" in h else f"{n}://{h}:{p}" for n, h, p in self.listeners
+            ]
+        return dumps(body)
 
     @classmethod
     def from_json(cls, node_id: int, data: bytes) -> Endpoint:
         d = loads(data)
-        return cls(node_id, d["host"], int(d["port"]), d.get("rack"))
+        listeners = []
+        for item in d.get("endpoints") or ():
+            name, _, rest = str(item).partition("://")
+            host, _, port = rest.rpartition(":")
+            listeners.append((name, host.strip("[]"), int(port)))
+        return cls(node_id, d["host"], int(d["port"]), d.get("rack"), tuple(listeners))
+
+    def for_listener(self, name: str | None) -> Endpoint:
+        """This node as a client of listener ``name`` sees it (itself without that listener)."""
+        if name is None:
+            return self
+        for n, h, p in self.listeners:
+            if n == name:
+                return Endpoint(self.node_id, h, p, self.rack, self.listeners)
+        return self
 
     @property
     def address(self) -> str:

@@ -30,7 +30,9 @@ from services.gateway.handlers import (
     offset_for_leader_epoch,
     partition_reassignments,
     produce,
+    sasl,
     transactions,
+    user_scram,
 )
 from services.gateway.handlers.base import ApiHandler
 
@@ -58,6 +60,10 @@ HANDLERS: dict[int, ApiHandler] = {
         init_producer_id.HANDLER,
         find_coordinator.HANDLER,
         *group_requests.HANDLERS,
+        sasl.HANDSHAKE_HANDLER,
+        sasl.AUTHENTICATE_HANDLER,
+        user_scram.DESCRIBE_HANDLER,
+        user_scram.ALTER_HANDLER,
         *transactions.HANDLERS,
     )
 }

@@ -116,7 +116,7 @@ def find_coordinator(ctx: RequestContext, key: str, kind: CoordinatorKind = GROU
     route = clients.route(key)
     if route.error != ErrorCode.NONE:
         return route.error, None, None
-    gateways = live_gateways(s)
+    gateways = live_gateways(s, ctx.listener)
     ids = candidates(gateways, client_zone(ctx.client_id, s.endpoint.rack))
     chosen = leader_for(topic_hash(kind.topic), route.partition, ids)
     return ErrorCode.NONE, gateways[chosen], None

@@ -45,21 +45,23 @@ _NONE = int(ErrorCode.NONE)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.LEADER_NOT_AVAILABLE)
 
 
-def live_gateways(s: GatewayServices) -> dict[int, Endpoint]:
-    """Registered gateways, always including this one (its znode may not be visible yet)."""
+def live_gateways(s: GatewayServices, listener: str | None = None) -> dict[int, Endpoint]:
+    """Registered gateways, always including this one (its znode may not be visible yet), at
+    their addresses on ``listener`` (the one the client connected to) when they have it."""
     gateways = s.cache.gateways
-    if s.endpoint.node_id in gateways:
+    if s.endpoint.node_id not in gateways:
+        gateways = dict(gateways)
+        gateways[s.endpoint.node_id] = s.endpoint
+    if listener is None or not any(e.listeners for e in gateways.values()):
         return gateways
-    merged = dict(gateways)
-    merged[s.endpoint.node_id] = s.endpoint
-    return merged
+    return {i: e.for_listener(listener) for i, e in gateways.items()}
 
 
 def client_brokers(ctx: RequestContext) -> dict[int, Endpoint]:
     """Every broker id this client is told of, with the gateway address that serves it: the
     gateways, and the storage nodes unless the client cannot have two brokers at one address."""
     s = ctx.services
-    gateways = live_gateways(s)
+    gateways = live_gateways(s, ctx.listener)
     if not shares_addresses(ctx.software.name, ctx.software.version):
         return gateways
     return broker_endpoints(
@@ -105,7 +107,7 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: Any = None) -> Bod
 async def handle(ctx: RequestContext, req: Body) -> Body:
     s = ctx.services
     cache = s.cache
-    gateways = live_gateways(s)
+    gateways = live_gateways(s, ctx.listener)
     leaders = candidates(gateways, client_zone(ctx.client_id, s.endpoint.rack))
     brokers = cache.brokers
     requested = req.get("topics")

@@ -27,7 +27,10 @@ function makeKafka (spec) {
     logCreator: stderrLogCreator,
     retry: { retries: 5, initialRetryTime: 100 },
     connectionTimeout: 5000,
-    requestTimeout: 30000
+    requestTimeout: 30000,
+    // spec.ssl: {ca: <PEM file>} (TLS listener); spec.sasl: kafkajs's sasl option as is
+    ssl: spec.ssl ? { ca: [fs.readFileSync(spec.ssl.ca, 'utf8')] } : undefined,
+    sasl: spec.sasl || undefined
   })
 }
 

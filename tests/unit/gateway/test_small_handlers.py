@@ -86,6 +86,6 @@ def test_settings_flags_and_listeners() -> None:
     with pytest.raises(ConfigError):
         GatewaySettings.load(["--listeners", "127.0.0.1:9092"], env={})  # node.id required
     with pytest.raises(ConfigError):
-        GatewaySettings.load(["--node.id", "1", "--listeners", "SSL://h:1"], env={})
+        GatewaySettings.load(["--node.id", "1", "--listeners", "FOO://h:1"], env={})
     with pytest.raises(ConfigError):
         GatewaySettings.load(["--node.id", "1", "--socket.request.max.bytes", "0"], env={})

@@ -22,8 +22,11 @@ from services.common.protocol import (
 from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
+from services.common.zk.client import AsyncZk
 from services.gateway.context import GatewayServices
 from services.gateway.handlers import HANDLERS, advertised_versions
+from services.gateway.listeners import Listener
+from services.gateway.sasl import SaslConfig, Session
 
 from .fakes import (
     FakeController,
@@ -371,7 +374,35 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "group_id": "g",
         "topics": [{"name": "a", "partitions": [{"partition_index": 0}]}],
     },
+    ApiKey.SASL_HANDSHAKE: {"mechanism": "PLAIN"},
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": b"\x00u\x00p"},
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": None},
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
+        "deletions": [],
+        "upsertions": [
+            {
+                "name": "wire-user",
+                "mechanism": 1,
+                "iterations": 4096,
+                "salt": b"s" * 16,
+                "salted_password": b"p" * 32,
+            }
+        ],
+    },
 }
+_ZK_APIS = (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+
+
+def _sasl_session(api_key: int) -> Session:
+    """A SASL_PLAINTEXT connection's session, at the step where ``api_key`` is expected."""
+    session = Session(
+        Listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", "", 0),
+        SaslConfig(("PLAIN",), {"u": "p"}, 0, 0),
+    )
+    if api_key == ApiKey.SASL_AUTHENTICATE:
+        session.handshake("PLAIN", 1)
+    return session
+
 
 CASES = [
     (int(key), v)
@@ -402,13 +433,21 @@ def test_every_handled_api_has_a_request_here() -> None:
 @pytest.mark.parametrize(
     ("api_key", "version"), CASES, ids=[f"{ApiKey(k).name}-v{v}" for k, v in CASES]
 )
-async def test_handler_round_trip(api_key: int, version: int) -> None:
+async def test_handler_round_trip(
+    api_key: int, version: int, request: pytest.FixtureRequest
+) -> None:
     svc = _services()
+    if api_key in _ZK_APIS:  # these read and write ZooKeeper: a real one
+        svc.zk = AsyncZk(request.getfixturevalue("zk_connect"))
+        await svc.zk.start()
     frame = encode_request(api_key, version, 42, "wire-test", REQUESTS[api_key])
     header, offset = parse_request_header(frame[4:])
     req = decode_request(api_key, version, frame[4:], offset)
     handler = HANDLERS[api_key]
-    resp = await handler.handle(context(svc, api_key, version), req)
+    ctx = context(svc, api_key, version)
+    if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+        ctx.session = _sasl_session(api_key)
+    resp = await handler.handle(ctx, req)
     assert resp is not None
     corr, body = decode_response(api_key, version, encode_response(api_key, version, 42, resp)[4:])
     assert corr == 42
@@ -417,3 +456,5 @@ async def test_handler_round_trip(api_key: int, version: int) -> None:
     err = handler.error_response(req, version, ErrorCode.UNKNOWN_SERVER_ERROR)
     _, body = decode_response(api_key, version, encode_response(api_key, version, 42, err)[4:])
     assert set(_error_codes(body)) <= {0, -1}
+    if svc.zk is not None:
+        await svc.zk.stop()

@@ -55,6 +55,10 @@ def test_supported_versions_table() -> None:
         ApiKey.LIST_GROUPS: (0, 4),
         ApiKey.DELETE_GROUPS: (0, 2),
         ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.SASL_HANDSHAKE: (0, 1),
+        ApiKey.SASL_AUTHENTICATE: (0, 2),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
         ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
         ApiKey.END_TXN: (0, 3),
@@ -86,7 +90,8 @@ def test_is_supported_and_entries() -> None:
     assert not is_supported(ApiKey.METADATA, 0)
     assert is_supported(ApiKey.JOIN_GROUP, 5)
     assert not is_supported(ApiKey.OFFSET_COMMIT, 9)  # KIP-848 member epochs: not served
-    assert not is_supported(ApiKey.SASL_HANDSHAKE, 1)
+    assert is_supported(ApiKey.SASL_HANDSHAKE, 1)
+    assert not is_supported(ApiKey.SASL_HANDSHAKE, 2)
     assert not is_supported(4242, 0)
     assert is_supported(ApiKey.JOIN_GROUP, 5, {ApiKey.JOIN_GROUP: (0, 9)})
     entries = api_versions_entries()

@@ -1,0 +1,65 @@
+"""``/config/users/<user>`` as Kafka's ZooKeeper mode keeps it (SCRAM credentials, later quotas):
+``{"version":1,"config":{...}}``, each change announced by a ``/config/changes/config_change_``
+sequential node with ``{"version":2,"entity_path":"users/<user>"}``. Updates are
+compare-and-set on the znode version (retried by :func:`update_user_config`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from services.common.zk import layout
+from services.common.zk.client import AsyncZk
+
+_RETRIES = 10
+
+
+def user_path(user: str) -> str:
+    return f"{layout.CONFIG_USERS}/{user}"
+
+
+async def read_user_config(zk: AsyncZk, user: str) -> tuple[dict[str, str], int | None]:
+    """The user's config and its znode version (None: no znode)."""
+    got = await zk.get_or_none(user_path(user))
+    if got is None:
+        return {}, None
+    return layout.parse_topic_config(got[0]), got[1].version
+
+
+async def list_users(zk: AsyncZk) -> list[str]:
+    try:
+        return sorted(await zk.get_children(layout.CONFIG_USERS))
+    except NoNodeError:
+        return []
+
+
+async def update_user_config(
+    zk: AsyncZk, user: str, change: Callable[[dict[str, str]], dict[str, str]]
+) -> dict[str, str]:
+    """Apply ``change`` to the user's config atomically (with a change notification)."""
+    path = user_path(user)
+    for _ in range(_RETRIES):
+        config, version = await read_user_config(zk, user)
+        new = change(dict(config))
+        data = layout.topic_config_json(new)
+
+        def build(txn: object, version: int | None = version, data: bytes = data) -> None:
+            if version is None:
+                txn.create(path, data)  # type: ignore[attr-defined]
+            else:
+                txn.set_data(path, data, version)  # type: ignore[attr-defined]
+            txn.create(  # type: ignore[attr-defined]
+                layout.config_change_prefix(),
+                layout.config_change_json(f"users/{user}"),
+                sequence=True,
+            )
+
+        try:
+            await zk.ensure_path(layout.CONFIG_USERS)
+            await zk.ensure_path(layout.CONFIG_CHANGES)
+            await zk.commit(build)
+            return new
+        except (BadVersionError, NodeExistsError, NoNodeError, RolledBackError):
+            continue  # raced with another writer: read again
+    raise RuntimeError(f"could not update /config/users/{user}: too many concurrent changes")

@@ -1,0 +1,539 @@
+"""Listeners, TLS and SASL with real clients, on one cluster whose gateway has four listeners:
+PLAINTEXT (tools, readiness), SASL_SSL (SCRAM), SASL_PLAINTEXT (PLAIN and SCRAM, with a
+KIP-368 session lifetime) and SSL with required client certificates (principal from the
+subject through ssl.principal.mapping.rules). Certificates are made at run time (openssl).
+
+SCRAM users are created with ``kafka-py configs --entity-type users`` and checked in
+ZooKeeper in Kafka's format; confluent-kafka, kafka-python, aiokafka, kafkajs and kcat produce
+and consume; wrong passwords, unknown users and mechanisms, a plaintext client on a TLS port,
+a request before authentication and an expired session are refused the way Kafka refuses
+them, and the gateway keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_support import (
+    ApiUsage,
+    cli_ok,
+    kafka_py,
+    one_line,
+    read_frame,
+    wait_for_topic,
+)
+from tls_support import Pki, make_pki
+
+from services.common.protocol import ApiKey, decode_response, encode_request
+
+pytestmark = [pytest.mark.integration]
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_admin="admin-secret" '
+    'user_carol="carol-secret";'
+)
+REAUTH_MS = 3000
+ALICE, ALICE_PW = "alice", "alice-secret"
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Secure:
+    def __init__(self, cluster: Any, pki: Pki, ports: dict[str, int]) -> None:
+        self.cluster = cluster
+        self.pki = pki
+        self.ports = ports
+        self.usage = ApiUsage(cluster.admin_url("gateway", 0) + "/metrics")
+
+    def addr(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def conf(self, listener: str, **extra: Any) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.addr(listener)}
+        if listener in ("SASL_SSL", "SSL"):
+            conf["ssl.ca.location"] = str(self.pki.ca)
+        if listener != "PLAINTEXT":
+            conf["security.protocol"] = listener
+        conf.update(extra)
+        return conf
+
+    def gateway_log(self) -> str:
+        return self.cluster.log_path("gateway", 0).read_text()
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
+    from services.cli.local_cluster import LocalCluster
+
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    names = ("PLAINTEXT", "SASL_SSL", "SASL_PLAINTEXT", "SSL")
+    ports = dict(zip(names, _free_ports(len(names)), strict=True))
+    gateway = [
+        "--listeners", ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "--ssl.keystore.location", str(pki.server),
+        "--ssl.truststore.location", str(pki.ca),
+        "--kafkapy.ssl.reload.check.interval.ms", "500",
+        "--listener.name.ssl.ssl.client.auth", "required",
+        "--listener.name.ssl.ssl.principal.mapping.rules",
+        "RULE:^CN=(.*?),OU=clients,.*$/$1/L,DEFAULT",
+        "--listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS,
+        "--listener.name.sasl_plaintext.connections.max.reauth.ms", str(REAUTH_MS),
+        "--listener.name.sasl_ssl.sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512",
+    ]  # fmt: skip
+    c = LocalCluster(
+        tmp_path_factory.mktemp("kafka-py-secure"),
+        gateways=1,
+        storage_nodes=1,
+        controllers=1,
+        group_coordinators=1,
+        zones=("zone-a",),
+        gateway_port=ports["PLAINTEXT"],
+        zk_port=0,
+        extra={"gateway": gateway},
+    )
+    c.start(timeout=90)
+    try:
+        sec = Secure(c, pki, ports)
+        with sec.usage.record("confluent-kafka"):
+            out = cli_ok(
+            "configs", "--bootstrap-server", sec.addr("PLAINTEXT"), "--entity-type", "users",
+            "--entity-name", ALICE, "--alter", "--add-config",
+            f"SCRAM-SHA-256=[iterations=8192,password={ALICE_PW}],"
+            f"SCRAM-SHA-512=[password={ALICE_PW}]",
+            )  # fmt: skip
+        assert out.strip() == f"Completed updating config for user {ALICE}."
+        yield sec
+        # which SASL/SCRAM API versions each client sent (docs/compatibility.md)
+        out_path = tmp_path_factory.getbasetemp() / "security-api-usage.json"
+        out_path.write_text(json.dumps(sec.usage.as_json(), indent=2, sort_keys=True))
+    finally:
+        c.stop()
+
+
+def _topic(sec: Secure, name: str) -> str:
+    admin = AdminClient(sec.conf("PLAINTEXT"))
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    wait_for_topic(admin, name, 1)
+    return name
+
+
+def _round_trip_confluent(sec: Secure, listener: str, topic: str, n: int, **auth: Any) -> None:
+    p = Producer(sec.conf(listener, **auth, **{"enable.idempotence": True}))
+    errors: list[Any] = []
+    for i in range(n):
+        p.produce(topic, f"v{i}".encode(), on_delivery=lambda e, m: e and errors.append(e))
+    assert p.flush(30) == 0 and not errors, errors
+    c = Consumer(
+        sec.conf(listener, **auth, **{"group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    )
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None:
+            assert m.error() is None, m.error()
+            got.append(m.value())
+    c.close()
+    assert got == [f"v{i}".encode() for i in range(n)]
+
+
+def test_scram_credentials_stored_as_kafka_stores_them(secure: Secure) -> None:
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=secure.cluster.zk_connect)
+    zk.start(timeout=15)
+    try:
+        data, _ = zk.get(f"/config/users/{ALICE}")
+        changes = zk.get_children("/config/changes")
+        notes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in changes]
+    finally:
+        zk.stop()
+    body = json.loads(data)
+    assert body["version"] == 1
+    for mech, iterations in (("SCRAM-SHA-256", 8192), ("SCRAM-SHA-512", 4096)):
+        fields = dict(item.split("=", 1) for item in body["config"][mech].split(","))
+        assert set(fields) == {"salt", "stored_key", "server_key", "iterations"}
+        assert int(fields["iterations"]) == iterations
+        assert ALICE_PW not in body["config"][mech]
+    assert {"version": 2, "entity_path": f"users/{ALICE}"} in notes
+    out = cli_ok(
+        "configs", "--bootstrap-server", secure.addr("PLAINTEXT"), "--entity-type", "users",
+        "--entity-name", ALICE, "--describe",
+    )  # fmt: skip
+    assert out.strip() == (
+        f"SCRAM credential configs for user-principal '{ALICE}' are "
+        "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096"
+    )
+    bad = kafka_py(
+        "configs", "--bootstrap-server", secure.addr("PLAINTEXT"), "--entity-type", "users",
+        "--entity-name", "x", "--alter", "--add-config", "SCRAM-SHA-256=[iterations=10,password=p]",
+    )  # fmt: skip
+    assert bad.returncode != 0 and "Too few iterations" in one_line(bad.stderr)
+
+
+def test_confluent_sasl_ssl_scram_sha_512_and_metadata_per_listener(secure: Secure) -> None:
+    auth = {"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": ALICE, "sasl.password": ALICE_PW}
+    topic = _topic(secure, "sec-confluent-scram")
+    with secure.usage.record("confluent-kafka"):
+        _round_trip_confluent(secure, "SASL_SSL", topic, 20, **auth)
+    # Metadata answers with the addresses of the listener the client connected to
+    for listener, extra in (("SASL_SSL", auth), ("PLAINTEXT", {})):
+        md = AdminClient(secure.conf(listener, **extra)).list_topics(timeout=20)
+        assert {(b.host, b.port) for b in md.brokers.values()} == {
+            ("127.0.0.1", secure.ports[listener])
+        }
+    assert "sasl_authenticated" in secure.gateway_log()
+
+
+def test_confluent_plain_and_scram_over_sasl_plaintext_and_reauthentication(
+    secure: Secure,
+) -> None:
+    topic = _topic(secure, "sec-confluent-plain")
+    plain = {"sasl.mechanisms": "PLAIN", "sasl.username": "carol", "sasl.password": "carol-secret"}
+    _round_trip_confluent(secure, "SASL_PLAINTEXT", topic, 10, **plain)
+    # KIP-368: librdkafka re-authenticates before the session lifetime ends; keep producing
+    # across several lifetimes on the same connections
+    p = Producer(secure.conf("SASL_PLAINTEXT", **plain))
+    errors: list[Any] = []
+    end = time.monotonic() + 2.5 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < end:
+        p.produce(topic, b"x", on_delivery=lambda e, m: e and errors.append(e))
+        p.flush(10)
+        sent += 1
+        time.sleep(0.2)
+    assert p.flush(10) == 0 and not errors and sent > 5, errors
+    scram = {"sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": ALICE, "sasl.password": ALICE_PW}
+    AdminClient(secure.conf("SASL_PLAINTEXT", **scram)).list_topics(timeout=20)
+
+
+def _auth_error(secure: Secure, listener: str, **auth: Any) -> KafkaError:
+    errors: list[KafkaError] = []
+    p = Producer(secure.conf(listener, **auth, error_cb=errors.append))
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.2)  # librdkafka reports it through error_cb
+    assert errors, "no error reported"
+    return errors[0]
+
+
+def test_bad_credentials_unknown_user_and_mechanism_refused(secure: Secure) -> None:
+    wrong = _auth_error(
+        secure,
+        "SASL_SSL",
+        **{"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": ALICE, "sasl.password": "nope"},
+    )
+    assert wrong.code() == KafkaError._AUTHENTICATION and "Invalid user credentials" in wrong.str()
+    unknown = _auth_error(
+        secure,
+        "SASL_PLAINTEXT",
+        **{"sasl.mechanisms": "PLAIN", "sasl.username": "mallory", "sasl.password": "x"},
+    )
+    assert unknown.code() == KafkaError._AUTHENTICATION
+    assert "Invalid username or password" in unknown.str()
+    # PLAIN is not enabled on SASL_SSL
+    mech = _auth_error(
+        secure,
+        "SASL_SSL",
+        **{"sasl.mechanisms": "PLAIN", "sasl.username": ALICE, "sasl.password": ALICE_PW},
+    )
+    assert "PLAIN" in mech.str() and "SCRAM-SHA-256" in mech.str(), mech.str()
+    log = secure.gateway_log()
+    assert "sasl_authentication_failed" in log and "nope" not in log
+    import urllib.request
+
+    url = secure.cluster.admin_url("gateway", 0) + "/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert (
+        'kafka_server_socket_server_metrics_failed_authentication_total{listener="SASL_SSL",'
+        'mechanism="SCRAM-SHA-512"}' in metrics
+    )
+    # and the gateway serves others
+    AdminClient(secure.conf("PLAINTEXT")).list_topics(timeout=10)
+
+
+def _raw_request(sock: socket.socket, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    sock.sendall(encode_request(api_key, version, 7, "raw", body))
+    frame = read_frame(sock)
+    assert frame is not None, "connection closed"
+    return decode_response(api_key, version, frame)[1]
+
+
+def _closed(sock: socket.socket) -> bool:
+    return read_frame(sock, timeout=5.0) is None
+
+
+def test_requests_before_authentication_and_after_expiry_close_the_connection(
+    secure: Secure,
+) -> None:
+    host, port = "127.0.0.1", secure.ports["SASL_PLAINTEXT"]
+    with socket.create_connection((host, port)) as s:
+        s.sendall(encode_request(ApiKey.METADATA, 9, 1, "raw", {"topics": None}))
+        assert _closed(s)
+    with socket.create_connection((host, port)) as s:
+        hs = _raw_request(s, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        assert hs["error_code"] == 0 and "PLAIN" in hs["mechanisms"]
+        auth = _raw_request(
+            s, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\x00carol\x00carol-secret"}
+        )
+        assert auth["error_code"] == 0 and auth["session_lifetime"] == REAUTH_MS
+        md = _raw_request(s, ApiKey.METADATA, 9, {"topics": None})
+        assert md["brokers"][0]["port"] == port
+        time.sleep(REAUTH_MS / 1000 + 0.5)
+        s.sendall(encode_request(ApiKey.METADATA, 9, 2, "raw", {"topics": None}))
+        assert _closed(s), "an expired session must not be served"
+    # SaslHandshake v0: raw tokens (pre KIP-152 clients)
+    with socket.create_connection((host, port)) as s:
+        hs = _raw_request(s, ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"})
+        assert hs["error_code"] == 0
+        token = b"\x00carol\x00carol-secret"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert read_frame(s) == b""
+        md = _raw_request(s, ApiKey.METADATA, 9, {"topics": None})
+        assert md["brokers"]
+    # garbage tokens never crash the gateway: wrong password then a request
+    with socket.create_connection((host, port)) as s:
+        _raw_request(s, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"})
+        bad = _raw_request(s, ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": b"\xff\x00garbage"})
+        assert bad["error_code"] == 58  # SASL_AUTHENTICATION_FAILED
+        assert _closed(s)
+    AdminClient(secure.conf("PLAINTEXT")).list_topics(timeout=10)
+
+
+def test_mutual_tls_principal_and_plaintext_client_on_tls_port(secure: Secure) -> None:
+    cert, key = secure.pki.client("alice-client", "/O=kafkapy/OU=clients/CN=Alice")
+    topic = _topic(secure, "sec-mtls")
+    tls = {"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+    _round_trip_confluent(secure, "SSL", topic, 5, **tls)
+    assert "User:alice" in secure.gateway_log()
+    # no client certificate: the TLS handshake fails
+    errors: list[KafkaError] = []
+    p = Producer(secure.conf("SSL", error_cb=errors.append))
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.2)
+    assert errors
+    # an expired client certificate is refused the same way
+    old_cert, old_key = secure.pki.client("expired-client", "/OU=clients/CN=Old", days=-1)
+    expired: list[KafkaError] = []
+    p = Producer(
+        secure.conf(
+            "SSL",
+            error_cb=expired.append,
+            **{"ssl.certificate.location": str(old_cert), "ssl.key.location": str(old_key)},
+        )
+    )
+    deadline = time.monotonic() + 15
+    while not expired and time.monotonic() < deadline:
+        p.poll(0.2)
+    failures = (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    assert expired and all(e.code() in failures for e in expired), expired
+    with pytest.raises(KafkaException):
+        p.list_topics(timeout=3)
+    assert "User:old" not in secure.gateway_log()
+    # a plaintext client on the TLS port gets nowhere; the gateway keeps serving
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"])) as s:
+        s.sendall(encode_request(ApiKey.API_VERSIONS, 0, 1, "plain", {}))
+        assert _closed(s)
+    ctx = ssl.create_default_context(cafile=str(secure.pki.ca))
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"])) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            assert s.version() in ("TLSv1.2", "TLSv1.3")
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(str(secure.pki.ca))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+        old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"])) as raw:
+        with pytest.raises((ssl.SSLError, OSError)):
+            old.wrap_socket(raw, server_hostname="127.0.0.1").do_handshake()
+
+
+def test_kafka_python_sasl_ssl_scram_sha_256(secure: Secure) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = _topic(secure, "sec-kafka-python")
+    common: dict[str, Any] = {
+        "bootstrap_servers": secure.addr("SASL_SSL"),
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": ALICE,
+        "sasl_plain_password": ALICE_PW,
+        "ssl_cafile": str(secure.pki.ca),
+    }
+    with secure.usage.record("kafka-python"):
+        p = KafkaProducer(**common)
+        for i in range(10):
+            p.send(topic, f"kp{i}".encode()).get(timeout=30)
+        p.close()
+        c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=15000, **common)
+        got = [m.value for m, _ in zip(c, range(10), strict=False)]
+        c.close()
+    assert got == [f"kp{i}".encode() for i in range(10)]
+
+
+def test_aiokafka_with_ssl_context_and_plain(secure: Secure) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = _topic(secure, "sec-aiokafka")
+
+    async def run() -> list[bytes]:
+        scram = {
+            "bootstrap_servers": secure.addr("SASL_SSL"),
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": ALICE,
+            "sasl_plain_password": ALICE_PW,
+            "ssl_context": create_ssl_context(cafile=str(secure.pki.ca)),
+        }
+        p = AIOKafkaProducer(**scram)
+        await p.start()
+        try:
+            for i in range(5):
+                await p.send_and_wait(topic, f"ak{i}".encode())
+        finally:
+            await p.stop()
+        plain = {
+            "bootstrap_servers": secure.addr("SASL_PLAINTEXT"),
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": "carol",
+            "sasl_plain_password": "carol-secret",
+        }
+        c = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **plain)
+        await c.start()
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(30):
+                async for m in c:
+                    got.append(m.value)
+                    if len(got) == 5:
+                        break
+        finally:
+            await c.stop()
+        return got
+
+    with secure.usage.record("aiokafka"):
+        got = asyncio.run(run())
+    assert got == [f"ak{i}".encode() for i in range(5)]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_sasl_plaintext_plain_and_sasl_ssl(secure: Secure) -> None:
+    topic = _topic(secure, "sec-kcat")
+    kcat = shutil.which("kcat") or "kcat"
+    plain = [
+        "-b", secure.addr("SASL_PLAINTEXT"), "-X", "security.protocol=SASL_PLAINTEXT",
+        "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=carol",
+        "-X", "sasl.password=carol-secret",
+    ]  # fmt: skip
+    with secure.usage.record("kcat"):
+        subprocess.run(
+            [kcat, *plain, "-P", "-t", topic], input=b"k1\nk2\nk3\n", check=True, timeout=60
+        )
+    scram = [
+        "-b", secure.addr("SASL_SSL"), "-X", "security.protocol=SASL_SSL",
+        "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", f"sasl.username={ALICE}",
+        "-X", f"sasl.password={ALICE_PW}", "-X", f"ssl.ca.location={secure.pki.ca}",
+    ]  # fmt: skip
+    out = subprocess.run(
+        [kcat, *scram, "-C", "-t", topic, "-o", "beginning", "-e"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.split() == [b"k1", b"k2", b"k3"]
+    bad = subprocess.run(
+        [kcat, *plain[:-2], "-X", "sasl.password=wrong", "-L", "-m", "5"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and b"Authentication failed" in bad.stderr
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_kafkajs_sasl_ssl_scram_sha_256(secure: Secure, tmp_path: Path) -> None:
+    from test_clients_kafkajs import run_node
+
+    topic = _topic(secure, "sec-kafkajs")
+    spec = {
+        "brokers": [secure.addr("SASL_SSL")],
+        "topic": topic,
+        "compression": "none",
+        "ssl": {"ca": str(secure.pki.ca)},
+        "sasl": {"mechanism": "scram-sha-256", "username": ALICE, "password": ALICE_PW},
+        "messages": [
+            {
+                "partition": 0,
+                "key": None,
+                "value": "anM=",
+                "headers": [],
+                "timestamp": str(int(time.time() * 1000)),
+            }
+        ],
+    }
+    with secure.usage.record("kafkajs"):
+        res = run_node("produce.js", spec, tmp_path)
+    assert res["ok"], res
+    bad = run_node(
+        "produce.js",
+        spec | {"sasl": {"mechanism": "scram-sha-256", "username": ALICE, "password": "no"}},
+        tmp_path,
+    )
+    assert not bad["ok"] and "SASL" in json.dumps(bad["error"]), bad["error"]
+
+
+def test_certificate_reload_without_restart(secure: Secure) -> None:
+    """New server certificate files are picked up by new connections (old ones untouched)."""
+    ctx = ssl.create_default_context(cafile=str(secure.pki.ca))
+
+    def serial() -> int:
+        with socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"])) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                der = s.getpeercert(binary_form=True)
+        assert der is not None
+        out = subprocess.run(
+            ["openssl", "x509", "-inform", "DER", "-noout", "-serial"],
+            input=der,
+            capture_output=True,
+            check=True,
+        )
+        return int(out.stdout.decode().strip().split("=")[1], 16)
+
+    before = serial()
+    cert, key = secure.pki.server_like("server2")
+    tmp = secure.pki.server.with_suffix(".new")
+    tmp.write_bytes(cert.read_bytes() + key.read_bytes())
+    tmp.replace(secure.pki.server)
+    deadline = time.monotonic() + 15
+    while serial() == before:
+        assert time.monotonic() < deadline, "certificate not reloaded"
+        time.sleep(0.3)
+    assert "tls_certificates_reloaded" in secure.gateway_log()
