@@ -15,7 +15,7 @@ install: $(STAMP) $(RPC_STAMP)
 $(STAMP): pyproject.toml scripts/install-deps.sh
 	./scripts/install-deps.sh
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,spark]'
 	touch $@
 
 # Generated gRPC stubs (with mypy type stubs); never edited by hand.
