@@ -63,6 +63,7 @@ class ClusterView:
         return self.opts.api_timeout_ms / 1000
 
     def _unreachable(self, err: object) -> KafkaPySparkError:
+        self.close()  # no client left retrying in the background
         return KafkaPySparkError(
             f"Cannot reach the Kafka cluster at {self.opts.bootstrap} within "
             f"{self.opts.api_timeout_ms} ms (kafka.default.api.timeout.ms): {err}"

@@ -91,6 +91,12 @@ class KafkaBatchReader(DataSourceReader):
         self.view = ClusterView(opts)
 
     def partitions(self) -> Sequence[InputPartition]:
+        try:
+            return self._plan()
+        finally:
+            self.view.close()
+
+    def _plan(self) -> list[RangePartition]:
         tps = self.view.partitions(require_topics=True)
         start = self.view.resolve(self.opts.starting, tps, starting=True)
         end = self.view.resolve(self.opts.ending, tps, starting=False)
@@ -103,8 +109,9 @@ class KafkaBatchReader(DataSourceReader):
         return _ranges(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(self.opts, partition.rng)
+        # with no range to read, Spark still runs one task with a partition of its own
+        if isinstance(partition, RangePartition):
+            yield from read_range(self.opts, partition.rng)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -204,8 +211,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _ranges(self.opts, starts, plan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(self.opts, partition.rng)
+        # with no range to read, Spark still runs one task with a partition of its own
+        if isinstance(partition, RangePartition):
+            yield from read_range(self.opts, partition.rng)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the checkpoint holds the offsets (no consumer group is used)."""
