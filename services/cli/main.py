@@ -1,5 +1,5 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
-leader-election, delete-records, broker-api-versions.
+leader-election, delete-records, broker-api-versions, pipeline (Spark).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
 Ctrl-C exits 130 quietly. ``-v`` shows client logs and tracebacks.
@@ -22,6 +22,7 @@ from services.cli import (
     delete_records,
     leader_election,
     perf,
+    pipeline_cmd,
     topics,
 )
 from services.cli.common import (
@@ -95,6 +96,7 @@ def build_parser() -> Parser:
     leader_election.add_parser(sub, _common)
     delete_records.add_parser(sub, _common)
     broker_api_versions.add_parser(sub, _common)
+    pipeline_cmd.add_parser(sub, _common)
     return parser
 
 
@@ -127,6 +129,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return delete_records.run(args, base, sys.stdout)
     if args.command == "broker-api-versions":
         return broker_api_versions.run(args, base, sys.stdout)
+    if args.command == "pipeline":
+        return pipeline_cmd.run(args, base)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 
