@@ -43,6 +43,7 @@ integration: install
 bench: install
 	$(PY) -m bench.run
 	$(PY) -m bench.recovery
+	$(PY) -m bench.spark
 
 # kill -9 of a storage node holding 1 GB in 100 partitions: time back to serving (no peer broker)
 bench-recovery: install

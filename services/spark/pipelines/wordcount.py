@@ -2,7 +2,7 @@
 
 Lines (values, UTF-8) are lower-cased and split on `\\W+` as the Streams demo does; the running
 count per word goes to a compacted topic with key = the word, value = the count as Kafka's
-LongSerializer writes it (8 bytes, big-endian: Spark's `cast(long AS binary)`). The windowed
+LongSerializer writes it (8 bytes, big-endian). The windowed
 variant keys each count by the word followed by the window start in milliseconds (8 bytes,
 big-endian), as Streams' TimeWindowedSerializer does. Counts survive restarts through the
 query's checkpoint (Spark's state store); no watermark, so the running count never expires.
@@ -28,6 +28,14 @@ def ensure_output_topic(conf: dict[str, Any], topic: str, timeout_s: float) -> N
     except Exception as exc:  # noqa: BLE001 - created meanwhile by another run is fine
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise
+
+
+def _long_bytes(col: Any) -> Any:
+    """A non-negative long as 8 big-endian bytes (Kafka's LongSerializer); ANSI mode refuses
+    `cast(long AS binary)`."""
+    from pyspark.sql import functions as F
+
+    return F.unhex(F.lpad(F.hex(col), 16, "0"))
 
 
 def start(
@@ -59,17 +67,23 @@ def start(
         counts = words.groupBy(F.window("timestamp", window), "word").count()
         key = F.concat(
             F.col("word").cast("binary"),
-            F.unix_millis(F.col("window.start")).cast("binary"),
+            _long_bytes(F.unix_millis(F.col("window.start"))),
         )
     else:
         counts = words.groupBy("word").count()
         key = F.col("word").cast("binary")
+    out = counts.select(key.alias("key"), _long_bytes(F.col("count")).alias("value"))
+
+    def write_batch(batch: Any, _batch_id: int) -> None:
+        # PySpark's Python streaming sinks take append mode only: the updated counts of each
+        # micro-batch go out through the batch writer (a replayed batch writes the same counts)
+        batch.write.format("kafkapy").mode("append").option(
+            "kafka.bootstrap.servers", bootstrap
+        ).option("topic", sink).save()
+
     writer = (
-        counts.select(key.alias("key"), F.col("count").cast("binary").alias("value"))
-        .writeStream.format("kafkapy")
-        .outputMode("update")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", sink)
+        out.writeStream.outputMode("update")
+        .foreachBatch(write_batch)
         .option("checkpointLocation", checkpoint)
     )
     if available_now:
