@@ -145,8 +145,9 @@ class ClusterView:
         if spec.kind == "latest":
             return self.latest(tps)
         which = "startingOffsets" if starting else "endingOffsets"
+        wanted: Offsets
         if spec.kind == "global_timestamp":
-            wanted = {tp: spec.timestamp for tp in tps}
+            wanted = {tp: int(spec.timestamp or 0) for tp in tps}
         else:
             given = {(t, p): v for t, parts in spec.offsets.items() for p, v in parts.items()}
             if set(given) != set(tps):
@@ -159,11 +160,7 @@ class ClusterView:
                 return self._specific(given)
             wanted = given
         found = self.list_offsets(
-            {
-                tp: KafkaOffsetSpec.for_timestamp(int(ts))
-                for tp, ts in wanted.items()
-                if ts is not None
-            }
+            {tp: KafkaOffsetSpec.for_timestamp(ts) for tp, ts in wanted.items()}
         )
         unmatched = [tp for tp, o in found.items() if o < 0]
         if unmatched:

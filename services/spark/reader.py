@@ -158,7 +158,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                     position = _on_error(consumer, opts, rng, err, position)
                     continue
                 deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-                off = msg.offset()
+                off: int = msg.offset() or 0  # set on every message without error
                 if off >= rng.until:
                     position = rng.until
                     break

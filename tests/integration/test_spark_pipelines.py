@@ -29,6 +29,7 @@ ROUNDS = (
 )
 
 
+@pytest.mark.timeout(900)  # three Spark processes (~20 s each idle, minutes on a busy machine)
 def test_wordcount_counts_survive_two_restarts(
     bootstrap: str, topic: TopicFactory, admin: AdminClient, tmp_path: Path
 ) -> None:

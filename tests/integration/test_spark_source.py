@@ -9,6 +9,7 @@ new partitions from offset 0 and follow failOnDataLoss both ways after DeleteRec
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -30,6 +31,9 @@ from kafka_support import (
 )
 from pyspark.errors import StreamingQueryException
 from spark_support import spark_session
+
+from services.cli.local_cluster import LocalCluster
+from tests.integration.txn_support import TxnPartition, init_producer_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -257,3 +261,30 @@ def test_streaming_fail_on_data_loss_both_ways(
     assert q.exception() is None
     rows = _written(spark, out)
     assert sorted(rows) == [(0, o) for o in (*range(100), *range(150, 200))]
+
+
+def test_isolation_level_read_committed(
+    spark: Any, cluster: LocalCluster, bootstrap: str, topic: TopicFactory
+) -> None:
+    """A committed, an aborted and an open transaction (the coordinator's part played through
+    storage RPCs, as the storage transaction tests do): read_committed reads the committed
+    records and stops at the LSO; read_uncommitted (Spark's default) reads every record."""
+    name = topic(1)
+    pid, epoch = init_producer_id(bootstrap)
+    t = TxnPartition(cluster, name, pid, epoch)
+
+    async def write() -> None:
+        await t.append([b"c0", b"c1"])
+        await t.marker(True)
+        await t.append([b"a0", b"a1"])
+        await t.marker(False)
+        await t.append([b"o0"])
+
+    asyncio.run(write())
+
+    def values(level: str) -> list[bytes]:
+        df = _read(spark, bootstrap, subscribe=name, **{"kafka.isolation.level": level})
+        return [bytes(r.value) for r in df.orderBy("offset").collect()]
+
+    assert values("read_committed") == [b"c0", b"c1"]
+    assert values("read_uncommitted") == [b"c0", b"c1", b"a0", b"a1", b"o0"]
