@@ -153,11 +153,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             latest = self.view.latest(self.view.partitions(require_topics=False))
         self._latest = latest
-        # a partition gone (topic deleted) keeps its offset: partitions() reports the loss
-        end = {tp: o for tp, o in begin.items() if tp not in latest}
+        # a partition gone (topic deleted) drops out of the end offsets: partitions() reports it
         if isinstance(limit, ReadAllAvailable):
-            end.update(latest)
-            return offsets_to_json(end)
+            return offsets_to_json(latest)
         starts = self._starts(begin, list(latest))
         available = sum(max(0, latest[tp] - starts[tp]) for tp in latest)
         now_ms = time.monotonic() * 1000
@@ -170,9 +168,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             and now_ms - self._last_batch_ms < self.opts.max_trigger_delay_ms
         ):
             return start
-        if isinstance(limit, ReadMaxRows):
-            latest = rate_limit(limit.max_rows, starts, latest)
-        end.update(latest)
+        end = (
+            rate_limit(limit.max_rows, starts, latest) if isinstance(limit, ReadMaxRows) else latest
+        )
         if end != begin:
             self._last_batch_ms = now_ms
         return offsets_to_json(end)
@@ -184,7 +182,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
         current = set(self.view.partitions(require_topics=False))
-        gone = sorted(tp for tp in until if tp not in current)
+        gone = sorted(
+            {tp for tp in begin if tp not in until} | {tp for tp in until if tp not in current}
+        )
         if gone:
             _report_loss(self.opts, f"{gone} are gone")
         new = [tp for tp in until if tp not in begin and tp in current]
