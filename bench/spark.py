@@ -98,7 +98,7 @@ def main() -> None:
         "to and read from Parquet is the ceiling. Issue 16's targets: >= 1 M rows/s read and "
         ">= 0.5 M rows/s written.\n\n"
         f"Machine: {machine()}\n\nDate: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"load average before: {os.getloadavg()[0]:.1f}\n\n{tbl}"
+        f"load average at the end: {os.getloadavg()[0]:.1f}\n\n{tbl}"
     )
     print(f"\nwritten to {doc.relative_to(ROOT)}", file=sys.stderr)
 
