@@ -16,7 +16,7 @@ install: $(STAMP) $(RPC_STAMP)
 $(STAMP): pyproject.toml scripts/install-deps.sh
 	./scripts/install-deps.sh
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,spark]'
 	touch $@
 
 # Generated gRPC stubs (with mypy type stubs); never edited by hand.
@@ -60,6 +60,7 @@ kube-sim: install chart-deps
 bench: install
 	$(PY) -m bench.run
 	$(PY) -m bench.recovery
+	$(PY) -m bench.spark
 
 # kill -9 of a storage node holding 1 GB in 100 partitions: time back to serving (no peer broker)
 bench-recovery: install

@@ -1,6 +1,6 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
-leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, and the services
-themselves (``kafka-py storage|gateway|controller|group-coordinator|transaction-coordinator``).
+leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, pipeline (Spark),
+and the services themselves (``kafka-py storage|gateway|...|transaction-coordinator``).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
 Ctrl-C exits 130 quietly. ``-v`` shows client logs and tracebacks.
@@ -25,6 +25,7 @@ from services.cli import (
     leader_election,
     log_dirs,
     perf,
+    pipeline_cmd,
     reassign_partitions,
     serve,
     topics,
@@ -111,6 +112,7 @@ def build_parser() -> Parser:
             add_help=False,
             help=f"run the {service} service (its settings as flags or KAFKAPY_* env)",
         )
+    pipeline_cmd.add_parser(sub, _common)
     return parser
 
 
@@ -151,6 +153,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return reassign_partitions.run(args, base, sys.stdout)
     if args.command == "log-dirs":
         return log_dirs.run(args, base, sys.stdout)
+    if args.command == "pipeline":
+        return pipeline_cmd.run(args, base)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 

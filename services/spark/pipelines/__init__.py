@@ -1,0 +1,1 @@
+"""Spark pipelines shipped with kafka-py, run by `kafka-py pipeline run NAME`."""
