@@ -495,3 +495,82 @@ def test_kafkajs_transaction_with_send_offsets(
         res = run_node("transaction.js", spec, tmp_path)
     assert res["ok"], (res.get("error"), res["stderr"][-3000:])
     _assert_eos_outcome(bootstrap, source, sink, group)
+
+
+def test_find_hanging_and_abort_a_transaction_no_coordinator_knows(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+) -> None:
+    """Acceptance 5: a transactional batch written with no coordinator record of it (an hour
+    old) holds partition 0's LSO; ``describe-producers`` shows it open, ``find-hanging`` finds
+    it (and not a live transaction on partition 1), ``abort --start-offset`` writes an ABORT
+    marker through the leader (WriteTxnMarkers), after which the LSO moves on."""
+    import asyncio
+
+    from txn_support import READ_COMMITTED, TxnPartition, init_producer_id
+
+    name = topic(2)
+    pid, epoch = init_producer_id(bootstrap)  # idempotent: no transactional id, no coordinator
+    hung = TxnPartition(cluster, name, pid, epoch)
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    start = asyncio.run(hung.append([b"hung-0", b"hung-1"], timestamp=an_hour_ago))
+    live = _producer(bootstrap, f"live-{uuid.uuid4().hex[:8]}")
+    live.init_transactions(60)
+    live.begin_transaction()
+    live.produce(name, value=b"live", partition=1)
+    assert live.flush(30) == 0
+    after = _producer(bootstrap, f"after-{uuid.uuid4().hex[:8]}")
+    after.init_transactions(60)
+    after.begin_transaction()
+    after.produce(name, value=b"after", partition=0)
+    after.commit_transaction(30)
+    # the LSO is held at the hung transaction's first offset, the committed record after it
+    assert asyncio.run(hung.latest(READ_COMMITTED)) == start < asyncio.run(hung.latest(0))
+
+    def tool(*args: str) -> list[dict[str, str]]:
+        head, *rows = cli_ok("transactions", *args, "--bootstrap-server", bootstrap).splitlines()
+        return [dict(zip(head.split("\t"), r.split("\t"), strict=True)) for r in rows]
+
+    def strip(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [{k.strip(): v.strip() for k, v in r.items()} for r in rows]
+
+    producers = strip(tool("describe-producers", "--topic", name, "--partition", "0"))
+    mine = {r["ProducerId"]: r for r in producers}
+    assert mine[str(pid)]["CurrentTransactionStartOffset"] == str(start)
+    assert (
+        mine[str(pid)]["LastSequence"] == "1" and mine[str(pid)]["LatestCoordinatorEpoch"] == "-1"
+    )
+    assert mine[str(pid)]["LastTimestamp"] == str(an_hour_ago)
+    assert len(producers) == 2  # and the committed "after" producer, no transaction open
+    found = strip(tool("find-hanging", "--topic", name))
+    assert [(r["Partition"], r["ProducerId"], r["StartOffset"]) for r in found] == [
+        ("0", str(pid), str(start))
+    ]
+    assert int(found[0]["Duration(min)"]) >= 60
+    # with no age limit the live transaction is a candidate, but its coordinator has it
+    everything = strip(tool("find-hanging", "--topic", name, "--max-transaction-timeout", "0"))
+    assert [(r["Partition"], r["ProducerId"]) for r in everything] == [("0", str(pid))]
+
+    cli_ok("transactions", "abort", "--bootstrap-server", bootstrap, "--topic", name,
+           "--partition", "0", "--start-offset", str(start))  # fmt: skip
+    assert _values_one(bootstrap, name, "read_committed", 1) == [b"after"]
+    lso = asyncio.run(hung.latest(READ_COMMITTED))
+    assert lso == asyncio.run(hung.latest(0)) > start  # the LSO is the high watermark again
+    producers = strip(tool("describe-producers", "--topic", name, "--partition", "0"))
+    assert {r["ProducerId"]: r for r in producers}[str(pid)]["CurrentTransactionStartOffset"] == (
+        "None"
+    )
+    assert strip(tool("find-hanging", "--topic", name)) == []
+    again = kafka_py("transactions", "abort", "--bootstrap-server", bootstrap, "--topic", name,
+                     "--partition", "0", "--start-offset", str(start))  # fmt: skip
+    assert again.returncode != 0
+    assert f"Could not find any open transactions starting at offset {start}" in one_line(
+        again.stderr
+    )
+    live.commit_transaction(30)
+    got = consume_confluent(
+        bootstrap, name, [0, 1], 4, extra_config={"isolation.level": "read_uncommitted"}
+    )
+    assert {p: [r.rec.value for r in recs] for p, recs in got.items()} == {
+        0: [b"hung-0", b"hung-1", b"after"],
+        1: [b"live"],
+    }

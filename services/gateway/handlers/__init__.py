@@ -19,6 +19,7 @@ from services.gateway.handlers import (
     describe_cluster,
     describe_configs,
     describe_log_dirs,
+    describe_producers,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -31,6 +32,7 @@ from services.gateway.handlers import (
     partition_reassignments,
     produce,
     transactions,
+    write_txn_markers,
 )
 from services.gateway.handlers.base import ApiHandler
 
@@ -59,6 +61,8 @@ HANDLERS: dict[int, ApiHandler] = {
         find_coordinator.HANDLER,
         *group_requests.HANDLERS,
         *transactions.HANDLERS,
+        describe_producers.HANDLER,
+        write_txn_markers.HANDLER,
     )
 }
 
