@@ -395,6 +395,7 @@ def test_kafka_python_send_offsets_to_transaction(
                 producer.begin_transaction()
                 for v in values:
                     producer.send(sink, value=v.replace(b"in-", b"out-"), partition=0)
+                producer.flush()  # in the log before the end (abort drops unsent records)
                 tp = KTP(source, 0)
                 offsets = {tp: OffsetAndMetadata(consumer.position(tp), "", -1)}
                 producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
@@ -447,7 +448,9 @@ def test_aiokafka_send_offsets_to_transaction(
                 assert len(values) == EOS_BATCH, values
                 await producer.begin_transaction()
                 for v in values:
-                    await producer.send(sink, value=v.replace(b"in-", b"out-"), partition=0)
+                    await producer.send_and_wait(
+                        sink, value=v.replace(b"in-", b"out-"), partition=0
+                    )
                 tp = ATP(source, 0)
                 await producer.send_offsets_to_transaction({tp: await consumer.position(tp)}, group)
                 if commit:
