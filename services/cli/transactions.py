@@ -1,4 +1,5 @@
-"""``kafka-py transactions list | describe`` (kafka-transactions.sh's commands and columns).
+"""``kafka-py transactions list | describe | describe-producers | abort | find-hanging``
+(kafka-transactions.sh's commands and columns; the last three in ``hanging_transactions``).
 
 ``list`` sends ListTransactions (v1) to a bootstrap server (``services.cli.wire``) (a gateway asks every
 transaction coordinator) and names each id's coordinator as FindCoordinator answers it;
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from services.cli import hanging_transactions as hanging
 from services.cli.common import CliError
 from services.cli.wire import bootstrap_exchange
 from services.common.errors import ErrorCode
@@ -35,8 +37,9 @@ DESCRIBE_HEADER = (
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:
     p = sub.add_parser(
         "transactions",
-        help="list and describe transactions (kafka-transactions.sh)",
-        description="List and describe transactions, as kafka-transactions.sh does.",
+        help="list, describe and abort transactions (kafka-transactions.sh)",
+        description="List, describe, find hanging and abort transactions, as "
+        "kafka-transactions.sh does.",
     )
     common(p, False)
     commands = p.add_subparsers(dest="transactions_command", metavar="COMMAND")
@@ -55,6 +58,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     describe = commands.add_parser("describe", help="describe one transactional id")
     common(describe, False)
     describe.add_argument("--transactional-id", required=True, metavar="ID")
+    hanging.add_parsers(commands, common)
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
@@ -68,6 +72,16 @@ def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
         r = call(ApiKey.FIND_COORDINATOR, 3, {"key": txn_id, "key_type": 1})
         return str(r["node_id"]) if r["error_code"] == 0 else "-1"
 
+    if args.transactions_command == "describe-producers":
+        producers = hanging.describe_producers(call, args.topic, args.partition)
+        _table(hanging.PRODUCERS_HEADER, hanging.producer_rows(producers), out)
+        return 0
+    if args.transactions_command == "abort":
+        hanging.abort(call, args)
+        return 0
+    if args.transactions_command == "find-hanging":
+        _table(hanging.HANGING_HEADER, hanging.find_hanging(call, args), out)
+        return 0
     if args.transactions_command == "list":
         r = call(
             ApiKey.LIST_TRANSACTIONS,

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.records.batch import BatchHeader
-from services.storage.producer_state import AppendOrigin
+from services.storage.producer_state import AppendOrigin, ProducerStateManager
 from services.storage.refused_batches import RefusedBatches
 
 NO_EPOCH = -1  # "not checked" in requests; "unknown" for a replica's state
@@ -68,6 +68,7 @@ class LogLike(Protocol):
     log_start_offset: int
     high_watermark: int
     recovery_point: int
+    producer_state: ProducerStateManager
 
     @property
     def log_end_offset(self) -> int: ...

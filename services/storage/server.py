@@ -16,6 +16,7 @@ from services.storage.exchange import ExchangeStreams, serve_exchange
 from services.storage.fetches import fetch
 from services.storage.log_dir_info import describe_log_dirs
 from services.storage.offsets import list_offsets
+from services.storage.producers import describe_producers
 from services.storage.replica_manager import ReplicaManager
 from services.storage.txn_markers import write_txn_markers
 from services.storage.wire import (
@@ -96,6 +97,12 @@ class StorageService(pb_grpc.StorageServicer):
     ) -> pb.DescribeLogDirsResponse:
         with self.rm.metrics.timed("DescribeLogDirs"):
             return await describe_log_dirs(self.rm, request)
+
+    async def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: Any
+    ) -> pb.DescribeProducersResponse:
+        with self.rm.metrics.timed("DescribeProducers"):
+            return describe_producers(self.rm, request)
 
 
 def add_storage_service(server: grpc.aio.Server, rm: ReplicaManager) -> StorageService:

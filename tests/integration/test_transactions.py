@@ -5,8 +5,10 @@ coordinator wrote to ``__transaction_state`` (read back with the project's decod
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -323,3 +325,255 @@ def test_transactions_cli_lists_and_describes(bootstrap: str, topic: TopicFactor
     )
     assert missing.returncode != 0
     assert "TRANSACTIONAL_ID_NOT_FOUND" in one_line(missing.stderr)
+
+
+EOS_INPUT, EOS_BATCH = 30, 10
+# per client: three transactions over the input in batches of 10: commit, commit, abort
+EOS_PLAN = (True, True, False)
+
+
+def _eos_source(bootstrap: str, topic: TopicFactory) -> tuple[str, str]:
+    """A one-partition input topic holding ``in-0`` .. ``in-29`` and an empty output topic."""
+    source, sink = topic(1), topic(1)
+    feeder = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(EOS_INPUT):
+        feeder.produce(source, value=f"in-{i}".encode(), partition=0)
+    assert feeder.flush(30) == 0
+    return source, sink
+
+
+def _assert_eos_outcome(bootstrap: str, source: str, sink: str, group: str) -> None:
+    """The two committed transactions are all read_committed sees, and their offsets are the
+    group's committed position; the aborted one is visible only to read_uncommitted."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as TP
+
+    committed_out = [f"out-{i}".encode() for i in range(2 * EOS_BATCH)]
+    assert _values_one(bootstrap, sink, "read_committed", len(committed_out)) == committed_out
+    everything = committed_out + [f"out-{i}".encode() for i in range(2 * EOS_BATCH, EOS_INPUT)]
+    assert _values_one(bootstrap, sink, "read_uncommitted", EOS_INPUT) == everything
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        assert c.committed([TP(source, 0)], timeout=30)[0].offset == 2 * EOS_BATCH
+    finally:
+        c.close()
+
+
+def test_kafka_python_send_offsets_to_transaction(
+    bootstrap: str, topic: TopicFactory, api_usage: ApiUsage
+) -> None:
+    """kafka-python 3.x consume-transform-produce: a read_committed group consumer, the
+    producer's ``send_offsets_to_transaction`` with the consumer's group metadata (KIP-447)."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTP
+
+    source, sink = _eos_source(bootstrap, topic)
+    group = f"kp-eos-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_poll_records=EOS_BATCH,
+    )
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=f"kp-eos-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        with api_usage.record("kafka-python"):
+            producer.init_transactions()
+            for commit in EOS_PLAN:
+                values: list[bytes] = []
+                deadline = time.monotonic() + 60
+                while len(values) < EOS_BATCH and time.monotonic() < deadline:
+                    for recs in consumer.poll(1000, max_records=EOS_BATCH - len(values)).values():
+                        values += [r.value for r in recs]
+                assert len(values) == EOS_BATCH, values
+                producer.begin_transaction()
+                for v in values:
+                    producer.send(sink, value=v.replace(b"in-", b"out-"), partition=0)
+                producer.flush()  # in the log before the end (abort drops unsent records)
+                tp = KTP(source, 0)
+                offsets = {tp: OffsetAndMetadata(consumer.position(tp), "", -1)}
+                producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+                if commit:
+                    producer.commit_transaction()
+                else:
+                    producer.abort_transaction()
+    finally:
+        producer.close(5)
+        consumer.close(autocommit=False)
+    _assert_eos_outcome(bootstrap, source, sink, group)
+
+
+def test_aiokafka_send_offsets_to_transaction(
+    bootstrap: str, topic: TopicFactory, api_usage: ApiUsage
+) -> None:
+    """aiokafka consume-transform-produce: a read_committed group consumer, the producer's
+    ``send_offsets_to_transaction(offsets, group_id)``."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    source, sink = _eos_source(bootstrap, topic)
+    group = f"aio-eos-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> None:
+        consumer = AIOKafkaConsumer(
+            source,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"aio-eos-{uuid.uuid4().hex[:8]}"
+        )
+        await consumer.start()
+        await producer.start()
+        try:
+            for commit in EOS_PLAN:
+                values: list[bytes] = []
+                deadline = time.monotonic() + 60
+                while len(values) < EOS_BATCH and time.monotonic() < deadline:
+                    got = await consumer.getmany(
+                        timeout_ms=1000, max_records=EOS_BATCH - len(values)
+                    )
+                    values += [r.value for recs in got.values() for r in recs]
+                assert len(values) == EOS_BATCH, values
+                await producer.begin_transaction()
+                for v in values:
+                    await producer.send_and_wait(
+                        sink, value=v.replace(b"in-", b"out-"), partition=0
+                    )
+                tp = ATP(source, 0)
+                await producer.send_offsets_to_transaction({tp: await consumer.position(tp)}, group)
+                if commit:
+                    await producer.commit_transaction()
+                else:
+                    await producer.abort_transaction()
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    with api_usage.record("aiokafka"):
+        asyncio.run(run())
+    _assert_eos_outcome(bootstrap, source, sink, group)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_kafkajs_transaction_with_send_offsets(
+    bootstrap: str, topic: TopicFactory, api_usage: ApiUsage, tmp_path: Path
+) -> None:
+    """kafkajs 2.2.4 ``producer.transaction()`` with ``sendOffsets`` for a group: commit,
+    commit, abort; the group's committed offset is the second transaction's."""
+    import base64
+
+    from test_clients_kafkajs import run_node
+
+    source, sink = _eos_source(bootstrap, topic)
+    group = f"js-eos-{uuid.uuid4().hex[:8]}"
+    transactions = []
+    for n, commit in enumerate(EOS_PLAN):
+        first = n * EOS_BATCH
+        messages = [
+            {"partition": 0, "value": base64.b64encode(f"out-{i}".encode()).decode()}
+            for i in range(first, first + EOS_BATCH)
+        ]
+        offsets = [{"topic": source, "partition": 0, "offset": first + EOS_BATCH}]
+        transactions.append({"commit": commit, "messages": messages, "offsets": offsets})
+    spec = {
+        "brokers": [bootstrap],
+        "transactionalId": f"js-eos-{uuid.uuid4().hex[:8]}",
+        "groupId": group,
+        "topic": sink,
+        "transactions": transactions,
+    }
+    with api_usage.record("kafkajs"):
+        res = run_node("transaction.js", spec, tmp_path)
+    assert res["ok"], (res.get("error"), res["stderr"][-3000:])
+    _assert_eos_outcome(bootstrap, source, sink, group)
+
+
+def test_find_hanging_and_abort_a_transaction_no_coordinator_knows(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+) -> None:
+    """Acceptance 5: a transactional batch written with no coordinator record of it (an hour
+    old) holds partition 0's LSO; ``describe-producers`` shows it open, ``find-hanging`` finds
+    it (and not a live transaction on partition 1), ``abort --start-offset`` writes an ABORT
+    marker through the leader (WriteTxnMarkers), after which the LSO moves on."""
+    import asyncio
+
+    from txn_support import READ_COMMITTED, TxnPartition, init_producer_id
+
+    name = topic(2)
+    pid, epoch = init_producer_id(bootstrap)  # idempotent: no transactional id, no coordinator
+    hung = TxnPartition(cluster, name, pid, epoch)
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    start = asyncio.run(hung.append([b"hung-0", b"hung-1"], timestamp=an_hour_ago))
+    live = _producer(bootstrap, f"live-{uuid.uuid4().hex[:8]}")
+    live.init_transactions(60)
+    live.begin_transaction()
+    live.produce(name, value=b"live", partition=1)
+    assert live.flush(30) == 0
+    after = _producer(bootstrap, f"after-{uuid.uuid4().hex[:8]}")
+    after.init_transactions(60)
+    after.begin_transaction()
+    after.produce(name, value=b"after", partition=0)
+    after.commit_transaction(30)
+    # the LSO is held at the hung transaction's first offset, the committed record after it
+    assert asyncio.run(hung.latest(READ_COMMITTED)) == start < asyncio.run(hung.latest(0))
+
+    def tool(*args: str) -> list[dict[str, str]]:
+        head, *rows = cli_ok("transactions", *args, "--bootstrap-server", bootstrap).splitlines()
+        return [dict(zip(head.split("\t"), r.split("\t"), strict=True)) for r in rows]
+
+    def strip(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [{k.strip(): v.strip() for k, v in r.items()} for r in rows]
+
+    producers = strip(tool("describe-producers", "--topic", name, "--partition", "0"))
+    mine = {r["ProducerId"]: r for r in producers}
+    assert mine[str(pid)]["CurrentTransactionStartOffset"] == str(start)
+    assert (
+        mine[str(pid)]["LastSequence"] == "1" and mine[str(pid)]["LatestCoordinatorEpoch"] == "-1"
+    )
+    assert mine[str(pid)]["LastTimestamp"] == str(an_hour_ago)
+    assert len(producers) == 2  # and the committed "after" producer, no transaction open
+    found = strip(tool("find-hanging", "--topic", name))
+    assert [(r["Partition"], r["ProducerId"], r["StartOffset"]) for r in found] == [
+        ("0", str(pid), str(start))
+    ]
+    assert int(found[0]["Duration(min)"]) >= 60
+    # with no age limit the live transaction is a candidate, but its coordinator has it
+    everything = strip(tool("find-hanging", "--topic", name, "--max-transaction-timeout", "0"))
+    assert [(r["Partition"], r["ProducerId"]) for r in everything] == [("0", str(pid))]
+
+    cli_ok("transactions", "abort", "--bootstrap-server", bootstrap, "--topic", name,
+           "--partition", "0", "--start-offset", str(start))  # fmt: skip
+    assert _values_one(bootstrap, name, "read_committed", 1) == [b"after"]
+    lso = asyncio.run(hung.latest(READ_COMMITTED))
+    assert lso == asyncio.run(hung.latest(0)) > start  # the LSO is the high watermark again
+    producers = strip(tool("describe-producers", "--topic", name, "--partition", "0"))
+    assert {r["ProducerId"]: r for r in producers}[str(pid)]["CurrentTransactionStartOffset"] == (
+        "None"
+    )
+    assert strip(tool("find-hanging", "--topic", name)) == []
+    again = kafka_py("transactions", "abort", "--bootstrap-server", bootstrap, "--topic", name,
+                     "--partition", "0", "--start-offset", str(start))  # fmt: skip
+    assert again.returncode != 0
+    assert f"Could not find any open transactions starting at offset {start}" in one_line(
+        again.stderr
+    )
+    live.commit_transaction(30)
+    got = consume_confluent(
+        bootstrap, name, [0, 1], 4, extra_config={"isolation.level": "read_uncommitted"}
+    )
+    assert {p: [r.rec.value for r in recs] for p, recs in got.items()} == {
+        0: [b"hung-0", b"hung-1", b"after"],
+        1: [b"live"],
+    }

@@ -78,9 +78,13 @@ class TxnPartition:
         async with grpc.aio.insecure_channel(self.cluster.address("storage", node)) as ch:
             return await getattr(pb_grpc.StorageStub(ch), method)(request, timeout=20)
 
-    async def append(self, values: Sequence[bytes], *, epoch: int | None = None) -> int:
-        """Append one transactional batch (acks=all); returns its base offset."""
-        recs = [Record(timestamp=int(time.time() * 1000), value=v) for v in values]
+    async def append(
+        self, values: Sequence[bytes], *, epoch: int | None = None, timestamp: int | None = None
+    ) -> int:
+        """Append one transactional batch (acks=all, records stamped ``timestamp``, default
+        now); returns its base offset."""
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        recs = [Record(timestamp=ts, value=v) for v in values]
         batch = build_batch(
             recs,
             producer_id=self.pid,

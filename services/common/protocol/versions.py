@@ -8,7 +8,8 @@ Group APIs: the classic protocol only - OffsetCommit and OffsetFetch stop at v8 
 KIP-848 member epochs), FindCoordinator at v4 (v5+ is KIP-890 / share groups), DescribeGroups at
 v5 and ListGroups at v4 (later versions add KIP-1043 fields). Transactions: AddPartitionsToTxn,
 AddOffsetsToTxn and EndTxn stop at v3 (v4+ are KIP-890's batched/verify-only form and
-TRANSACTION_ABORTABLE, v5 its epoch bump per transaction).
+TRANSACTION_ABORTABLE, v5 its epoch bump per transaction). WriteTxnMarkers v1 (v0 is gone from
+the schemas) is what Admin.abortTransaction sends a partition's leader; DescribeProducers v0.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
 }
 
 

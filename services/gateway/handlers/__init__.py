@@ -19,6 +19,7 @@ from services.gateway.handlers import (
     describe_cluster,
     describe_configs,
     describe_log_dirs,
+    describe_producers,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -33,6 +34,7 @@ from services.gateway.handlers import (
     sasl,
     transactions,
     user_scram,
+    write_txn_markers,
 )
 from services.gateway.handlers.base import ApiHandler
 
@@ -65,6 +67,8 @@ HANDLERS: dict[int, ApiHandler] = {
         user_scram.DESCRIBE_HANDLER,
         user_scram.ALTER_HANDLER,
         *transactions.HANDLERS,
+        describe_producers.HANDLER,
+        write_txn_markers.HANDLER,
     )
 }
 

@@ -125,6 +125,45 @@ class FakeStorageNode:
             ]
         )
 
+    async def DescribeProducers(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        """One producer (id 7, epoch 1) with a transaction open at offset 3 in each partition."""
+        self.calls.append(("DescribeProducers", request))
+        return spb.DescribeProducersResponse(
+            partitions=[
+                spb.DescribeProducersPartitionResult(
+                    topic=q.topic,
+                    partition=q.partition,
+                    active_producers=[
+                        spb.ActiveProducer(
+                            producer_id=7,
+                            producer_epoch=1,
+                            last_sequence=4,
+                            last_timestamp=1000,
+                            coordinator_epoch=-1,
+                            current_txn_start_offset=3,
+                        )
+                    ],
+                )
+                for q in request.partitions
+            ]
+        )
+
+    async def WriteTxnMarkers(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
+        """Every marker lands at offset 9."""
+        self.calls.append(("WriteTxnMarkers", request))
+        return spb.WriteTxnMarkersResponse(
+            markers=[
+                spb.WritableTxnMarkerResult(
+                    producer_id=m.producer_id,
+                    partitions=[
+                        spb.TxnMarkerPartitionResult(topic=q.topic, partition=q.partition, offset=9)
+                        for q in m.partitions
+                    ],
+                )
+                for m in request.markers
+            ]
+        )
+
     async def OffsetForLeaderEpoch(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
         """Epoch e ends at offset 100 * (e + 1); a current leader epoch above 5 is fenced."""
         self.calls.append(("OffsetForLeaderEpoch", request))

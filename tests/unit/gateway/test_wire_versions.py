@@ -299,6 +299,18 @@ REQUESTS: dict[int, dict[str, Any]] = {
         ],
     },
     ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["tx", "ty"]},
+    ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": "a", "partition_indexes": [0]}]},
+    ApiKey.WRITE_TXN_MARKERS: {
+        "markers": [
+            {
+                "producer_id": 7,
+                "producer_epoch": 1,
+                "transaction_result": False,
+                "topics": [{"name": "a", "partition_indexes": [0]}],
+                "coordinator_epoch": 0,
+            }
+        ]
+    },
     ApiKey.LIST_TRANSACTIONS: {
         "state_filters": ["Ongoing"],
         "producer_id_filters": [],

@@ -65,6 +65,8 @@ def test_supported_versions_table() -> None:
         ApiKey.TXN_OFFSET_COMMIT: (0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
         ApiKey.LIST_TRANSACTIONS: (0, 1),
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        ApiKey.WRITE_TXN_MARKERS: (1, 1),
     }
     for key, (low, high) in SUPPORTED_VERSIONS.items():
         assert set(range(low, high + 1)) <= set(known_versions(key)), key
