@@ -1,5 +1,5 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
-leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, and the services
+leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, consumer-groups, and the services
 themselves (``kafka-py storage|gateway|controller|group-coordinator|transaction-coordinator``).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
@@ -20,6 +20,7 @@ from services.cli import (
     cluster_cmd,
     console_consumer,
     console_producer,
+    consumer_groups,
     delete_records,
     leader_election,
     log_dirs,
@@ -103,6 +104,7 @@ def build_parser() -> Parser:
     transactions.add_parser(sub, _common)
     reassign_partitions.add_parser(sub, _common)
     log_dirs.add_parser(sub, _common)
+    consumer_groups.add_parser(sub, _common)
     for service in serve.SERVICES:
         sub.add_parser(
             service,
@@ -147,6 +149,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return reassign_partitions.run(args, base, sys.stdout)
     if args.command == "log-dirs":
         return log_dirs.run(args, base, sys.stdout)
+    if args.command == "consumer-groups":
+        return consumer_groups.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 
