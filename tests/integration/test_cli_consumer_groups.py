@@ -186,3 +186,30 @@ def test_consumer_groups_describe_and_reset_a_real_group(
     assert cli_ok(*cg, "--describe", "--group", group).strip() == (
         f"Consumer group '{group}' does not exist."
     )
+
+
+def test_get_offsets_at_times(bootstrap: str, topic: TopicFactory) -> None:
+    """kafka-get-offsets.sh's ``--time`` values on records with increasing timestamps."""
+    t = topic(2)
+    base = int(time.time() * 1000) - 60_000
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(10):
+        p.produce(t, value=b"x", partition=0, timestamp=base + i * 10)
+    assert p.flush(30) == 0
+    get = ("get-offsets", "--bootstrap-server", bootstrap, "--topic", t)
+    assert cli_ok(*get) == f"{t}:0:10\n{t}:1:0\n"
+    assert cli_ok(*get, "--time", "-2") == f"{t}:0:0\n{t}:1:0\n"
+    assert cli_ok(*get, "--time", "-3", "--partitions", "0") == f"{t}:0:9\n"
+    assert cli_ok(*get, "--time", str(base + 45), "--partitions", "0") == f"{t}:0:5\n"
+    assert cli_ok(*get, "--time", str(base + 10_000)) == ""  # no record that late: left out
+    regex = ("get-offsets", "--bootstrap-server", bootstrap, "--topic", f"{t[:-3]}.*")
+    assert f"{t}:0:10" in cli_ok(*regex).splitlines()
+    doc = json.loads(cli_ok(*get, "--partitions", "0", "--output", "json"))
+    assert doc == [{"topic": t, "partition": 0, "offset": 10}]
+    none = kafka_py(*get, "--partitions", "7")
+    assert none.returncode == 1
+    assert one_line(none.stderr) == (
+        "error: Could not match any topic-partitions with the specified filters"
+    )
+    bad = kafka_py(*get, "--time", "-4")
+    assert bad.returncode == 2 and "--time" in one_line(bad.stderr)
