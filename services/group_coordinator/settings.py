@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic import field_validator
+
 from services.common.coordinator.settings import CoordinatorSettings
+from services.common.internal_topics.consumer_offsets import group_value_version
 from services.common.settings import kafka_prop
 
 
@@ -41,3 +44,15 @@ class GroupCoordinatorSettings(CoordinatorSettings):
     offsets_load_buffer_size: int = kafka_prop(
         5242880, "offsets.load.buffer.size", "bytes read per fetch when loading a shard", gt=0
     )
+    inter_broker_protocol_version: str = kafka_prop(
+        "3.7",
+        "inter.broker.protocol.version",
+        "decides the GroupMetadataValue version written to __consumer_offsets as in Kafka "
+        "(below 2.3: v2, which Burrow 1.2.1 reads)",
+    )
+
+    @field_validator("inter_broker_protocol_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        group_value_version(value)  # ValueError for a malformed version
+        return value
