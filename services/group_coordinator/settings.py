@@ -48,7 +48,7 @@ class GroupCoordinatorSettings(CoordinatorSettings):
         "3.7",
         "inter.broker.protocol.version",
         "decides the GroupMetadataValue version written to __consumer_offsets as in Kafka "
-        "(below 2.3: v2, which Burrow 1.2.1 reads)",
+        "(below 2.1: v1, which Burrow 1.2.1 reads)",
     )
 
     @field_validator("inter_broker_protocol_version")

@@ -14,7 +14,7 @@ Keys and values start with an int16 version:
 Kafka writes OffsetCommitValue v3, or v1 when a commit carries an explicit expire timestamp
 (OffsetCommit v1-v4's ``retention_time``), and GroupMetadataValue v3; so does kafka-py. The
 GroupMetadataValue version follows ``inter.broker.protocol.version`` as in Kafka
-(``group_value_version``): readers that predate v3 (Burrow 1.2.1) need an older one.
+(``group_value_version``): older readers need an older one (Burrow 1.2.1 reads v0-v1).
 """
 
 from __future__ import annotations
