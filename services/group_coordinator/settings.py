@@ -56,3 +56,11 @@ class GroupCoordinatorSettings(CoordinatorSettings):
     def _known_version(cls, value: str) -> str:
         group_value_version(value)  # ValueError for a malformed version
         return value
+
+    consumer_lag_refresh_interval_ms: int = kafka_prop(
+        10000,
+        "consumer.lag.refresh.interval.ms",
+        "how often the high watermarks behind the consumer lag metrics are refreshed "
+        "(one batched ListOffsets per storage leader)",
+        gt=0,
+    )

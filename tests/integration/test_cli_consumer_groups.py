@@ -6,9 +6,12 @@ consumer's first offsets), export/import CSV, delete-offsets and delete."""
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -54,8 +57,26 @@ def _rows(out: str, header_first: str = "GROUP") -> list[list[str]]:
     return [ln.split() for ln in lines[start:]]
 
 
+def _lag_series(cluster: Any, group: str) -> dict[str, float]:
+    """The consumer lag series of ``group`` on every group coordinator's /metrics."""
+    from services.cli.local_cluster import LocalClusterError
+
+    out: dict[str, float] = {}
+    for i in range(8):
+        try:
+            url = cluster.admin_url("group_coordinator", i) + "/metrics"
+        except LocalClusterError:
+            break
+        with urllib.request.urlopen(url, timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if f'consumergroup="{group}"' in line and not line.startswith("#"):
+                    name, _, value = line.rpartition(" ")
+                    out[re.sub(r'consumergroup="[^"]*",?', "", name)] = float(value)
+    return out
+
+
 def test_consumer_groups_describe_and_reset_a_real_group(
-    bootstrap: str, topic: TopicFactory, admin: AdminClient, tmp_path: Path
+    cluster: Any, bootstrap: str, topic: TopicFactory, admin: AdminClient, tmp_path: Path
 ) -> None:
     t = topic(PARTITIONS)
     group = f"cg-{t}"
@@ -91,6 +112,18 @@ def test_consumer_groups_describe_and_reset_a_real_group(
     doc = json.loads(cli_ok(*cg, "--describe", "--group", group, "--output", "json"))
     assert doc[0]["state"] == "Stable"
     assert {r["partition"]: r["lag"] for r in doc[0]["offsets"]} == {0: 6, 1: 3, 2: None}
+
+    # The coordinator's lag metrics (kafka-exporter names) agree, from its periodic refresh.
+    want = {
+        f'kafka_consumergroup_current_offset{{partition="0",topic="{t}"}}': 4.0,
+        f'kafka_consumergroup_current_offset{{partition="1",topic="{t}"}}': 7.0,
+        f'kafka_consumergroup_lag{{partition="0",topic="{t}"}}': 6.0,
+        f'kafka_consumergroup_lag{{partition="1",topic="{t}"}}': 3.0,
+        f'kafka_consumergroup_lag_sum{{topic="{t}"}}': 9.0,
+        "kafkapy_consumergroup_lag_max{}": 6.0,
+        "kafkapy_consumergroup_lag_total{}": 9.0,
+    }
+    wait_for("the lag metrics", lambda: _lag_series(cluster, group) == want, timeout=45)
 
     members = _rows(cli_ok(*cg, "--describe", "--group", group, "--members", "--verbose"))
     assert members[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
