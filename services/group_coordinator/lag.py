@@ -6,7 +6,7 @@ Storage.ListOffsets, for the high watermark of every partition some loaded group
 collector then joins those with the committed offsets in memory. Series:
 ``kafka_consumergroup_current_offset`` and ``kafka_consumergroup_lag`` per group/topic/partition,
 ``kafka_consumergroup_lag_sum`` per group/topic (kafka-exporter's), and
-``kafkapy_consumergroup_lag_max`` / ``kafkapy_consumergroup_lag_total`` per group. Lag is the
+``kafkapy_consumergroup_max_lag`` / ``kafkapy_consumergroup_total_lag`` per group. Lag is the
 high watermark minus the commit, never negative; a partition without a known high watermark
 (leaderless, or not refreshed yet) has no lag series.
 """
@@ -113,12 +113,12 @@ class _LagCollector(Collector):
             labels=["consumergroup", "topic"],
         )
         lag_max = GaugeMetricFamily(
-            "kafkapy_consumergroup_lag_max",
+            "kafkapy_consumergroup_max_lag",
             "largest partition lag of a group",
             labels=["consumergroup"],
         )
         lag_total = GaugeMetricFamily(
-            "kafkapy_consumergroup_lag_total",
+            "kafkapy_consumergroup_total_lag",
             "lag of a group summed over all its partitions",
             labels=["consumergroup"],
         )

@@ -120,8 +120,8 @@ def test_consumer_groups_describe_and_reset_a_real_group(
         f'kafka_consumergroup_lag{{partition="0",topic="{t}"}}': 6.0,
         f'kafka_consumergroup_lag{{partition="1",topic="{t}"}}': 3.0,
         f'kafka_consumergroup_lag_sum{{topic="{t}"}}': 9.0,
-        "kafkapy_consumergroup_lag_max{}": 6.0,
-        "kafkapy_consumergroup_lag_total{}": 9.0,
+        "kafkapy_consumergroup_max_lag{}": 6.0,
+        "kafkapy_consumergroup_total_lag{}": 9.0,
     }
     wait_for("the lag metrics", lambda: _lag_series(cluster, group) == want, timeout=45)
 
