@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
             "--reset-offsets, --delete-offsets"
         )
     tool = _Groups(args, conf, out)
-    return int(getattr(tool, actions[0])())
+    return int(getattr(tool, f"do_{actions[0]}")())
 
 
 class _Groups:
@@ -190,7 +190,7 @@ class _Groups:
 
     # ---- actions ---------------------------------------------------------------------------
 
-    def list(self) -> int:
+    def do_list(self) -> int:
         kwargs: dict[str, Any] = {"request_timeout": self.timeout}
         wanted = self.args.state
         if wanted:
@@ -211,7 +211,7 @@ class _Groups:
             _table(("GROUP", "STATE"), rows, self.out)
         return 0
 
-    def describe(self) -> int:
+    def do_describe(self) -> int:
         groups = self._groups()
         described = self._describe(groups)
         docs = []
@@ -277,21 +277,21 @@ class _Groups:
             print(f"Consumer group '{group}' does not exist.", file=self.out)
             return
         if self.args.state is not None:
-            row = (
+            state_row = (
                 group,
                 doc["coordinator"],
                 doc["assignment_strategy"],
                 state,
                 str(len(doc["members"])),
             )
-            _table(STATE_HEADER, [row], self.out)
+            _table(STATE_HEADER, [state_row], self.out)
             return
         if not doc["members"]:
             print(f"Consumer group '{group}' has no active members.", file=self.out)
             print(file=self.out)
         if self.args.members:
             header = MEMBERS_HEADER + (("ASSIGNMENT",) if self.args.describe_verbose else ())
-            rows = []
+            member_rows: list[list[str]] = []
             for m in doc["members"]:
                 row = [
                     group,
@@ -302,10 +302,10 @@ class _Groups:
                 ]
                 if self.args.describe_verbose:
                     row.append(_assignment_text(m["assignment"]))
-                rows.append(row)
-            _table(header, rows, self.out)
+                member_rows.append(row)
+            _table(header, member_rows, self.out)
             return
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (
                 group,
                 r["topic"],
@@ -328,7 +328,7 @@ class _Groups:
         ]
         _table(OFFSETS_HEADER, rows, self.out)
 
-    def reset_offsets(self) -> int:
+    def do_reset_offsets(self) -> int:
         a = self.args
         chosen = [s for s in SCENARIOS if getattr(a, s) not in (None, False)]
         if len(chosen) != 1:
@@ -397,7 +397,7 @@ class _Groups:
             _table(RESET_HEADER, rows, self.out, min_width=(30, 30, 10, 15))
         return 0
 
-    def delete(self) -> int:
+    def do_delete(self) -> int:
         groups = self._groups()
         futs = self.admin.delete_consumer_groups(groups, request_timeout=self.timeout)
         failed: dict[str, str] = {}
@@ -422,7 +422,7 @@ class _Groups:
                     print(f"* Group '{g}' could not be deleted due to: {why}", file=self.out)
         return 1 if failed else 0
 
-    def delete_offsets(self) -> int:
+    def do_delete_offsets(self) -> int:
         (group,) = self._groups() if len(self.args.group) == 1 else (None,)
         if group is None or self.args.all_groups:
             raise UsageError("Option --delete-offsets takes exactly one --group")
@@ -462,9 +462,7 @@ class _Groups:
             raise CliError(f"Encounter some unknown error: {top.name}")
         topics = ", ".join(by_topic)
         if any(e != 0 for *_, e in results):
-            print(
-                "Encounter some partition level error, see the follow-up details:", file=self.out
-            )
+            print("Encounter some partition level error, see the follow-up details:", file=self.out)
         else:
             print(
                 f"Request succeed for deleting offsets with topic {topics} group {group}",
