@@ -2,6 +2,7 @@
 # Installs what kafka-py needs on a Debian machine and is not there yet:
 # Java + ZooKeeper (Debian packages), kcat, Node.js/npm and the npm test clients,
 # podman/buildah/runc/debootstrap for `make image` and kube-sim (plus podman's configuration).
+# Burrow (lag monitoring, tested against a local cluster), Prometheus (promtool checks the alert rules).
 # Idempotent: every step checks first, so a second run costs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,8 @@ command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v Burrow >/dev/null 2>&1 || need_apt+=(burrow)  # consumer lag monitor (Sarama client), issue 18
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)  # promtool checks the shipped alert rules
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

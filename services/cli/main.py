@@ -1,6 +1,7 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
-leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, pipeline (Spark),
-and the services themselves (``kafka-py storage|gateway|...|transaction-coordinator``).
+leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, configs,
+consumer-groups, get-offsets, transactions, pipeline (Spark), and the services themselves
+(``kafka-py storage|gateway|controller|group-coordinator|transaction-coordinator``).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
 Ctrl-C exits 130 quietly. ``-v`` shows client logs and tracebacks.
@@ -21,7 +22,9 @@ from services.cli import (
     configs,
     console_consumer,
     console_producer,
+    consumer_groups,
     delete_records,
+    get_offsets,
     leader_election,
     log_dirs,
     perf,
@@ -106,6 +109,8 @@ def build_parser() -> Parser:
     reassign_partitions.add_parser(sub, _common)
     log_dirs.add_parser(sub, _common)
     configs.add_parser(sub, _common)
+    consumer_groups.add_parser(sub, _common)
+    get_offsets.add_parser(sub, _common)
     for service in serve.SERVICES:
         sub.add_parser(
             service,
@@ -155,6 +160,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return log_dirs.run(args, base, sys.stdout)
     if args.command == "pipeline":
         return pipeline_cmd.run(args, base)
+    if args.command == "consumer-groups":
+        return consumer_groups.run(args, base, sys.stdout)
+    if args.command == "get-offsets":
+        return get_offsets.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 

@@ -3,8 +3,10 @@ see there for start, readiness, ZooKeeper session loss and SIGTERM)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import grpc
 
@@ -16,6 +18,7 @@ from services.common.runtime import run, serve_until_signalled
 from services.common.zk import layout
 from services.common.zone import with_discovered_rack
 from services.group_coordinator.config import GroupConfig
+from services.group_coordinator.lag import LagTracker
 from services.group_coordinator.metrics import CoordinatorMetrics
 from services.group_coordinator.server import GroupCoordinatorService
 from services.group_coordinator.settings import GroupCoordinatorSettings
@@ -48,6 +51,26 @@ class GroupCoordinatorApp(CoordinatorProcess):
             lambda: [s for shard in self.shards.loaded_shards() for s in shard.group_states()]
         )
         self.service = GroupCoordinatorService(self.shards, self.metrics)
+        self.lag = LagTracker(
+            self.cache, self.storage, self._committed, settings.request_timeout_ms / 1000.0
+        )
+        self.metrics.registry.register(self.lag.collector())
+        self._lag_interval_s = settings.consumer_lag_refresh_interval_ms / 1000.0
+        self._lag_task: asyncio.Task[None] | None = None
+
+    def _committed(self) -> Iterator[tuple[str, Mapping[tuple[str, int], int]]]:
+        for shard in self.shards.loaded_shards():
+            for group_id, group in list(shard.groups.items()):
+                yield group_id, {tp: o.offset for tp, o in list(group.offsets.items())}
+
+    async def on_started(self) -> None:
+        self._lag_task = asyncio.create_task(self.lag.run(self._lag_interval_s), name="lag")
+
+    async def on_stopping(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_task
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
         group_coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(self.service, server)

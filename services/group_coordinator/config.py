@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.common.internal_topics.consumer_offsets import (
+    GROUP_VALUE_VERSION,
+    group_value_version,
+)
 from services.group_coordinator.settings import GroupCoordinatorSettings
 
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member whose JoinGroup is still
@@ -21,6 +25,7 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    group_metadata_value_version: int = GROUP_VALUE_VERSION
 
     @classmethod
     def from_settings(cls, settings: GroupCoordinatorSettings) -> GroupConfig:
@@ -32,4 +37,7 @@ class GroupConfig:
             offsets_retention_ms=settings.offsets_retention_minutes * 60 * 1000,
             offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=settings.offset_metadata_max_bytes,
+            group_metadata_value_version=group_value_version(
+                settings.inter_broker_protocol_version
+            ),
         )

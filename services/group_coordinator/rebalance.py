@@ -237,7 +237,9 @@ class Rebalancer:
             return ErrorCode.NOT_COORDINATOR
         record = (
             group_metadata_key(group.group_id),
-            group_metadata_value(group.metadata_record(assignment)),
+            group_metadata_value(
+                group.metadata_record(assignment), self.config.group_metadata_value_version
+            ),
         )
         try:
             await self.store.append([record])

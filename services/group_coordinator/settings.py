@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic import field_validator
+
 from services.common.coordinator.settings import CoordinatorSettings
+from services.common.internal_topics.consumer_offsets import group_value_version
 from services.common.settings import kafka_prop
 
 
@@ -40,4 +43,24 @@ class GroupCoordinatorSettings(CoordinatorSettings):
     )
     offsets_load_buffer_size: int = kafka_prop(
         5242880, "offsets.load.buffer.size", "bytes read per fetch when loading a shard", gt=0
+    )
+    inter_broker_protocol_version: str = kafka_prop(
+        "3.7",
+        "inter.broker.protocol.version",
+        "decides the GroupMetadataValue version written to __consumer_offsets as in Kafka "
+        "(below 2.1: v1, which Burrow 1.2.1 reads)",
+    )
+
+    @field_validator("inter_broker_protocol_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        group_value_version(value)  # ValueError for a malformed version
+        return value
+
+    consumer_lag_refresh_interval_ms: int = kafka_prop(
+        10000,
+        "consumer.lag.refresh.interval.ms",
+        "how often the high watermarks behind the consumer lag metrics are refreshed "
+        "(one batched ListOffsets per storage leader)",
+        gt=0,
     )

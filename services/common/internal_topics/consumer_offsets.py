@@ -12,12 +12,15 @@ Keys and values start with an int16 version:
   rebalance timeout, session timeout, subscription, assignment); v4 is v3, flexible.
 
 Kafka writes OffsetCommitValue v3, or v1 when a commit carries an explicit expire timestamp
-(OffsetCommit v1-v4's ``retention_time``), and GroupMetadataValue v3; so does kafka-py.
+(OffsetCommit v1-v4's ``retention_time``), and GroupMetadataValue v3; so does kafka-py. The
+GroupMetadataValue version follows ``inter.broker.protocol.version`` as in Kafka
+(``group_value_version``): older readers need an older one (Burrow 1.2.1 reads v0-v1).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from services.common.errors import KafkaError
@@ -71,6 +74,8 @@ OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
 _FLEXIBLE_OFFSET_VALUE = 4
 _FLEXIBLE_GROUP_VALUE = 4
+# "2.2", "2.2-IV1", "0.10.1", "0.10.1-IV2": the release part decides the record versions.
+_IBP = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-IV\d+)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,20 +123,43 @@ def offset_commit_value(o: OffsetAndMetadata) -> bytes:
     return w.done()
 
 
-def group_metadata_value(g: GroupMetadata) -> bytes:
-    w = SchemaWriter(GROUP_VALUE_VERSION)
+def group_value_version(inter_broker_protocol_version: str) -> int:
+    """The GroupMetadataValue version Kafka writes for an ``inter.broker.protocol.version``:
+    0 before 0.10.1, 1 before 2.1, 2 before 2.3, else 3."""
+    m = _IBP.match(inter_broker_protocol_version)
+    if m is None:
+        raise ValueError(f"bad inter.broker.protocol.version {inter_broker_protocol_version!r}")
+    ibp = tuple(int(x or 0) for x in m.groups())
+    if ibp < (0, 10, 1):
+        return 0
+    if ibp < (2, 1, 0):
+        return 1
+    if ibp < (2, 3, 0):
+        return 2
+    return GROUP_VALUE_VERSION
+
+
+def group_metadata_value(g: GroupMetadata, version: int = GROUP_VALUE_VERSION) -> bytes:
+    """GroupMetadataValue ``version`` (0-3); versions before 3 carry no group instance ids,
+    before 2 no state timestamp, before 1 no rebalance timeout (as Kafka's schemas)."""
+    if not 0 <= version <= GROUP_VALUE_VERSION:
+        raise ValueError(f"GroupMetadataValue v{version} is not written")
+    w = SchemaWriter(version)
     w.string(g.protocol_type)
     w.i32(g.generation)
     w.string(g.protocol)
     w.string(g.leader)
-    w.i64(g.current_state_timestamp)
+    if version >= 2:
+        w.i64(g.current_state_timestamp)
     w.i32(len(g.members))
     for m in g.members:
         w.string(m.member_id)
-        w.string(m.group_instance_id)
+        if version >= 3:
+            w.string(m.group_instance_id)
         w.string(m.client_id)
         w.string(m.client_host)
-        w.i32(m.rebalance_timeout_ms)
+        if version >= 1:
+            w.i32(m.rebalance_timeout_ms)
         w.i32(m.session_timeout_ms)
         w.bytes_(m.subscription)
         w.bytes_(m.assignment)

@@ -22,6 +22,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 
 from .exceptions import UnsupportedVersionError
+from .legacy_schemas import LEGACY
 from .primitives import FIXED_FORMATS, ZERO_UUID
 
 Kind = Literal["request", "response"]
@@ -216,7 +217,10 @@ def entity_spec(cls: type) -> EntitySpec:
 
 
 def kio_class(api_key: int, api_version: int, kind: Kind) -> type:
-    """The kio dataclass of a request or response body."""
+    """The kio dataclass of a request or response body (or a legacy_schemas one)."""
+    legacy = LEGACY.get((api_key, api_version))
+    if legacy is not None:
+        return legacy[0] if kind == "request" else legacy[1]
     try:
         name = api_key_map[api_key]
         path = schema_name_map[name][api_version][
@@ -241,7 +245,8 @@ def known_versions(api_key: int) -> tuple[int, ...]:
     name = api_key_map.get(api_key)
     if name is None:
         return ()
-    return tuple(sorted(schema_name_map[name]))
+    legacy = {v for k, v in LEGACY if k == api_key}
+    return tuple(sorted(set(schema_name_map[name]) | legacy))
 
 
 @functools.cache

@@ -2,8 +2,9 @@
 
 Edit `_ADVERTISED` to change what clients may use; each range is capped at the versions the kio
 schemas cover. Ceilings chosen for the current gateway: Fetch stops at v12 (v13+ addresses topics
-by id); Produce at v9 (first flexible version; v10+ adds leader-discovery tags); ListOffsets at v7
-(MAX_TIMESTAMP; v8+ is tiered storage); Metadata at v12 (v13 adds a top-level error code).
+by id); Produce at v9 (first flexible version; v10+ adds leader-discovery tags); ListOffsets v0
+(legacy_schemas: Sarama/Burrow send it) to v7 (MAX_TIMESTAMP; v8+ is tiered storage); Metadata
+at v12 (v13 adds a top-level error code).
 Group APIs: the classic protocol only - OffsetCommit and OffsetFetch stop at v8 (v9+ carry
 KIP-848 member epochs), FindCoordinator at v4 (v5+ is KIP-890 / share groups), DescribeGroups at
 v5 and ListGroups at v4 (later versions add KIP-1043 fields). Transactions: AddPartitionsToTxn,
@@ -22,7 +23,7 @@ from .schema import known_versions
 _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.LIST_OFFSETS: (0, 7),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.METADATA: (1, 12),
     ApiKey.API_VERSIONS: (0, 3),

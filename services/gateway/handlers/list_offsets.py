@@ -1,4 +1,11 @@
-"""ListOffsets (v1-7): one Storage.ListOffsets per leader node."""
+"""ListOffsets (v0-7): one Storage.ListOffsets per leader node.
+
+v0 (Kafka 3.x still serves it; Sarama-based tools such as Burrow send it) asks for up to
+``max_num_offsets`` offsets per partition and gets ``old_style_offsets``. kafka-py answers with
+at most one: the high watermark for -1, the log start offset for -2 (Kafka's first entry for
+both), and for a timestamp the first offset at or after it (Kafka lists segment base offsets
+there, which kafka-py's storage does not expose); nothing when ``max_num_offsets`` is 0 or
+there is no such offset."""
 
 from __future__ import annotations
 
@@ -28,6 +35,36 @@ def _partition(index: int, code: ErrorCode) -> Body:
 
 
 async def handle(ctx: RequestContext, req: Body) -> Body:
+    if ctx.api_version == 0:
+        return _old_style(await _handle(ctx, req), req)
+    return await _handle(ctx, req)
+
+
+def _old_style(resp: Body, req: Body) -> Body:
+    """A v1 answer in v0's form (``old_style_offsets``)."""
+    wanted = {
+        (t["name"], p["partition_index"]): p.get("max_num_offsets", 1)
+        for t in req["topics"]
+        for p in t["partitions"]
+    }
+    topics = []
+    for t in resp["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            ok = p["error_code"] == 0 and p["offset"] >= 0
+            limit = wanted.get((t["name"], p["partition_index"]), 1)
+            parts.append(
+                {
+                    "partition_index": p["partition_index"],
+                    "error_code": p["error_code"],
+                    "old_style_offsets": [p["offset"]] if ok and limit > 0 else [],
+                }
+            )
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"topics": topics}
+
+
+async def _handle(ctx: RequestContext, req: Body) -> Body:
     s = ctx.services
     isolation = int(req.get("isolation_level", 0))
     topics_out: list[Body] = []
@@ -97,7 +134,8 @@ async def _query(
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
-    return {"throttle_time": 0, "topics": error_topics(req, _partition, code)}
+    resp = {"throttle_time": 0, "topics": error_topics(req, _partition, code)}
+    return _old_style(resp, req) if version == 0 else resp
 
 
 HANDLER = ApiHandler(ApiKey.LIST_OFFSETS, "ListOffsets", handle, error_response)

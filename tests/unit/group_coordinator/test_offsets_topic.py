@@ -18,6 +18,7 @@ from services.common.internal_topics.consumer_offsets import (
     describe_record,
     group_metadata_key,
     group_metadata_value,
+    group_value_version,
     offset_commit_key,
     offset_commit_value,
     parse_group_value,
@@ -28,6 +29,7 @@ from services.common.internal_topics.schema import build_records_batch
 from services.common.records.record import build_end_txn_marker
 from services.common.records.varint import encode_unsigned_varint
 from services.group_coordinator.replay import ShardReplay
+from services.group_coordinator.settings import GroupCoordinatorSettings
 
 
 def s16(text: str | None) -> bytes:
@@ -237,3 +239,33 @@ def test_describe_record_like_kafkas_offsets_decoder() -> None:
     assert '"protocol":"range"' in v and '"generationId":3' in v
     k, v = describe_record(b"\x00", b"")
     assert k == "<unreadable key>"
+
+
+@pytest.mark.parametrize(
+    ("ibp", "version"),
+    [("0.10.0", 0), ("0.10.1-IV2", 1), ("2.0", 1), ("2.2", 2), ("2.2-IV1", 2), ("2.3", 3)]
+    + [("3.7", 3)],
+)
+def test_group_value_version_follows_inter_broker_protocol_version(ibp: str, version: int) -> None:
+    assert group_value_version(ibp) == version
+    raw = group_metadata_value(GROUP, version)
+    assert struct.unpack(">h", raw[:2])[0] == version
+    back = parse_group_value(raw)
+    assert back.members[0].member_id == "m-1" and back.members[0].assignment == b"asg"
+    assert back.members[0].group_instance_id == ("static-1" if version >= 3 else None)
+    assert back.current_state_timestamp == (GROUP.current_state_timestamp if version >= 2 else -1)
+    assert back.members[0].rebalance_timeout_ms == (30000 if version >= 1 else 10000)
+
+
+def test_v2_group_value_layout_is_v3_without_instance_ids() -> None:
+    v3 = group_metadata_value(GROUP)
+    v2 = group_metadata_value(GROUP, 2)
+    assert v2 == b"\x00\x02" + v3[2:].replace(s16("static-1"), b"", 1)
+
+
+@pytest.mark.parametrize("bad", ["", "latest", "2", "2.x", "3.7-beta"])
+def test_malformed_inter_broker_protocol_version(bad: str) -> None:
+    with pytest.raises(ValueError):
+        group_value_version(bad)
+    with pytest.raises(Exception, match="inter.broker.protocol.version"):
+        GroupCoordinatorSettings.model_validate({"inter.broker.protocol.version": bad})

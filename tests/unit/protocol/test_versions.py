@@ -27,7 +27,7 @@ def test_supported_versions_table() -> None:
     assert SUPPORTED_VERSIONS == {
         ApiKey.PRODUCE: (3, 9),
         ApiKey.FETCH: (4, 12),
-        ApiKey.LIST_OFFSETS: (1, 7),
+        ApiKey.LIST_OFFSETS: (0, 7),
         ApiKey.METADATA: (1, 12),
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.CREATE_TOPICS: (2, 7),
