@@ -54,6 +54,7 @@ from tests.e2e.checker.liveness import CLUSTER_CHECKS, LivenessResult, wait_live
 from tests.e2e.checker.nemesis import FAULT_CLASSES, Fault, Nemesis, Schedule
 from tests.e2e.checker.report import EVIDENCE_ENV, Outcome, evidence_dir
 from tests.e2e.checker.run import DEFAULT_WRITERS, Checker
+from tests.e2e.checker.txn import TXN_SAFETY, TxnPipeline
 from tests.e2e.checker.verdicts import SAFETY, VERDICTS, Anomaly, check, verdict
 
 __all__ = [
@@ -62,6 +63,8 @@ __all__ = [
     "EVIDENCE_ENV",
     "FAULT_CLASSES",
     "SAFETY",
+    "TXN_SAFETY",
+    "TxnPipeline",
     "VERDICTS",
     "Anomaly",
     "Checker",
