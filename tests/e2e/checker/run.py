@@ -291,7 +291,7 @@ class Checker:
             seed=self.seed,
             fault_seconds=(
                 self.nemesis.ended_at - self.nemesis.started_at
-                if self.nemesis
+                if self.nemesis and self.nemesis.applied
                 else healed_at - self._started_at
             ),
             writers={w.name: w.client for w in self.writers},
