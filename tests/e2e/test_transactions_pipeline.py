@@ -157,9 +157,14 @@ def test_exactly_once_pipeline_under_transactional_faults(
             zk.close()
         outcome = checker.finish(heal=nemesis.heal, drain_timeout=90)
     txn = outcome.history.txn
-    assert txn is not None
+    assert txn is not None and txn.committed_read and txn.uncommitted_read
+    resumed = sum(
+        cluster.log_path(TC, i).read_text().count(f"Completing transaction for {txn_id} with state")
+        for i in range(2)
+    )
     print(  # noqa: T201 - the checker's counts belong in the test output
-        f"transactions: {dict(txn.counts)}; output read_committed "
+        f"transactions: {dict(txn.counts)}; {resumed} prepared transactions of {txn_id} "
+        "completed by a new coordinator; output read_committed "
         f"{sum(len(r) for r in txn.committed_read.records.values())} records, read_uncommitted "
         f"{sum(len(r) for r in txn.uncommitted_read.records.values())}; "
         f"{time.monotonic() - started:.0f}s from the cluster's start"

@@ -65,6 +65,7 @@ TXN_SAFETY = (
 )
 PHASES = ("produced", "offsets_sent", "committing", "committed")
 INPUT = "in"
+ON_PURPOSE = "on purpose"
 
 
 def output_value(seq: int, tag: str) -> bytes:
@@ -207,7 +208,7 @@ class _Worker(threading.Thread):
             self._hook("offsets_sent")
             if self.p.every_abort and self.txn_no % self.p.every_abort == 0:
                 prod.abort_transaction(30)
-                self.p.aborted(tag, "on purpose")
+                self.p.aborted(tag, ON_PURPOSE)
                 self._rewind(consumer)
                 return
             self._hook("committing")
@@ -231,7 +232,7 @@ class _Worker(threading.Thread):
 
     def _recover(self, consumer: Consumer, tag: str, err: KafkaError) -> None:
         self.p.note(f"{self.wname} transaction {tag} failed: {err}")
-        self.p.count("failed")
+        self.p.count("failed (" + ("fatal" if err.fatal() else err.name()) + ")")
         if not err.fatal():
             try:
                 self.producer.abort_transaction(30)  # type: ignore[union-attr]
@@ -314,13 +315,18 @@ class TxnPipeline:
     def aborted(self, tag: str, why: str) -> None:
         with self._lock:
             self.txn.aborted_tags.add(tag)
-            self.txn.counts["aborted"] += 1
+            self.txn.counts["aborted on purpose" if why == ON_PURPOSE else "aborted on error"] += 1
         self.note(f"aborted {tag}: {why}")
 
     def feed(self, count: int, partitions: int) -> None:
         """Write the input values ``in:0 .. in:count-1`` (seq % partitions), idempotently."""
         prod = Producer(
-            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 20}
+            {
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "log_level": 2,
+            }
         )
         failed: list[str] = []
 
