@@ -2,7 +2,8 @@
 
 50,000 input records (RF 3, min.insync.replicas 2) go through the checker's transactional
 pipeline (two confluent-kafka workers: read_committed consumers of one group, transactional
-producers with ``send_offsets_to_transaction``, every 10th transaction aborted on purpose)
+producers with ``send_offsets_to_transaction``, every 10th transaction aborted on purpose;
+the input fed in 8 steps, one before each fault, so that each finds transactions running)
 while the test hits, one after another, timed by the pipeline's phases: the transaction
 coordinator owning a worker's ``transactional.id`` killed -9 before, during and after its
 EndTxn; the leader of an output partition holding the open transaction; the group coordinator
@@ -84,7 +85,10 @@ def test_exactly_once_pipeline_under_transactional_faults(
         )
         wait_for_topic(admin, "eos-out", PARTITIONS, timeout=60)
         nemesis = checker.run_schedule(Schedule(seed))  # no scheduled fault: its heal
-        pipeline = checker.transactions("eos-out", RECORDS, group="eos", batch=100)
+        # the input comes in 8 steps, one before each fault: each finds transactions running
+        step = RECORDS // 8
+        assert step * 8 == RECORDS
+        pipeline = checker.transactions("eos-out", step, group="eos", batch=100)
         txn_id = f"{pipeline.group}-{pipeline.hooked_worker}"
         zk = KazooClient(hosts=cluster.zk_connect)
         zk.start()
@@ -110,6 +114,7 @@ def test_exactly_once_pipeline_under_transactional_faults(
             time.sleep(rnd.uniform(0.5, 2.0))
 
         def at(phase: str, action: Callable[[], None], delay: float = 0.0) -> None:
+            pipeline.feed(step)
             assert pipeline.at_phase(phase, action, delay=delay, timeout=90), (
                 f"the pipeline never reached {phase}"
             )
@@ -152,6 +157,8 @@ def test_exactly_once_pipeline_under_transactional_faults(
             time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
             cluster.kill(TC, owner, signal.SIGCONT)
             checker.note(f"SIGCONT {TC}-{owner}")
+            if pipeline.fed < RECORDS:
+                pipeline.feed(RECORDS - pipeline.fed)
         finally:
             zk.stop()
             zk.close()

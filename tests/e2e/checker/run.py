@@ -193,26 +193,26 @@ class Checker:
         self.monitor.start()
         self.note(f"workload started: {len(self.writers)} writers, {self.group_members} members")
 
-    def transactions(self, output_topic: str, records: int, **pipeline: Any) -> TxnPipeline:
-        """Feed ``records`` input values to the checker's topic and start a
-        consume-transform-produce pipeline into ``output_topic`` (``txn.TxnPipeline``; the
-        keyword arguments go to it). ``finish`` waits until the group committed the whole
-        input, reads the output read_committed and read_uncommitted and runs the ``txn_*``
-        verdicts."""
+    def transactions(self, output_topic: str, records: int = 0, **pipeline: Any) -> TxnPipeline:
+        """Start a consume-transform-produce pipeline from the checker's topic into
+        ``output_topic`` (``txn.TxnPipeline``; the keyword arguments go to it) after feeding it
+        ``records`` input values (``pipeline.feed(n)`` feeds more later). ``finish`` waits until
+        the group committed the whole input, reads the output read_committed and
+        read_uncommitted and runs the ``txn_*`` verdicts."""
         admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
-        out_partitions = len(
-            admin.list_topics(output_topic, timeout=30).topics[output_topic].partitions
-        )
+        topics = admin.list_topics(output_topic, timeout=30).topics
         self.pipeline = TxnPipeline(
             self.cluster.bootstrap,
             self.topic,
             output_topic,
             self.history,
             self.timeline,
-            output_partitions=out_partitions,
+            input_partitions=self.partitions,
+            output_partitions=len(topics[output_topic].partitions),
             **pipeline,
         )
-        self.pipeline.feed(records, self.partitions)
+        if records:
+            self.pipeline.feed(records)
         self.pipeline.start()
         self.note(f"transactional pipeline started: {len(self.pipeline.workers)} workers")
         return self.pipeline

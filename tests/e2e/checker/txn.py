@@ -260,12 +260,15 @@ class TxnPipeline:
         workers: int = 2,
         batch: int = 250,
         every_abort: int = 10,
+        input_partitions: int = 6,
         output_partitions: int = 6,
     ) -> None:
         self.bootstrap = bootstrap
         self.input_topic = input_topic
         self.output_topic = output_topic
+        self.input_partitions = input_partitions
         self.output_partitions = output_partitions
+        self.fed = 0
         self.history = history
         self.timeline = timeline
         self.group = group
@@ -318,8 +321,9 @@ class TxnPipeline:
             self.txn.counts["aborted on purpose" if why == ON_PURPOSE else "aborted on error"] += 1
         self.note(f"aborted {tag}: {why}")
 
-    def feed(self, count: int, partitions: int) -> None:
-        """Write the input values ``in:0 .. in:count-1`` (seq % partitions), idempotently."""
+    def feed(self, count: int) -> None:
+        """Write the next ``count`` input values ``in:<seq>`` (to partition seq % partitions),
+        idempotently; feeding in steps keeps the pipeline busy while faults hit it."""
         prod = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -334,13 +338,14 @@ class TxnPipeline:
             if err is not None:
                 failed.append(str(err))
 
-        for seq in range(count):
+        first, self.fed = self.fed, self.fed + count
+        for seq in range(first, self.fed):
             while True:
                 try:
                     prod.produce(
                         self.input_topic,
                         value=encode_value(INPUT, seq),
-                        partition=seq % partitions,
+                        partition=seq % self.input_partitions,
                         on_delivery=report,
                     )
                     break
@@ -348,7 +353,7 @@ class TxnPipeline:
                     prod.poll(0.1)
         if prod.flush(120) or failed:
             raise RuntimeError(f"feeding the input failed: {failed[:3]}")
-        self.note(f"fed {count} input records")
+        self.note(f"fed input records {first} to {self.fed - 1}")
 
     def start(self) -> None:
         for w in self.workers:
