@@ -27,6 +27,11 @@ Modules, one job each:
 - ``workload`` — writers (idempotent, acks=all): ``ConfluentWriter`` (librdkafka, 5 in flight),
   ``KafkaPythonWriter``, ``AioKafkaWriter``; a fatal producer error starts a new incarnation.
 - ``group``    — ``ConsumerGroup``: confluent-kafka members committing after processing.
+- ``txn``      — ``TxnPipeline`` (``checker.transactions(output_topic, records)``): consume-
+  transform-produce with transactional producers and read_committed consumers, faults timed by
+  its phases (``pipeline.at_phase("committing", kill, delay=0.005)``), and the ``txn_*``
+  verdicts (``TXN_SAFETY``: lost, duplicate, aborted read, offsets vs output, hanging LSO) from
+  the output read read_committed and read_uncommitted after the heal.
 - ``nemesis``  — ``Fault``/``Schedule`` (seeded: kill -9, SIGSTOP/SIGCONT, SIGTERM + restart of
   any service, the active controller from ``/controller``, ZooKeeper paused past the session
   timeout) and the ``Nemesis`` that applies it, supervising the cluster between faults.
