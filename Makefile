@@ -9,7 +9,7 @@ RPC_STAMP := $(RPC_OUT)/.generated
 PYTEST_ARGS ?=
 
 .PHONY: run test install proto bench bench-recovery lint fmt typecheck clean unit integration \
-	image chart-deps chart-test
+	image chart-deps chart-test kube-sim
 
 install: $(STAMP) $(RPC_STAMP)
 
@@ -51,6 +51,11 @@ chart-deps: install
 
 chart-test: chart-deps
 	$(PY) -m pytest -q -m chart tests/chart $(PYTEST_ARGS)
+
+# the real image, the rendered workloads as podman containers on simulated zones (builds the
+# images first; docs/operations.md says what it does and does not prove)
+kube-sim: install chart-deps
+	$(PY) -m pytest -q -s -m kube_sim tests/kube_sim $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m bench.run

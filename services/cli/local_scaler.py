@@ -38,10 +38,13 @@ class LocalScaler:
         self.spec = self._ensure_spec()
 
     def _ensure_spec(self) -> elastic.ScaleSpec:
-        """The spec, written from what runs now when nobody wrote one yet."""
-        running = [p.index for p in self.cluster.processes() if p.role == "storage" and p.running]
-        n = max(running, default=-1) + 1
-        initial = elastic.ScaleSpec(n, tuple(i for i in range(n) if i not in running))
+        """The spec, written from the cluster's storage slots when nobody wrote one yet.
+
+        Every slot counts, running or not: a node that died a moment ago is the supervisor's
+        to restart, not a scale-down (a StatefulSet's replicas do not shrink when a pod dies).
+        """
+        slots = [p.index for p in self.cluster.processes() if p.role == "storage"]
+        initial = elastic.ScaleSpec(max(slots, default=-1) + 1, ())
         with contextlib.suppress(NodeExistsError):
             self.zk.create(elastic.STORAGE_SCALE, initial.to_json(), makepath=True)
         return self.read() or initial

@@ -32,6 +32,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.controller import zkstore
+from services.controller.config_changes import purge_expired_config_changes
 from services.controller.coordinator_shards import ShardPlacer
 from services.controller.core import AckMap, NotControllerError
 from services.controller.deletion import TopicDeleter
@@ -123,6 +124,7 @@ class ActiveController:
         self.running = True
         await self._retrying_zk(self._on_startup)
         self._worker = asyncio.create_task(self._run(), name="controller-events")
+        self.spawn(purge_expired_config_changes(self.zk), "purge-config-changes")
         if self.settings.auto_leader_rebalance_enable:
             self.spawn(self.balancer.run(), "leader-balance")
         await self._retrying_zk(self.elastic.start)

@@ -23,6 +23,7 @@ from services.common.topic_config import deprecation_warnings, validate_override
 from services.common.zk import layout
 from services.controller.active import AckMap, ActiveController
 from services.controller.assignment import BrokerMeta, assign_replicas
+from services.controller.config_changes import purge_expired_config_changes
 from services.controller.elect_leaders import LeaderElections
 from services.controller.elections import initial_leader_isr
 from services.controller.model import ControllerContext, TopicState, Transition
@@ -533,6 +534,7 @@ class AdminOps:
                 ),
             ]
         )
+        self.c.spawn(purge_expired_config_changes(self.c.zk), "purge-config-changes")
         topic.config = new
         log.info("updated topic config", topic=name, config=new)
         # Same leader epoch: storage treats it as a config refresh.
@@ -569,6 +571,7 @@ class AdminOps:
                 ),
             ]
         )
+        self.c.spawn(purge_expired_config_changes(self.c.zk), "purge-config-changes")
         log.info("updated dynamic broker config", entity=entity, config=new)
 
 

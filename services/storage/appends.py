@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.common.errors import ErrorCode, KafkaError
+from services.common.errors import RETRIABLE, ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.records.batch import validate_batches
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
@@ -84,13 +84,33 @@ def _append_one(
     acks: int,
     result: pb.PartitionAppendResult,
 ) -> tuple[Partition, int]:
-    p = rm.leader_or_error(pa.topic, pa.partition, pa.current_leader_epoch)
-    meters = rm.metrics.topic(pa.topic)
-    meters.produce_requests.inc()
+    p = rm.partition_or_error(pa.topic, pa.partition)
     # the one copy (offsets are assigned in place): made by wire.parse_append_request, or here
     records = pa.records if isinstance(pa.records, bytearray) else bytearray(pa.records)
+    try:
+        p.check_leader(pa.current_leader_epoch)
+    except KafkaError as exc:
+        _note_refusal(p, records, exc.code, rm.clock())
+        raise
+    meters = rm.metrics.topic(pa.topic)
+    meters.produce_requests.inc()
     headers = validate_batches(records)
-    info = p.append_as_leader(records, headers, acks, rm.clock())
+    try:
+        info = p.append_as_leader(records, headers, acks, rm.clock())
+    except KafkaError as exc:
+        if exc.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            refused = p.refused.explains(headers, rm.clock())
+            if refused is not None:
+                raise KafkaError(
+                    refused.code,
+                    f"sequence {headers[0].base_sequence} follows sequences "
+                    f"{refused.first_seq}..{refused.last_seq} of this producer, which this "
+                    f"replica refused with {refused.code.name}: retry those first",
+                ) from None
+        elif exc.code in RETRIABLE:  # refused before anything was written
+            p.refused.refused(headers, exc.code, rm.clock())
+        raise
+    p.refused.appended(headers)
     meters.bytes_in.inc(len(records))
     if not info.duplicate:
         meters.messages_in.inc(sum(h.record_count for h in headers))
@@ -139,6 +159,17 @@ async def await_replication(
         else:
             out.append((ErrorCode.NONE, ""))
     return out
+
+
+def _note_refusal(p: Partition, records: bytearray, code: ErrorCode, now_ms: int) -> None:
+    """Remember an idempotent batch refused before the batches were even checked."""
+    if code not in RETRIABLE:
+        return
+    try:
+        headers = validate_batches(records)
+    except KafkaError:
+        return  # a corrupt append has no sequence to remember
+    p.refused.refused(headers, code, now_ms)
 
 
 def _message(code: ErrorCode, p: Partition) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from services.common.errors import ErrorCode, KafkaError
 from services.common.records.batch import BatchHeader
 from services.storage.producer_state import AppendOrigin
+from services.storage.refused_batches import RefusedBatches
 
 NO_EPOCH = -1  # "not checked" in requests; "unknown" for a replica's state
 EPOCH_DURING_DELETE = -2  # Kafka's LeaderAndIsr.EpochDuringDelete
@@ -209,6 +210,7 @@ class Partition:
         self.remote: dict[int, RemoteReplica] = {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.clock: Callable[[], int] = clock or _wall_clock_ms
+        self.refused = RefusedBatches()  # idempotent batches refused unwritten (appends.py)
 
     def __repr__(self) -> str:
         return (

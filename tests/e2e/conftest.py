@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 
 from services.cli.local_cluster import LocalCluster
+from tests.integration.kafka_support import running_cluster
 
 
 @pytest.fixture
 def fault_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        tmp_path / "cluster", gateways=1, storage_nodes=3, controllers=2, gateway_port=0, zk_port=0
-    )
-    cluster.start(timeout=90)
-    try:
+    with running_cluster(tmp_path, gateways=1, storage_nodes=3, controllers=2) as cluster:
         yield cluster
-    finally:
-        cluster.stop()

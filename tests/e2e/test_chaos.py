@@ -4,8 +4,8 @@ Four idempotent acks=all writers (two confluent-kafka with 5 in flight, kafka-py
 aiokafka) and a two-member consumer group run on a 6-partition topic (RF 3,
 min.insync.replicas 2) while the nemesis applies, one after another for at least 90 s:
 kill -9, SIGSTOP/SIGCONT and SIGTERM + restart of storage nodes, controllers (mostly the active
-one), gateways and group coordinators, and ZooKeeper paused past the session timeout at least
-three times. After the heal: 0 lost, 0 duplicate, 0 reordered, 0 inconsistent, no group
+one), gateways and group coordinators, ZooKeeper paused past the session timeout at least
+three times, and ZooKeeper killed -9 and restarted on its data dir. After the heal: 0 lost, 0 duplicate, 0 reordered, 0 inconsistent, no group
 anomaly, and the cluster is live again (one acting controller, every partition led with a full
 ISR, every shard placed, writers acked, the group reads to the end and commits).
 
@@ -24,6 +24,7 @@ import pytest
 
 from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker import Checker, Schedule, evidence_dir
+from tests.integration.kafka_support import running_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -33,22 +34,17 @@ FAULT_SECONDS = 90.0
 
 @pytest.fixture
 def chaos_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
+        start_timeout=120,
         gateways=2,
         storage_nodes=3,
         controllers=2,
         group_coordinators=2,
-        gateway_port=0,
-        zk_port=0,
         zk_session_timeout_ms=SESSION_TIMEOUT_MS,
         extra={"storage": ["--replica.lag.time.max.ms", "5000"]},
-    )
-    cluster.start(timeout=120)
-    try:
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.timeout(420)

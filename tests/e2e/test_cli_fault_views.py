@@ -19,6 +19,7 @@ from tests.integration.kafka_support import (
     cli_ok,
     consume_confluent,
     kafka_py,
+    running_cluster,
     unique_topic_name,
     wait_for,
     zk_partition_state,
@@ -36,20 +37,14 @@ OTHER = 1  # killed too, for the unclean election
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     # No automatic preferred election: leaders stay moved until the tool moves them back.
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=3,
         controllers=1,
-        gateway_port=0,
-        zk_port=0,
         extra={"controller": ["--auto.leader.rebalance.enable", "false"]},
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _report(

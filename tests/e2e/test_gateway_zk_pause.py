@@ -28,7 +28,7 @@ from services.cli.probes import kafka_answers
 from services.cli.supervisor import Supervisor
 from services.common.zk import layout
 from services.common.zk.server import free_port
-from tests.integration.kafka_support import wait_for
+from tests.integration.kafka_support import running_cluster, wait_for
 from tests.zk_stall import ZkStallProxy
 
 pytestmark = pytest.mark.e2e
@@ -43,22 +43,19 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster
     session of a killed gateway alive, whatever time its successor takes to start."""
     zk_port = free_port()
     proxy = ZkStallProxy(f"127.0.0.1:{zk_port}").start()
-    c = LocalCluster(
-        tmp_path_factory.mktemp("gateway-zk-pause") / "cluster",
-        gateways=1,
-        storage_nodes=1,
-        controllers=1,
-        group_coordinators=0,
-        gateway_port=0,
-        zk_port=zk_port,
-        zk_session_timeout_ms=SESSION_MS,
-        extra={"gateway": ["--override", f"zookeeper.connect={proxy.address}"]},
-    )
     try:
-        c.start(timeout=90)
-        yield c, proxy
+        with running_cluster(
+            tmp_path_factory.mktemp("gateway-zk-pause"),
+            gateways=1,
+            storage_nodes=1,
+            controllers=1,
+            group_coordinators=0,
+            zk_port=zk_port,
+            zk_session_timeout_ms=SESSION_MS,
+            extra={"gateway": ["--override", f"zookeeper.connect={proxy.address}"]},
+        ) as c:
+            yield c, proxy
     finally:
-        c.stop()
         proxy.stop()
 
 

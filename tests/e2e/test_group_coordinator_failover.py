@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker import Checker, evidence_dir
-from tests.integration.kafka_support import shard_owner, wait_for
+from tests.integration.kafka_support import running_cluster, shard_owner, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -32,20 +32,10 @@ ROLE = "group_coordinator"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
-        gateways=1,
-        storage_nodes=3,
-        controllers=1,
-        group_coordinators=2,
-        gateway_port=0,
-        zk_port=0,
-    )
-    c.start(timeout=90)
-    try:
+    with running_cluster(
+        tmp_path, gateways=1, storage_nodes=3, controllers=1, group_coordinators=2
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_kill_group_coordinator_moves_shards_and_keeps_offsets(

@@ -37,6 +37,7 @@ from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker import Checker, evidence_dir
+from tests.integration.kafka_support import running_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -53,23 +54,18 @@ WRITERS = (
 
 @pytest.fixture
 def moves_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
+        start_timeout=120,
         gateways=1,
         storage_nodes=3,
         controllers=2,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "storage": ["--replica.lag.time.max.ms", "3000"],
             "controller": ["--leader.imbalance.check.interval.seconds", "2"],
         },
-    )
-    cluster.start(timeout=120)
-    try:
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 class LeaderMover:

@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 from services.cli.local_cluster import LocalCluster
 from services.common.records.record import iter_batch_records
 from services.common.zk.layout import GROUP_COORDINATOR_SHARDS, ShardMap, group_partition
-from tests.integration.kafka_support import consume_confluent, wait_for
+from tests.integration.kafka_support import consume_confluent, running_cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -32,24 +32,18 @@ ROLE = "group_coordinator"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path_factory.mktemp("compaction") / "cluster",
+    with running_cluster(
+        tmp_path_factory.mktemp("compaction"),
         gateways=1,
         storage_nodes=STORAGE_NODES,
         controllers=1,
         group_coordinators=1,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "storage": ["--log.cleaner.backoff.ms", "300"],
             "controller": ["--offsets.topic.segment.bytes", "4096"],
         },
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def replica_records(

@@ -31,6 +31,7 @@ from tests.integration.kafka_support import (
     consume_confluent,
     make_records,
     produce_confluent,
+    running_cluster,
     wait_for,
     wait_for_topic,
 )
@@ -44,21 +45,15 @@ NODE = 0  # the storage node whose second log dir fails
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=3,
         controllers=1,
         group_coordinators=1,
-        gateway_port=0,
-        zk_port=0,
         log_dirs_per_node=2,
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def partitions_in(d: Path) -> set[int]:
@@ -208,23 +203,17 @@ def test_a_failed_log_dir_takes_only_its_replicas_offline(cluster: LocalCluster)
 
 def test_a_node_whose_every_log_dir_failed_halts(tmp_path: Path) -> None:
     """Kafka halts a broker with no log dir left; the node exits 1 and says why."""
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=1,
         controllers=1,
         group_coordinators=0,
         zones=("zone-a",),
-        gateway_port=0,
-        zk_port=0,
         extra={"storage": ["--replica.high.watermark.checkpoint.interval.ms", "200"]},
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         (only,) = c.storage_dirs(0)
         shutil.rmtree(only)
         only.write_text("")
         assert c.wait_exit("storage", 0, timeout=30) == 1
         assert "have failed" in c.log_path("storage", 0).read_text()
-    finally:
-        c.stop()

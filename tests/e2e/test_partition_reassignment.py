@@ -55,7 +55,7 @@ from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 from services.common.zk import layout
 from tests.e2e.checker import Checker, evidence_dir
-from tests.integration.kafka_support import cli_ok, kafka_py, one_line
+from tests.integration.kafka_support import cli_ok, kafka_py, one_line, running_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -72,21 +72,16 @@ SESSION_TIMEOUT_MS = 8000
 
 @pytest.fixture
 def five_node_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
+        start_timeout=120,
         gateways=1,
         storage_nodes=NODES,
         controllers=2,
-        gateway_port=0,
-        zk_port=0,
         zones=("zone-a", "zone-b", "zone-c", "zone-a", "zone-b"),
         zk_session_timeout_ms=SESSION_TIMEOUT_MS,
-    )
-    cluster.start(timeout=120)
-    try:
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 class View:

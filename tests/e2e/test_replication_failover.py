@@ -23,7 +23,12 @@ from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
 from tests.e2e.checker import Checker, evidence_dir
-from tests.integration.kafka_support import consume_confluent, gateway_requests, wait_for
+from tests.integration.kafka_support import (
+    consume_confluent,
+    gateway_requests,
+    running_cluster,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,25 +39,19 @@ RATE = 2000.0  # records per second of the writer
 
 
 def _cluster(tmp_path: Path, *controller_flags: str) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=3,
         controllers=1,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "storage": ["--replica.lag.time.max.ms", str(LAG_MS)],
             # the live consumer is a group member: few __consumer_offsets partitions keep a
             # storage node's restart about this test's topic
             "controller": ["--offsets.topic.num.partitions", "3", *controller_flags],
         },
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture

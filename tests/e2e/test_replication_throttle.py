@@ -41,6 +41,7 @@ from tests.integration.kafka_support import (
     gateway_requests,
     kafka_py,
     one_line,
+    running_cluster,
     wait_for,
     wait_for_topic,
     zk_partition_state,
@@ -58,21 +59,15 @@ KAFKA_STORAGE_ERROR = 56
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=3,
         controllers=1,
         group_coordinators=0,
-        gateway_port=0,
-        zk_port=0,
         log_dirs_per_node=2,
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def samples(

@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
 from services.storage.log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_offset_checkpoint
-from tests.integration.kafka_support import wait_for
+from tests.integration.kafka_support import running_cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -38,14 +38,12 @@ CHECKPOINT_MS = 1000
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=3,
         controllers=1,
         group_coordinators=0,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "storage": [
                 "--log.flush.offset.checkpoint.interval.ms",
@@ -56,12 +54,8 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
                 "5000",
             ]
         },
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def produce(bootstrap: str, total_bytes: int, tag: bytes) -> int:

@@ -27,6 +27,7 @@ from services.cli.local_cluster import LocalCluster
 from services.common.zk.layout import TRANSACTION
 from tests.integration.kafka_support import (
     consume_confluent,
+    running_cluster,
     shard_owner,
     wait_for,
     wait_for_topic,
@@ -41,21 +42,15 @@ ROLE = "transaction_coordinator"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
         gateways=1,
         storage_nodes=3,
         controllers=1,
         group_coordinators=2,
         transaction_coordinators=2,
-        gateway_port=0,
-        zk_port=0,
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_survivor_finishes_the_markers_of_a_prepared_commit(cluster: LocalCluster) -> None:

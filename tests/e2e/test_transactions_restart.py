@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.cli.local_cluster import LocalCluster
-from tests.integration.kafka_support import STORAGE_NODES, wait_for_topic
+from tests.integration.kafka_support import STORAGE_NODES, running_cluster, wait_for_topic
 from tests.integration.txn_support import (
     READ_COMMITTED,
     TxnPartition,
@@ -43,20 +43,10 @@ RECORDS = 4  # per transaction and partition
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path / "cluster",
-        gateways=1,
-        storage_nodes=STORAGE_NODES,
-        controllers=1,
-        group_coordinators=0,
-        gateway_port=0,
-        zk_port=0,
-    )
-    c.start(timeout=90)
-    try:
+    with running_cluster(
+        tmp_path, gateways=1, storage_nodes=STORAGE_NODES, controllers=1, group_coordinators=0
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def outcome(i: int) -> bool | None:

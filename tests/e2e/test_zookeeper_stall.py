@@ -35,6 +35,7 @@ from tests.integration.kafka_support import (
     commit_retrying,
     make_text_records,
     produce_confluent,
+    running_cluster,
     shard_owner,
     wait_for,
 )
@@ -60,27 +61,25 @@ def stalled(
     zk_port = free_port()
     proxy = ZkStallProxy(f"127.0.0.1:{zk_port}").start()
     via = ["--override", f"zookeeper.connect={proxy.address}"]
-    cluster = LocalCluster(
-        tmp_path / "cluster",
-        gateways=1,
-        storage_nodes=3,
-        controllers=2,
-        group_coordinators=2,
-        gateway_port=0,
-        zk_port=zk_port,
-        zk_session_timeout_ms=SESSION_MS,
-        extra={
-            "controller": [*via, "--offsets.topic.num.partitions", str(OFFSETS_PARTITIONS)],
-            "storage": via,
-            "group_coordinator": via,
-            "gateway": via,
-        },
-    )
     try:
-        cluster.start(timeout=120)
-        yield request.param, cluster, proxy
+        with running_cluster(
+            tmp_path,
+            start_timeout=120,
+            gateways=1,
+            storage_nodes=3,
+            controllers=2,
+            group_coordinators=2,
+            zk_port=zk_port,
+            zk_session_timeout_ms=SESSION_MS,
+            extra={
+                "controller": [*via, "--offsets.topic.num.partitions", str(OFFSETS_PARTITIONS)],
+                "storage": via,
+                "group_coordinator": via,
+                "gateway": via,
+            },
+        ) as cluster:
+            yield request.param, cluster, proxy
     finally:
-        cluster.stop()
         proxy.stop()
 
 

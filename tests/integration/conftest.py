@@ -29,6 +29,7 @@ from kafka_support import (  # noqa: E402  # isort: skip
     STORAGE_NODES,
     ZONES,
     TopicFactory,
+    running_cluster,
     ApiUsage,
     unique_topic_name,
     wait_for_topic,
@@ -40,23 +41,15 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    from services.cli.local_cluster import LocalCluster
-
-    c = LocalCluster(
+    with running_cluster(
         tmp_path_factory.mktemp("kafka-py-cluster"),
         gateways=1,
         storage_nodes=STORAGE_NODES,
         controllers=2,
         zones=ZONES,
-        gateway_port=0,  # 0 = a free port, chosen by the harness
-        zk_port=0,
         extra={"controller": ["--num.partitions", str(NUM_PARTITIONS)]},
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+if TYPE_CHECKING:
+    from services.cli.local_cluster import LocalCluster
 
 EXTERNAL_BOOTSTRAP_ENV = "KAFKAPY_ITEST_BOOTSTRAP"
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -639,3 +643,22 @@ def commit_retrying(c: Consumer, timeout: float) -> float:
             ), f"commit failed for good: {err}"
             assert time.monotonic() - started < timeout, f"no commit within {timeout}s: {err}"
             c.poll(0.2)
+
+
+@contextlib.contextmanager
+def running_cluster(
+    tmp_path: Path, *, start_timeout: float = 90.0, **options: Any
+) -> Iterator[LocalCluster]:
+    """A started LocalCluster in ``tmp_path/cluster`` on free ports (``gateway_port`` and
+    ``zk_port`` default to 0), stopped on leaving, whatever happened. ``options`` are
+    LocalCluster's keyword arguments."""
+    from services.cli.local_cluster import LocalCluster
+
+    options.setdefault("gateway_port", 0)
+    options.setdefault("zk_port", 0)
+    cluster = LocalCluster(tmp_path / "cluster", **options)
+    try:
+        cluster.start(timeout=start_timeout)
+        yield cluster
+    finally:
+        cluster.stop()

@@ -116,7 +116,8 @@ class KubeApi:
     """The emulated API server (a context manager): ``url``, objects added with ``add_*``,
     ``fail`` to queue faults and ``requests`` to see what clients sent."""
 
-    def __init__(self, hang_s: float = 0.6) -> None:
+    def __init__(self, hang_s: float = 0.6, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.emu = _Emulator()
         self.emu.faults = {}
         self.emu.hang_s = hang_s
@@ -130,7 +131,7 @@ class KubeApi:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        async with self.emu, kmock.Server(self.emu) as srv:
+        async with self.emu, kmock.Server(self.emu, host=self.host) as srv:
             self.emu.resources["v1/nodes"] = {}
             self.emu.resources["v1/pods"] = {}
             self.url = str(srv.url).rstrip("/")
@@ -221,9 +222,12 @@ class KubeApi:
 
 
 @contextlib.contextmanager
-def emulated_api(node_labels: Mapping[str, Mapping[str, str]]) -> Iterator[str]:
-    """Serve one Node per entry of ``node_labels`` (name -> labels); yields the API's URL."""
-    with KubeApi() as api:
+def emulated_api(
+    node_labels: Mapping[str, Mapping[str, str]], host: str = "127.0.0.1"
+) -> Iterator[str]:
+    """Serve one Node per entry of ``node_labels`` (name -> labels) on ``host``; yields the
+    API's URL (with the port; the host part is ``host``)."""
+    with KubeApi(host=host) as api:
         for name, labels in node_labels.items():
             api.add_node(name, labels)
         yield api.url

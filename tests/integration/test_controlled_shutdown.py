@@ -34,7 +34,7 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kafka_support import wait_for, wait_for_topic  # noqa: E402  # isort: skip
+from kafka_support import running_cluster, wait_for, wait_for_topic  # noqa: E402  # isort: skip
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +46,13 @@ SOLE = "cs-rf2"  # replicas [2, 1]: once node 1 left its ISR, node 2 is its only
 
 @pytest.fixture
 def cs_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        tmp_path / "cluster",
+    with running_cluster(
+        tmp_path,
+        start_timeout=120,
         gateways=1,
         storage_nodes=3,
         controllers=1,
         group_coordinators=0,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "storage": [
                 "--controlled.shutdown.retry.backoff.ms", str(BACKOFF_MS),
@@ -62,12 +61,8 @@ def cs_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
             # the test moves leaders itself: no automatic preferred election in between
             "controller": ["--auto.leader.rebalance.enable", "false"],
         },
-    )  # fmt: skip
-    cluster.start(timeout=120)
-    try:
+    ) as cluster:  # fmt: skip
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _states(cluster: LocalCluster) -> dict[tuple[str, int], PartitionView]:

@@ -27,6 +27,7 @@ from services.common.rpc.kafkapy.v1 import controller_pb2_grpc
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardMap
+from tests.integration.kafka_support import running_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, whatever the import mode
 from test_controller_harness import FakeStorage, active_controller, wait_for  # noqa: E402
@@ -46,14 +47,12 @@ NOT_ENOUGH_BROKERS = (
 
 @pytest.fixture(scope="module")
 def shards_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
+    with running_cluster(
         tmp_path_factory.mktemp("controller-shards"),
         gateways=1,
         storage_nodes=1,
         controllers=2,
         group_coordinators=0,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "controller": [
                 "--offsets.topic.replication.factor",
@@ -62,12 +61,8 @@ def shards_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
                 str(PARTITIONS),
             ]
         },
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 class FakeCoordinator:

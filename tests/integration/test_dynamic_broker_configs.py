@@ -32,6 +32,7 @@ from kafka.admin import NewTopic as KpNewTopic
 from kafka_support import (
     read_frame,
     request_header_v1,
+    running_cluster,
     split_bootstrap,
     unique_topic_name,
     wait_for,
@@ -46,23 +47,17 @@ STATIC_MAX_CONNECTIONS = "5000"
 
 @pytest.fixture(scope="module")
 def cfg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
+    with running_cluster(
         tmp_path_factory.mktemp("dynamic-broker-configs"),
         gateways=1,
         storage_nodes=2,
         controllers=1,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "storage": ["--log.retention.check.interval.ms", "300", "--log.roll.hours", "100"],
             "gateway": ["--max.connections", STATIC_MAX_CONNECTIONS],
         },
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture

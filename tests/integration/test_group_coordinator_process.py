@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka_support import wait_for
+from kafka_support import running_cluster, wait_for
 from kazoo.client import KazooClient
 
 from services.cli.local_cluster import LocalCluster
@@ -49,24 +49,18 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def small_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
+    with running_cluster(
         tmp_path_factory.mktemp("gc-process"),
         gateways=1,
         storage_nodes=1,
         controllers=1,
         group_coordinators=1,
-        gateway_port=0,
-        zk_port=0,
         extra={
             "controller": ["--offsets.topic.num.partitions", str(OFFSETS_PARTITIONS)],
             "group_coordinator": ["--group.initial.rebalance.delay.ms", "0"],
         },
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def forward(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka_support import gateway_requests, wait_for_topic
+from kafka_support import gateway_requests, running_cluster, wait_for_topic
 
 from services.cli.local_cluster import LocalCluster
 from services.common.protocol import ApiKey, decode_response, encode_request
@@ -23,18 +23,14 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def two_gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data_dir: Path = tmp_path_factory.mktemp("multi-gw")
-    cluster = LocalCluster(
+    with running_cluster(
         data_dir,
         gateways=2,
         storage_nodes=2,
         controllers=1,
         zones=("zone-a", "zone-b"),
-        gateway_port=0,
-        zk_port=0,
-    )
-    cluster.start(timeout=90)
-    yield cluster
-    cluster.stop()
+    ) as cluster:
+        yield cluster
 
 
 def _leaders(bootstrap: str, topic: str, client_id: str) -> set[int]:

@@ -19,6 +19,7 @@ from kafka_support import (
     make_text_records,
     now_ms,
     produce_confluent,
+    running_cluster,
     wait_for_topic,
 )
 from test_clients_aiokafka import _consume as consume_aiokafka
@@ -116,22 +117,16 @@ def test_producer_compression_type_keeps_the_producers_codec(
 @pytest.fixture(scope="module")
 def zstd_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One storage node whose broker-level compression.type is zstd."""
-    c = LocalCluster(
+    with running_cluster(
         tmp_path_factory.mktemp("zstd-broker"),
         gateways=1,
         storage_nodes=1,
         controllers=1,
         group_coordinators=1,
         zones=("zone-a",),
-        gateway_port=0,
-        zk_port=0,
         extra={"storage": ["--compression.type", "zstd"]},
-    )
-    c.start(timeout=90)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_broker_compression_type_is_the_topic_default(zstd_broker: LocalCluster) -> None:

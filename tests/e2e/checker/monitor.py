@@ -59,7 +59,7 @@ def stopped(pid: int | None) -> bool:
 @dataclass(slots=True)
 class Gap:
     """A stretch without an acting controller; ``zk_up`` counts only the time ZooKeeper was
-    running (a stopped ZooKeeper explains a gap by itself)."""
+    running (a stopped or killed ZooKeeper explains a gap by itself)."""
 
     start: float  # wall clock
     end: float
@@ -100,7 +100,8 @@ class ControllerMonitor:
         prev = time.time()
         while not self._halt.is_set():
             now = time.time()
-            zk_stopped = stopped(self.cluster.pids().get(ZOOKEEPER))
+            zk_pid = self.cluster.pids().get(ZOOKEEPER)
+            zk_stopped = zk_pid is None or stopped(zk_pid)  # killed, or SIGSTOPped
             try:
                 acting, seen = acting_controllers(self.cluster)
             except Exception as exc:  # noqa: BLE001 - a sample lost, not the monitor

@@ -4,7 +4,8 @@ A ``Schedule`` is a list of ``Fault``s — kill -9 then restart, SIGSTOP then SI
 then restart — each on a role (storage, controller, gateway, group_coordinator, zookeeper) and
 a target: a process index drawn from the seed, or ``"active"`` (the active controller, read
 from ZooKeeper's ``/controller`` when the fault starts). ``Schedule.mixed(seed, ...)`` draws
-every fault class at least once (ZooKeeper pauses past the session timeout several times) and
+every fault class at least once (ZooKeeper paused past the session timeout several times, and
+killed -9 then restarted once) and
 fills the rest of the duration with random ones; the same seed gives the same schedule.
 
 The ``Nemesis`` thread applies one fault at a time and notes each step in the timeline. A
@@ -39,6 +40,7 @@ FAULT_CLASSES: tuple[tuple[str, str], ...] = (
     *((KILL, r) for r in SERVICES),
     *((PAUSE, r) for r in SERVICES),
     (PAUSE, ZOOKEEPER),
+    (KILL, ZOOKEEPER),  # then restarted on its data dir: sessions and znodes come back from disk
     (RESTART, ANY),
 )
 
@@ -96,7 +98,7 @@ class Schedule:
     ) -> Schedule:
         """Every class in ``classes`` once (``ANY`` role: one drawn from the services),
         ZooKeeper paused past ``session_timeout_s`` ``zookeeper_pauses`` times (1.3-2.5x the
-        timeout), in a seeded order; then random classes (not required) until the faults
+        timeout; a kill -9 of ZooKeeper keeps it down as long), in a seeded order; then random classes (not required) until the faults
         span ``duration`` seconds. ``layout``: role -> process count (a class whose role has
         no process is left out)."""
         rnd = random.Random(seed)

@@ -176,6 +176,7 @@ class Checker:
                 self.timeline,
                 rate=rate,
                 config=self._writer_config.get(client),
+                debug_dir=self.evidence,
             )
             self.writers.append(w)
             w.start()

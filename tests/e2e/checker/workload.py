@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tests.e2e.checker.history import History, encode_value
@@ -33,9 +35,30 @@ CONFLUENT_DEFAULTS: dict[str, object] = {
     "retry.backoff.ms": 100,
     "topic.metadata.refresh.interval.ms": 2000,
     # librdkafka's connection chatter stays out of the test output; to see the client's side
-    # of an anomaly pass writer_config={"confluent-kafka": {"debug": "eos,msg", "log_level": 7}}
+    # of an anomaly set RDKAFKA_DEBUG_ENV (below)
     "log_level": 2,
 }
+
+#: librdkafka debug contexts (e.g. ``eos,msg,protocol``) for every confluent-kafka writer; their
+#: output goes to ``<evidence>/rdkafka-<writer>.log`` (opt-in: it is large)
+RDKAFKA_DEBUG_ENV = "KAFKAPY_CHECKER_RDKAFKA_DEBUG"
+
+
+def rdkafka_debug(writer_id: str, debug_dir: Path | None) -> dict[str, object]:
+    """librdkafka settings that write its debug log of ``writer_id`` to ``debug_dir`` when
+    RDKAFKA_DEBUG_ENV is set; {} otherwise."""
+    contexts = os.environ.get(RDKAFKA_DEBUG_ENV, "").strip()
+    if not contexts or debug_dir is None:
+        return {}
+    debug_dir.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(f"checker.rdkafka.{writer_id}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    if not logger.handlers:
+        handler = logging.FileHandler(debug_dir / f"rdkafka-{writer_id}.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+    return {"debug": contexts, "log_level": 7, "logger": logger}
 
 
 def quiet_client_logs() -> None:
@@ -61,8 +84,10 @@ class Writer:
         *,
         rate: float = 200.0,
         config: Mapping[str, Any] | None = None,
+        debug_dir: Path | None = None,
     ) -> None:
         self.name = name
+        self.debug_dir = debug_dir  # where a client's opt-in debug log goes (the evidence dir)
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
@@ -169,7 +194,12 @@ class ConfluentWriter(Writer):
 
         while not self._halt.is_set():
             fatal.clear()
-            conf = {**CONFLUENT_DEFAULTS, "bootstrap.servers": self.bootstrap, **self.config}
+            conf = {
+                **CONFLUENT_DEFAULTS,
+                "bootstrap.servers": self.bootstrap,
+                **self.config,
+                **rdkafka_debug(self.writer_id, self.debug_dir),
+            }
             producer = Producer({**conf, "error_cb": on_error})
             started, seq = time.monotonic(), 0
             while not self._halt.is_set() and not fatal:
