@@ -15,9 +15,11 @@ duplicate, no loss, no aborted read, committed offsets match the output, no hang
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ from kazoo.client import KazooClient
 from services.cli.local_cluster import LocalCluster
 from services.common.zk.layout import TRANSACTION
 from tests.e2e.checker import SAFETY, TXN_SAFETY, Checker, Schedule, evidence_dir
+from tests.e2e.checker.txn import coordinator_states
 from tests.integration.kafka_support import shard_owner, wait_for_topic, zk_partition_state
 
 pytestmark = pytest.mark.e2e
@@ -93,6 +96,7 @@ def test_exactly_once_pipeline_under_transactional_faults(
         zk = KazooClient(hosts=cluster.zk_connect)
         zk.start()
         down: list[tuple[str, int]] = []
+        prepared_seen: list[int] = []
 
         def kill(role: str, index: int, why: str, sig: int = signal.SIGKILL) -> None:
             verb = "kill -9" if sig == signal.SIGKILL else "SIGSTOP"
@@ -113,23 +117,45 @@ def test_exactly_once_pipeline_under_transactional_faults(
                 checker.note(f"{role}-{index} restarted")
             time.sleep(rnd.uniform(0.5, 2.0))
 
-        def at(phase: str, action: Callable[[], None], delay: float = 0.0) -> None:
+        watchers: list[threading.Thread] = []
+
+        def at(phase: str, action: Callable[[], None]) -> None:
             pipeline.feed(step)
-            assert pipeline.at_phase(phase, action, delay=delay, timeout=90), (
+            assert pipeline.at_phase(phase, action, timeout=90), (
                 f"the pipeline never reached {phase}"
             )
+            for t in watchers:
+                t.join()
+            watchers.clear()
             restart_down()
+
+        def kill_when_prepared() -> None:
+            """From a thread (the worker goes on into commit_transaction): kill -9 the owner
+            once its /metrics show a prepared transaction, i.e. EndTxn wrote PrepareCommit and
+            the markers are not all written."""
+            owner = txn_owner()
+            port = {p.name: p.admin_port for p in cluster.processes()}[f"{TC}-{owner}"]
+            assert port is not None
+
+            def watch() -> None:
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline:
+                    with contextlib.suppress(OSError):
+                        states = coordinator_states(cluster.host, port)
+                        if states.get("PrepareCommit", 0) + states.get("PrepareAbort", 0):
+                            prepared_seen.append(owner)
+                            break
+                kill(TC, owner, "transaction coordinator, during EndTxn")
+
+            watchers.append(threading.Thread(target=watch, daemon=True))
+            watchers[-1].start()
 
         try:
             at(
                 "offsets_sent",
                 lambda: kill(TC, txn_owner(), "transaction coordinator, before EndTxn"),
             )
-            at(
-                "committing",
-                lambda: kill(TC, txn_owner(), "transaction coordinator, during EndTxn"),
-                0.005,
-            )
+            at("committing", kill_when_prepared)
             at("committed", lambda: kill(TC, txn_owner(), "transaction coordinator, after EndTxn"))
             out_p = rnd.randrange(PARTITIONS)
             at(
@@ -170,7 +196,9 @@ def test_exactly_once_pipeline_under_transactional_faults(
         for i in range(2)
     )
     print(  # noqa: T201 - the checker's counts belong in the test output
-        f"transactions: {dict(txn.counts)}; {resumed} prepared transactions of {txn_id} "
+        f"transactions: {dict(txn.counts)}; killed during EndTxn with a prepared "
+        f"transaction on its /metrics: {bool(prepared_seen)}; {resumed} prepared transactions "
+        f"of {txn_id} "
         "completed by a new coordinator; output read_committed "
         f"{sum(len(r) for r in txn.committed_read.records.values())} records, read_uncommitted "
         f"{sum(len(r) for r in txn.uncommitted_read.records.values())}; "

@@ -426,6 +426,22 @@ def stuck_lso(bootstrap: str, tps: list[TP], timeout: float) -> dict[TP, tuple[i
     return stuck
 
 
+def coordinator_states(host: str, admin_port: int, timeout: float = 1.0) -> dict[str, float]:
+    """A transaction coordinator's transactional ids by state (``PrepareCommit``...), from its
+    ``/metrics``: how a fault is timed inside the EndTxn window (prepared, markers not done)."""
+    import urllib.request
+
+    url = f"http://{host}:{admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - local admin port
+        text = answer.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith('kafkapy_transaction_coordinator_transactional_ids{state="'):
+            state = line.split('"')[1]
+            out[state] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 # ---- verdicts ----------------------------------------------------------------------------
 def _visible(h: History) -> dict[int, list[tuple[TP, int, str]]]:
     """input seq -> [(tp, offset, tag)] of the read_committed output."""
