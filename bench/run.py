@@ -72,6 +72,18 @@ SCENARIOS = [
         ["--size", "100", "--count", str(int(500_000 * SCALE)), "--acks", "all"],
     ),
     Scenario(
+        "p1k_idem",
+        "produce 1 KiB, idempotent",
+        "produce",
+        ["--size", "1024", "--count", str(int(50_000 * SCALE)), "--idempotent"],
+    ),
+    Scenario(
+        "p1k_txn",
+        "produce 1 KiB, transactions of 100, commit",
+        "produce",
+        ["--size", "1024", "--count", str(int(50_000 * SCALE)), "--per-transaction", "100"],
+    ),
+    Scenario(
         "lat",
         "end-to-end latency, 1,000 msg/s x 1 KiB",
         "latency",
@@ -176,6 +188,8 @@ ROWS = [
     ("p1k_aall", "mb_per_s", "produce 1 KiB acks=all (MB/s)", True),
     ("p100_a1", "records_per_s", "produce 100 B acks=1 (msg/s)", True),
     ("p100_aall", "records_per_s", "produce 100 B acks=all (msg/s)", True),
+    ("p1k_idem", "records_per_s", "produce 1 KiB idempotent (msg/s)", True),
+    ("p1k_txn", "records_per_s", "produce 1 KiB, 100 per transaction (msg/s)", True),
     ("c1k", "mb_per_s", "consume 1 KiB (MB/s)", True),
     ("c1k", "records_per_s", "consume 1 KiB (msg/s)", True),
     ("lat", "p50_ms", "e2e latency p50 (ms)", False),

@@ -2,6 +2,8 @@
 
 Each prints one JSON line with its measurements. Usage:
     python -m bench.workloads produce  --bootstrap H:P --topic T --size 1024 --count N --acks 1
+    python -m bench.workloads produce  ... --idempotent      (enable.idempotence, acks=all)
+    python -m bench.workloads produce  ... --per-transaction 100   (transactional, commits)
     python -m bench.workloads consume  --bootstrap H:P --topic T --count N
     python -m bench.workloads latency  --bootstrap H:P --topic T --rate 1000 --seconds 10
 """
@@ -39,15 +41,21 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
         nonlocal requests
         requests = max(requests, _produce_requests(stats_json))
 
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "acks": args.acks,
-            "statistics.interval.ms": STATS_INTERVAL_MS,
-            "stats_cb": on_stats,
-            **PRODUCER_TUNING,
-        }
-    )
+    per_txn = args.per_transaction
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "acks": args.acks,
+        "statistics.interval.ms": STATS_INTERVAL_MS,
+        "stats_cb": on_stats,
+        **PRODUCER_TUNING,
+    }
+    if args.idempotent or per_txn:
+        config.update({"enable.idempotence": True, "acks": "all"})
+    if per_txn:
+        config["transactional.id"] = f"bench-{args.topic}"
+    producer = Producer(config)
+    if per_txn:
+        producer.init_transactions(60)
     payload = os.urandom(args.size)
     errors = 0
 
@@ -58,6 +66,10 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
 
     start = time.perf_counter()
     for i in range(args.count):
+        if per_txn and i % per_txn == 0:
+            if i:
+                producer.commit_transaction(60)
+            producer.begin_transaction()
         while True:
             try:
                 producer.produce(
@@ -68,6 +80,8 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
                 producer.poll(0.005)
         if i % 1000 == 0:
             producer.poll(0)
+    if per_txn:
+        producer.commit_transaction(120)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - start
     if remaining or errors:
@@ -189,6 +203,8 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--acks", default="1")
+    p.add_argument("--idempotent", action="store_true")
+    p.add_argument("--per-transaction", type=int, default=0, help="records per transaction")
     p.add_argument("--rate", type=float, default=1000)
     p.add_argument("--seconds", type=float, default=10)
     args = p.parse_args()

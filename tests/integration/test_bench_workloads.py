@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.run import table
 from bench.workloads import _produce_requests
 from services.cli.local_cluster import LocalCluster
-from tests.integration.kafka_support import gateway_requests
+from tests.integration.kafka_support import consume_confluent, gateway_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 3
@@ -62,6 +62,42 @@ def test_produce_counts_its_requests_and_consume_reads_them(
 
     consumed = run("consume", bootstrap, name, "--count", "3000")
     assert consumed["mb"] == pytest.approx(0.3)
+
+
+def test_transactional_produce_commits_every_record(
+    bootstrap: str, topic: Callable[..., str]
+) -> None:
+    """100 records per transaction, the last one partial: read_committed sees every record,
+    and each partition holds a commit marker per transaction that wrote to it."""
+    name = topic(PARTITIONS, replication_factor=1)
+    count = 1050
+    result = run(
+        "produce",
+        bootstrap,
+        name,
+        "--size",
+        "64",
+        "--count",
+        str(count),
+        "--per-transaction",
+        "100",
+    )
+    assert result["records_per_s"] > 0
+    got = consume_confluent(
+        bootstrap,
+        name,
+        list(range(PARTITIONS)),
+        count,
+        extra_config={"isolation.level": "read_committed"},
+    )
+    assert sum(len(recs) for recs in got.values()) == count
+    assert end_offsets(bootstrap, name) == [350 + 11] * PARTITIONS
+
+
+def test_idempotent_produce(bootstrap: str, topic: Callable[..., str]) -> None:
+    name = topic(PARTITIONS, replication_factor=1)
+    run("produce", bootstrap, name, "--size", "64", "--count", "300", "--idempotent")
+    assert end_offsets(bootstrap, name) == [100] * PARTITIONS
 
 
 def test_latency_times_every_record(bootstrap: str, topic: Callable[..., str]) -> None:

@@ -27,6 +27,11 @@ Modules, one job each:
 - ``workload`` — writers (idempotent, acks=all): ``ConfluentWriter`` (librdkafka, 5 in flight),
   ``KafkaPythonWriter``, ``AioKafkaWriter``; a fatal producer error starts a new incarnation.
 - ``group``    — ``ConsumerGroup``: confluent-kafka members committing after processing.
+- ``txn``      — ``TxnPipeline`` (``checker.transactions(output_topic, records)``): consume-
+  transform-produce with transactional producers and read_committed consumers, faults timed by
+  its phases (``pipeline.at_phase("committing", kill, delay=0.005)``), and the ``txn_*``
+  verdicts (``TXN_SAFETY``: lost, duplicate, aborted read, offsets vs output, hanging LSO) from
+  the output read read_committed and read_uncommitted after the heal.
 - ``nemesis``  — ``Fault``/``Schedule`` (seeded: kill -9, SIGSTOP/SIGCONT, SIGTERM + restart of
   any service, the active controller from ``/controller``, ZooKeeper paused past the session
   timeout) and the ``Nemesis`` that applies it, supervising the cluster between faults.
@@ -54,6 +59,7 @@ from tests.e2e.checker.liveness import CLUSTER_CHECKS, LivenessResult, wait_live
 from tests.e2e.checker.nemesis import FAULT_CLASSES, Fault, Nemesis, Schedule
 from tests.e2e.checker.report import EVIDENCE_ENV, Outcome, evidence_dir
 from tests.e2e.checker.run import DEFAULT_WRITERS, Checker
+from tests.e2e.checker.txn import TXN_SAFETY, TxnPipeline
 from tests.e2e.checker.verdicts import SAFETY, VERDICTS, Anomaly, check, verdict
 
 __all__ = [
@@ -62,6 +68,8 @@ __all__ = [
     "EVIDENCE_ENV",
     "FAULT_CLASSES",
     "SAFETY",
+    "TXN_SAFETY",
+    "TxnPipeline",
     "VERDICTS",
     "Anomaly",
     "Checker",

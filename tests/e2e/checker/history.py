@@ -16,6 +16,10 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.e2e.checker.txn import TxnHistory
 
 TP = tuple[str, int]
 """(topic, partition)."""
@@ -108,6 +112,8 @@ class History:
     final_reads: list[FinalRead] = field(default_factory=list)
     #: group -> tp -> committed offset fetched from the coordinator after the heal
     final_commits: dict[str, dict[TP, int]] = field(default_factory=dict)
+    #: the transactional pipeline's reads and outcomes (``txn.TxnPipeline``), if one ran
+    txn: TxnHistory | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _steps: Iterator[int] = field(default_factory=itertools.count, repr=False)
 

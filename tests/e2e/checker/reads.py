@@ -14,19 +14,26 @@ from collections.abc import Sequence
 from tests.e2e.checker.history import TP, FinalRead
 
 
-def confluent_read(bootstrap: str, tps: Sequence[TP], timeout: float = 60.0) -> FinalRead:
+def confluent_read(
+    bootstrap: str, tps: Sequence[TP], timeout: float = 60.0, *, isolation: str | None = None
+) -> FinalRead:
+    """``isolation``: ``"read_committed"`` / ``"read_uncommitted"`` (librdkafka's default,
+    read_committed, when None); a read_committed read ends at the high watermark only when the
+    last stable offset reaches it."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    out = FinalRead("confluent-kafka", {tp: [] for tp in tps})
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "checker-final-read",  # required by the binding; no group protocol used
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-            "log_level": 2,
-        }
-    )
+    name = "confluent-kafka" + (f" {isolation}" if isolation else "")
+    out = FinalRead(name, {tp: [] for tp in tps})
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "checker-final-read",  # required by the binding; no group protocol used
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 100,
+        "log_level": 2,
+    }
+    if isolation:
+        config["isolation.level"] = isolation
+    consumer = Consumer(config)
     deadline = time.monotonic() + timeout
     try:
         ends: dict[TP, int] = {}

@@ -22,7 +22,8 @@ from tests.e2e.checker.nemesis import Nemesis, Schedule
 from tests.e2e.checker.reads import confluent_read, kafka_python_read
 from tests.e2e.checker.report import Outcome
 from tests.e2e.checker.timeline import Timeline, write_timeline
-from tests.e2e.checker.verdicts import check
+from tests.e2e.checker.txn import TxnPipeline
+from tests.e2e.checker.verdicts import VERDICTS, check
 from tests.e2e.checker.workload import WRITERS, Writer
 from tests.integration.kafka_support import wait_for_topic
 
@@ -83,6 +84,7 @@ class Checker:
         self.own_faults: list[str] = []
         self._started_at = time.monotonic()
         self.monitor = ControllerMonitor(cluster, self.timeline)
+        self.pipeline: TxnPipeline | None = None
         self._finished = False
 
     # ---- as a context: evidence even when the test fails before finish() -------------
@@ -108,6 +110,8 @@ class Checker:
         if self.group is not None:
             with contextlib.suppress(Exception):
                 self.group.stop()
+        if self.pipeline is not None:
+            self.pipeline.stop()
         if self.evidence is not None:
             self.evidence.mkdir(parents=True, exist_ok=True)
             (self.evidence / "ABORTED.txt").write_text(why + "\n")
@@ -190,6 +194,30 @@ class Checker:
         self.monitor.start()
         self.note(f"workload started: {len(self.writers)} writers, {self.group_members} members")
 
+    def transactions(self, output_topic: str, records: int = 0, **pipeline: Any) -> TxnPipeline:
+        """Start a consume-transform-produce pipeline from the checker's topic into
+        ``output_topic`` (``txn.TxnPipeline``; the keyword arguments go to it) after feeding it
+        ``records`` input values (``pipeline.feed(n)`` feeds more later). ``finish`` waits until
+        the group committed the whole input, reads the output read_committed and
+        read_uncommitted and runs the ``txn_*`` verdicts."""
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        topics = admin.list_topics(output_topic, timeout=30).topics
+        self.pipeline = TxnPipeline(
+            self.cluster.bootstrap,
+            self.topic,
+            output_topic,
+            self.history,
+            self.timeline,
+            input_partitions=self.partitions,
+            output_partitions=len(topics[output_topic].partitions),
+            **pipeline,
+        )
+        if records:
+            self.pipeline.feed(records)
+        self.pipeline.start()
+        self.note(f"transactional pipeline started: {len(self.pipeline.workers)} workers")
+        return self.pipeline
+
     def run_schedule(self, schedule: Schedule) -> Nemesis:
         """Apply ``schedule`` (blocks until its last fault ended); returns the nemesis, whose
         ``heal`` goes to ``finish``."""
@@ -237,6 +265,7 @@ class Checker:
                 )
         self.note("writers stopped")
         liveness += self._drain_group(drain_timeout)
+        liveness += self._drain_pipeline(drain_timeout * 2, read_timeout)
         reads = [
             confluent_read(self.cluster.bootstrap, self.tps, read_timeout),
             kafka_python_read(self.cluster.bootstrap, self.tps, read_timeout),
@@ -251,7 +280,10 @@ class Checker:
             )
         )
         outcome = Outcome(
-            verdicts=check(self.history),
+            verdicts=check(
+                self.history,
+                [n for n in VERDICTS if self.pipeline is not None or not n.startswith("txn_")],
+            ),
             liveness=liveness,
             history=self.history,
             faults=list(self.nemesis.applied) if self.nemesis else [],
@@ -260,7 +292,7 @@ class Checker:
             seed=self.seed,
             fault_seconds=(
                 self.nemesis.ended_at - self.nemesis.started_at
-                if self.nemesis
+                if self.nemesis and self.nemesis.applied
                 else healed_at - self._started_at
             ),
             writers={w.name: w.client for w in self.writers},
@@ -325,6 +357,22 @@ class Checker:
         took = time.monotonic() - started if caught else None
         out.append(LivenessResult("group read to the end", caught, detail, took))
         out.append(self._group_commits(timeout))
+        return out
+
+    def _drain_pipeline(self, timeout: float, read_timeout: float) -> list[LivenessResult]:
+        if self.pipeline is None:
+            return []
+        started = time.monotonic()
+        done = self.pipeline.wait_done(self._end_offsets(), timeout)
+        took = time.monotonic() - started if done else None
+        out = [LivenessResult("pipeline committed the whole input", done, "", took)]
+        crashed = self.pipeline.stop()
+        out.append(
+            LivenessResult("pipeline workers ran to the end", not crashed, "; ".join(crashed))
+        )
+        self.note("pipeline stopped")
+        self.pipeline.final(self.tps, read_timeout)
+        self.note("transactional reads done")
         return out
 
     def _end_offsets(self) -> dict[TP, int]:
