@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 
 import grpc
 
-from services.common.coordinator.process import CoordinatorProcess
-from services.common.logging import configure_logging, get_logger
-from services.common.node_ids import with_generated_id
+from services.common.coordinator.process import CoordinatorProcess, serve_coordinator
+from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import group_coordinator_pb2_grpc
-from services.common.runtime import run, serve_until_signalled
+from services.common.runtime import run
 from services.common.zk import layout
-from services.common.zone import with_discovered_rack
 from services.group_coordinator.config import GroupConfig
 from services.group_coordinator.lag import LagTracker
 from services.group_coordinator.metrics import CoordinatorMetrics
@@ -80,13 +77,9 @@ class GroupCoordinatorApp(CoordinatorProcess):
 
 
 async def main(argv: Sequence[str] | None = None) -> int:
-    settings = GroupCoordinatorSettings.load(sys.argv[1:] if argv is None else argv)
-    configure_logging(
-        "group-coordinator", settings.node_id, settings.log_format, settings.log_level
+    return await serve_coordinator(
+        "group-coordinator", GroupCoordinatorSettings, GroupCoordinatorApp, argv
     )
-    settings = await with_generated_id(settings, "node_id")
-    settings = await with_discovered_rack(settings)
-    return await serve_until_signalled(GroupCoordinatorApp(settings))
 
 
 def cli() -> None:

@@ -4,21 +4,17 @@ Producer ids come in blocks from ``/latest_producer_id_block``."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import grpc
 
 from services.common.coordinator.clients import CoordinatorClients
 from services.common.coordinator.markers import MarkerWriter
-from services.common.coordinator.process import CoordinatorProcess
-from services.common.logging import configure_logging
-from services.common.node_ids import with_generated_id
+from services.common.coordinator.process import CoordinatorProcess, serve_coordinator
 from services.common.rpc.kafkapy.v1 import transaction_coordinator_pb2_grpc
-from services.common.runtime import run, serve_until_signalled
+from services.common.runtime import run
 from services.common.zk import layout
 from services.common.zk.producer_ids import ProducerIdManager
-from services.common.zone import with_discovered_rack
 from services.transaction_coordinator.metrics import TransactionMetrics
 from services.transaction_coordinator.server import TransactionCoordinatorService
 from services.transaction_coordinator.settings import TransactionCoordinatorSettings
@@ -73,13 +69,9 @@ class TransactionCoordinatorApp(CoordinatorProcess):
 
 
 async def main(argv: Sequence[str] | None = None) -> int:
-    settings = TransactionCoordinatorSettings.load(sys.argv[1:] if argv is None else argv)
-    configure_logging(
-        "transaction-coordinator", settings.node_id, settings.log_format, settings.log_level
+    return await serve_coordinator(
+        "transaction-coordinator", TransactionCoordinatorSettings, TransactionCoordinatorApp, argv
     )
-    settings = await with_generated_id(settings, "node_id")
-    settings = await with_discovered_rack(settings)
-    return await serve_until_signalled(TransactionCoordinatorApp(settings))
 
 
 def cli() -> None:

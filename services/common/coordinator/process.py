@@ -18,7 +18,9 @@ A subclass builds ``shards`` and ``service`` (after this ``__init__``: they may 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health
@@ -27,13 +29,15 @@ from services.common.admin_http import AdminServer
 from services.common.coordinator.forward import ForwardService
 from services.common.coordinator.settings import CoordinatorSettings
 from services.common.coordinator.shard_manager import ShardManager
-from services.common.logging import get_logger
+from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
-from services.common.runtime import new_grpc_server, set_serving
+from services.common.node_ids import with_generated_id
+from services.common.runtime import new_grpc_server, serve_until_signalled, set_serving
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.common.zk.registration import EphemeralRegistrar
+from services.common.zone import with_discovered_rack
 
 log = get_logger("coordinator.process")
 
@@ -144,3 +148,21 @@ class CoordinatorProcess:
         if self.admin is not None:
             await self.admin.stop()
         log.info(f"{self.kind.name}_coordinator_stopped")
+
+
+S = TypeVar("S", bound=CoordinatorSettings)
+
+
+async def serve_coordinator(
+    service: str,
+    settings_type: type[S],
+    make_process: Callable[[S], CoordinatorProcess],
+    argv: Sequence[str] | None,
+) -> int:
+    """A coordinator's ``main``: settings from flags/env, logging, a generated node id when
+    ``node.id`` is -1, the zone from the Node's label when asked, then serve until SIGTERM."""
+    settings = settings_type.load(sys.argv[1:] if argv is None else argv)
+    configure_logging(service, settings.node_id, settings.log_format, settings.log_level)
+    settings = await with_generated_id(settings, "node_id")
+    settings = await with_discovered_rack(settings)
+    return await serve_until_signalled(make_process(settings))
