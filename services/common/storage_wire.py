@@ -29,6 +29,7 @@ _TOPIC = b"\x0a"  # PartitionAppend.topic = 1
 _INDEX = b"\x10"  # PartitionAppend.partition = 2
 _RECORDS = b"\x1a"  # PartitionAppend.records = 3
 _EPOCH = b"\x20"  # PartitionAppend.current_leader_epoch = 4
+_GUARD = b"\x28"  # PartitionAppend.verification_guard = 5
 
 
 class PartitionAppend(NamedTuple):
@@ -38,6 +39,7 @@ class PartitionAppend(NamedTuple):
     partition: int
     records: Buffer
     current_leader_epoch: int = -1
+    verification_guard: int = 0  # KIP-890: see storage.proto
 
 
 def _int_field(tag: bytes, value: int) -> bytes:
@@ -67,7 +69,7 @@ def append_request_parts(
             topic = topics[p.topic] = (_TOPIC + varint(len(raw)) + raw) if raw else b""
         n = len(p.records)
         head = topic + _int_field(_INDEX, p.partition) + ((_RECORDS + varint(n)) if n else b"")
-        tail = _int_field(_EPOCH, p.current_leader_epoch)
+        tail = _int_field(_EPOCH, p.current_leader_epoch) + _int_field(_GUARD, p.verification_guard)
         out += (_PARTITION, varint(len(head) + n + len(tail)), head, p.records, tail)
     return out
 

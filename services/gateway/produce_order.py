@@ -28,6 +28,7 @@ The state lives as long as the connection; it costs one dict entry per partition
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from services.common.errors import RETRIABLE, ErrorCode
@@ -61,10 +62,19 @@ class _PartitionOrder:
 class ProduceOrder:
     """The produce ordering state of one client connection."""
 
-    __slots__ = ("_partitions",)
+    __slots__ = ("_partitions", "_verify_lock")
 
     def __init__(self) -> None:
         self._partitions: dict[TopicPartition, _PartitionOrder] = {}
+        self._verify_lock: asyncio.Lock | None = None
+
+    @property
+    def verify_lock(self) -> asyncio.Lock:
+        """Held while KIP-890 held-back batches are verified and resent: resends of one
+        connection start in the order their first answers came back."""
+        if self._verify_lock is None:
+            self._verify_lock = asyncio.Lock()
+        return self._verify_lock
 
     def route(
         self, tp: TopicPartition, leader: int, producer: tuple[int, int, int]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from services.common.errors import RETRIABLE, ErrorCode, KafkaError
 from services.common.logging import get_logger
-from services.common.records.batch import validate_batches
+from services.common.records.batch import BatchHeader, validate_batches
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.storage.log.record_validation import RecordValidationError
 from services.storage.partition import Partition
@@ -51,7 +51,7 @@ async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.A
             )
             continue
         try:
-            p, required = _append_one(rm, pa, req.acks, result)
+            p, required = _append_one(rm, pa, req.acks, result, bool(req.transactional_id))
         except RecordValidationError as exc:
             _fail(result, exc.code, exc.message)
             result.record_errors.extend(
@@ -83,6 +83,7 @@ def _append_one(
     pa: pb.PartitionAppend | AppendPartition,
     acks: int,
     result: pb.PartitionAppendResult,
+    verify: bool = False,
 ) -> tuple[Partition, int]:
     p = rm.partition_or_error(pa.topic, pa.partition)
     # the one copy (offsets are assigned in place): made by wire.parse_append_request, or here
@@ -95,6 +96,8 @@ def _append_one(
     meters = rm.metrics.topic(pa.topic)
     meters.produce_requests.inc()
     headers = validate_batches(records)
+    if verify and headers:  # a client's transactional produce (not a coordinator's write)
+        _check_verified(p, headers[0], pa.verification_guard, result)
     try:
         info = p.append_as_leader(records, headers, acks, rm.clock())
     except KafkaError as exc:
@@ -120,6 +123,37 @@ def _append_one(
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = info.log_start_offset
     return p, info.last_offset + 1
+
+
+def _check_verified(
+    p: Partition, header: BatchHeader, guard: int, result: pb.PartitionAppendResult
+) -> None:
+    """KIP-890 part 1: the first transactional batch of a producer (id and epoch) here needs
+    the transaction coordinator's word that the partition is in its transaction. Without a
+    guard, one is handed out in ``result`` and the batch refused (NOT_ENOUGH_REPLICAS, the
+    retriable code Kafka gives old clients while verifying): the gateway verifies and resends
+    it with the guard. A guard a marker of the producer invalidated meanwhile (the transaction
+    ended: the batch is late) is INVALID_TXN_STATE - it would open a hanging transaction."""
+    if not header.is_transactional or header.is_control:
+        return
+    state = p.log.producer_state
+    pid, epoch = header.producer_id, header.producer_epoch
+    if state.has_ongoing_txn(pid, epoch):
+        return
+    if guard:
+        if state.is_verified(pid, epoch, guard):
+            return
+        raise KafkaError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"The transaction of producer {pid} (epoch {epoch}) ended while its first append "
+            f"to {p.topic}-{p.partition} was being verified",
+        )
+    result.verification_guard = state.verification_guard(pid, epoch)
+    raise KafkaError(
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        f"The transactional append of producer {pid} to {p.topic}-{p.partition} awaits "
+        "verification by the transaction coordinator",
+    )
 
 
 async def _await_replication(rm: ReplicaManager, pending: list[_Pending], timeout_ms: int) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import os
+import secrets
 import struct
 import time
 from collections import deque
@@ -188,6 +189,10 @@ class ProducerStateManager:
         # producer id -> first offset of its open transaction (kept as entries change, so the
         # LSO asked on every fetch does not walk every producer)
         self._ongoing: dict[int, int] = {}
+        # KIP-890 part 1 (Kafka's VerificationStateEntry): producer id -> (epoch, guard, time)
+        # of a first transactional append being verified with the transaction coordinator; a
+        # marker of the producer drops it, so an append verified before the marker fails
+        self._verifying: dict[int, tuple[int, int, int]] = {}
 
     # ------------------------------------------------------------------ reads
     @property
@@ -222,6 +227,30 @@ class ProducerStateManager:
         """Transactions whose marker is now below the high watermark are stable."""
         if self._unreplicated:
             self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+
+    # ----------------------------------------------------- KIP-890 verification
+    def has_ongoing_txn(self, producer_id: int, epoch: int) -> bool:
+        entry = self._producers.get(producer_id)
+        return (
+            entry is not None
+            and entry.current_txn_first_offset is not None
+            and entry.producer_epoch == epoch
+        )
+
+    def verification_guard(self, producer_id: int, epoch: int) -> int:
+        """The guard of ``producer_id``'s verification at ``epoch`` (started if none is)."""
+        state = self._verifying.get(producer_id)
+        if state is not None and state[0] == epoch:
+            return state[1]
+        guard = secrets.randbits(62) + 1
+        self._verifying[producer_id] = (epoch, guard, self._now_ms())
+        return guard
+
+    def is_verified(self, producer_id: int, epoch: int, guard: int) -> bool:
+        """Whether ``guard`` is the current verification of ``producer_id`` at ``epoch``: false
+        once a marker of the producer landed after the guard was handed out."""
+        state = self._verifying.get(producer_id)
+        return guard != 0 and state is not None and state[0] == epoch and state[1] == guard
 
     # ------------------------------------------------------------- validation
     def check(
@@ -395,6 +424,8 @@ class ProducerStateManager:
             if entry is None:
                 entry = self._producers[header.producer_id] = ProducerStateEntry(header.producer_id)
             completed = self._apply(entry, header, first_offset, last_offset, marker)
+            if header.is_control:
+                self._verifying.pop(header.producer_id, None)
             if completed is not None:
                 self._unreplicated.append(completed)
             if entry.current_txn_first_offset is None:
@@ -413,6 +444,9 @@ class ProducerStateManager:
         expired = [pid for pid, e in self._producers.items() if self._is_expired(e, now)]
         for pid in expired:
             del self._producers[pid]
+        for pid, (_, _, started) in list(self._verifying.items()):
+            if now - started >= self.producer_id_expiration_ms:
+                del self._verifying[pid]
         return expired
 
     def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
@@ -432,6 +466,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._unreplicated.clear()
         self._ongoing.clear()
+        self._verifying.clear()
         for off in self.snapshot_offsets():
             self.remove_snapshot(off)
         self._last_snap_offset = 0
@@ -441,6 +476,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._unreplicated.clear()
         self._ongoing.clear()
+        self._verifying.clear()
 
     # -------------------------------------------------------------- snapshots
     def snapshot_path(self, offset: int) -> Path:
@@ -500,6 +536,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._unreplicated.clear()
         self._ongoing.clear()
+        self._verifying.clear()
         for off in self.snapshot_offsets():
             if off > max_offset or off < log_start_offset:
                 self.remove_snapshot(off)

@@ -116,13 +116,14 @@ def fetch_response_bytes(reply: FetchReply | Any) -> bytes:
 class AppendPartition:
     """``pb.PartitionAppend`` with ``records`` a private bytearray (offsets are set in place)."""
 
-    __slots__ = ("topic", "partition", "records", "current_leader_epoch")
+    __slots__ = ("topic", "partition", "records", "current_leader_epoch", "verification_guard")
 
     def __init__(self) -> None:
         self.topic = ""
         self.partition = 0
         self.records = bytearray()
         self.current_leader_epoch = 0
+        self.verification_guard = 0
 
 
 class AppendCall:
@@ -158,6 +159,8 @@ def parse_append_request(data: Buffer, begin: int = 0, end: int | None = None) -
                         p.partition = v
                     elif n == 4:
                         p.current_leader_epoch = v
+                    elif n == 5:
+                        p.verification_guard = v
                 elif n == 1:
                     p.topic = str(view[s:e], "utf-8")
                 elif n == 3:

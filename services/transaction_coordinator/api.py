@@ -1,8 +1,9 @@
 """The transaction APIs a transaction coordinator answers: forwarded Kafka request bodies
 (codec dicts) in, response bodies out, shaped per version as Kafka's KafkaApis does.
 
-InitProducerId (with a transactional id), AddPartitionsToTxn (v0-3: one transactional id),
-AddOffsetsToTxn and EndTxn; errors in each API's shape (``services.common.txn_errors``).
+InitProducerId (with a transactional id), AddPartitionsToTxn (v0-3: one transactional id;
+v4: batched, which here only carries the gateway's verify-only checks of KIP-890 part 1 - the
+gateway does not advertise v4 to clients), AddOffsetsToTxn and EndTxn; errors in each API's shape (``services.common.txn_errors``).
 Nothing raises out of ``handle``: an unexpected failure is logged and answered
 UNKNOWN_SERVER_ERROR.
 """
@@ -34,7 +35,7 @@ Body = dict[str, Any]
 # Versions this module answers (what the gateway advertises).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
@@ -116,6 +117,8 @@ async def _add_partitions(
     shards: ShardLookup, _: OffsetsPartitions, version: int, body: Body
 ) -> Body:
     key = ApiKey.ADD_PARTITIONS_TO_TXN
+    if version >= 4:
+        return _verify_partitions(shards, body)
     txn_id = body.get("v3_and_below_transactional_id") or ""
     shard = _shard(shards, txn_id)
     if isinstance(shard, ErrorCode):
@@ -133,6 +136,45 @@ async def _add_partitions(
     )
     code = versioned(key, version, code)
     return partitions_response([(tp, code) for tp in dict.fromkeys(wanted)])
+
+
+def _verify_partitions(shards: ShardLookup, body: Body) -> Body:
+    """AddPartitionsToTxn v4: per transaction, verify-only (adding through v4 is a broker's
+    batching of client requests, which the gateway never does: INVALID_REQUEST)."""
+    results = []
+    for txn in body.get("transactions") or ():
+        txn_id = txn.get("transactional_id") or ""
+        wanted = [
+            (t.get("name") or "", int(p))
+            for t in txn.get("topics") or []
+            for p in t.get("partitions") or []
+        ]
+        shard = _shard(shards, txn_id)
+        if not txn.get("verify_only"):
+            codes = dict.fromkeys(wanted, ErrorCode.INVALID_REQUEST)
+        elif isinstance(shard, ErrorCode):
+            codes = dict.fromkeys(wanted, shard)
+        else:
+            codes = shard.verify_partitions(
+                txn_id,
+                int(txn.get("producer_id", NO_PRODUCER_ID)),
+                int(txn.get("producer_epoch", NO_PRODUCER_EPOCH)),
+                wanted,
+            )
+        topics: dict[str, list[Body]] = {}
+        for (topic, partition), code in codes.items():
+            topics.setdefault(topic, []).append(
+                {"partition_index": partition, "partition_error_code": int(code)}
+            )
+        results.append(
+            {
+                "transactional_id": txn_id,
+                "topic_results": [
+                    {"name": t, "results_by_partition": ps} for t, ps in topics.items()
+                ],
+            }
+        )
+    return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
 
 
 async def _add_offsets(

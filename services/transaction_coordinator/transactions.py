@@ -303,6 +303,24 @@ class TxnShard:
         )
         return await self._write(txn_id, got, record)
 
+    def verify_partitions(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1 (AddPartitionsToTxn v4 verify-only, Kafka's
+        handleVerifyPartitionsInTransaction): each partition's answer to "is it part of the
+        ongoing transaction of this producer id and epoch?" - nothing is written."""
+        wanted = list(dict.fromkeys(partitions))
+        got = self._entry(txn_id, producer_id, epoch)
+        if isinstance(got, ErrorCode):
+            return dict.fromkeys(wanted, got)
+        rec = got.record
+        if rec.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return dict.fromkeys(wanted, ErrorCode.CONCURRENT_TRANSACTIONS)
+        ongoing = rec.partitions if rec.state == S.ONGOING else frozenset()
+        return {
+            tp: ErrorCode.NONE if tp in ongoing else ErrorCode.INVALID_TXN_STATE for tp in wanted
+        }
+
     # ---- EndTxn ----------------------------------------------------------------------------
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
         got = self._entry(txn_id, producer_id, epoch)

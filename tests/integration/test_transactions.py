@@ -577,3 +577,94 @@ def test_find_hanging_and_abort_a_transaction_no_coordinator_knows(
         0: [b"hung-0", b"hung-1", b"after"],
         1: [b"live"],
     }
+
+
+def test_kip890_refuses_produce_outside_the_transaction_and_a_late_batch(
+    bootstrap: str, topic: TopicFactory, cluster: LocalCluster
+) -> None:
+    """KIP-890 part 1, with raw requests through the gateway: a transactional batch to a
+    partition never added to the transaction is INVALID_TXN_STATE; one to an added partition is
+    appended (verified with the coordinator on the way); a batch of the transaction sent after
+    its commit marker (a late retry) is INVALID_TXN_STATE instead of opening a transaction
+    nobody will end, and the LSO stays at the high watermark."""
+    import asyncio
+    import socket
+
+    from txn_support import READ_COMMITTED, READ_UNCOMMITTED, TxnPartition
+
+    from services.common.protocol.api_keys import ApiKey
+    from services.common.protocol.messages import decode_response, encode_request
+    from services.common.records.record import Record, build_batch
+    from tests.integration.kafka_support import read_frame, split_bootstrap
+
+    name = topic(2)
+    txn_id = f"kip890-{uuid.uuid4().hex[:8]}"
+    sock = socket.create_connection(split_bootstrap(bootstrap), timeout=30)
+    corr = iter(range(1, 1000))
+
+    def call(key: ApiKey, version: int, body: dict[str, object]) -> dict[str, object]:
+        sock.sendall(encode_request(key, version, next(corr), "kip890", body))
+        frame = read_frame(sock, timeout=30)
+        assert frame is not None
+        return decode_response(key, version, frame)[1]
+
+    def retrying(key: ApiKey, version: int, body: dict[str, object]) -> dict[str, object]:
+        deadline = time.monotonic() + 60  # the coordinator's shard is made on first use
+        while (resp := call(key, version, body))["error_code"] in (14, 15, 16, 51):
+            assert time.monotonic() < deadline, resp
+            time.sleep(0.2)
+        return resp
+
+    def produce(partition: int, seq: int) -> int:
+        batch = build_batch(
+            [Record(timestamp=int(time.time() * 1000), value=f"v{seq}".encode())],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+        data = [{"index": partition, "records": batch}]
+        body = {"transactional_id": txn_id, "acks": -1, "timeout": 30000,
+                "topic_data": [{"name": name, "partition_data": data}]}  # fmt: skip
+        resp = call(ApiKey.PRODUCE, 8, body)
+        return int(resp["responses"][0]["partition_responses"][0]["error_code"])  # type: ignore[index]
+
+    try:
+        # FindCoordinator makes __transaction_state on first use, as clients start
+        retrying(ApiKey.FIND_COORDINATOR, 1, {"key": txn_id, "key_type": 1})
+        init = retrying(ApiKey.INIT_PRODUCER_ID, 1,
+                    {"transactional_id": txn_id, "transaction_timeout": 60000})  # fmt: skip
+        assert init["error_code"] == 0, init
+        pid, epoch = int(init["producer_id"]), int(init["producer_epoch"])  # type: ignore[call-overload]
+        added = call(ApiKey.ADD_PARTITIONS_TO_TXN, 1, {
+            "v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": name, "partitions": [0]}]})  # fmt: skip
+        assert (
+            added["results_by_topic_v3_and_below"][0]["results_by_partition"][0][  # type: ignore[index]
+                "partition_error_code"
+            ]
+            == 0
+        ), added
+        assert produce(1, 0) == KafkaError.INVALID_TXN_STATE  # (a) never added
+        assert produce(0, 0) == 0  # added: verified, appended
+        assert produce(0, 1) == 0  # the transaction is open there: no verification
+        ended = retrying(ApiKey.END_TXN, 1, {"transactional_id": txn_id, "producer_id": pid,
+                                         "producer_epoch": epoch, "committed": True})  # fmt: skip
+        assert ended["error_code"] == 0, ended
+        p0 = TxnPartition(cluster, name, pid, epoch)
+        deadline = time.monotonic() + 30
+        while asyncio.run(p0.latest(READ_COMMITTED)) != asyncio.run(p0.latest(READ_UNCOMMITTED)):
+            assert time.monotonic() < deadline, "the commit marker never landed"
+            time.sleep(0.1)
+        end = asyncio.run(p0.latest(READ_UNCOMMITTED))
+        # (b) a late batch of the committed transaction: refused, no hanging transaction
+        assert produce(0, 2) == KafkaError.INVALID_TXN_STATE
+        assert produce(1, 1) == KafkaError.INVALID_TXN_STATE
+        assert asyncio.run(p0.latest(READ_UNCOMMITTED)) == end
+        assert asyncio.run(p0.latest(READ_COMMITTED)) == end
+        p1 = TxnPartition(cluster, name, pid, epoch, partition=1)
+        assert asyncio.run(p1.latest(READ_COMMITTED)) == asyncio.run(p1.latest(READ_UNCOMMITTED))
+    finally:
+        sock.close()
+    assert _values_one(bootstrap, name, "read_committed", 2) == [b"v0", b"v1"]

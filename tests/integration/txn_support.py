@@ -96,7 +96,8 @@ class TxnPartition:
         part = pb.PartitionAppend(
             topic=self.topic, partition=self.partition, records=batch, current_leader_epoch=-1
         )
-        req = pb.AppendRequest(acks=-1, timeout_ms=10000, transactional_id="t", partitions=[part])
+        # no transactional id: the test plays a coordinator-verified append (no KIP-890 check)
+        req = pb.AppendRequest(acks=-1, timeout_ms=10000, partitions=[part])
         r = (await self.call(self.leader(), "Append", req)).partitions[0]
         assert r.error_code == 0, r
         return int(r.base_offset)

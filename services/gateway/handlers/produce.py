@@ -33,6 +33,7 @@ from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 from services.gateway.produce_order import ProduceOrder
 from services.gateway.storage_errors import rpc_error_code
+from services.gateway.txn_verification import verify_partitions
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -196,7 +197,9 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
         if not _close_on_error(ctx, responses):
             appends.add_done_callback(lambda _: _close_on_error(ctx, responses))
         return None
-    await _finish_appends(s, order, started)
+    unverified = await _finish_appends(s, order, started)
+    if unverified and txn:
+        await _verify_and_resend(ctx, unverified, acks, timeout_ms, txn)
     return {"responses": responses, "throttle_time": 0}
 
 
@@ -213,6 +216,10 @@ def _close_on_error(ctx: RequestContext, responses: list[Body]) -> bool:
 # one partition's batch: what goes to storage, its response entry, its producer id/epoch/sequence
 _Item = tuple[PartitionAppend, Body, tuple[int, int, int]]
 _Started = tuple[int, list[_Item], Awaitable[Any]]
+_Unverified = tuple[int, _Item, int]  # node, item, verification guard
+_VERIFY_MESSAGES = {
+    ErrorCode.INVALID_TXN_STATE: "The partition is not part of the producer's ongoing transaction",
+}
 
 
 def _fail(order: ProduceOrder, items: list[_Item], code: ErrorCode, message: str) -> None:
@@ -250,22 +257,37 @@ def _start_append(
     return node, items, call
 
 
-async def _finish_appends(s: GatewayServices, order: ProduceOrder, started: list[_Started]) -> None:
+async def _finish_appends(
+    s: GatewayServices, order: ProduceOrder, started: list[_Started]
+) -> list[_Unverified]:
     """Await every started Append (the futures themselves: no task per call) and fill in the
-    responses of their partitions; each answered batch is reported to ``order``."""
+    responses of their partitions; each answered batch is reported to ``order``. Returns the
+    transactional batches storage holds back until the coordinator verifies them (KIP-890)."""
     answers = await asyncio.gather(*(call for _, _, call in started), return_exceptions=True)
+    unverified: list[_Unverified] = []
     for (node, items, _), answer in zip(started, answers, strict=True):
-        _apply_answer(s, node, items, answer)
-        for p, res, producer in items:
-            order.answered((p.topic, p.partition), producer, as_error_code(res["error_code"]))
+        guards = _apply_answer(s, node, items, answer)
+        for item in items:
+            p, res, producer = item
+            guard = guards.get((p.topic, p.partition), 0)
+            if guard:  # not a failure the client sees: resent once verified
+                unverified.append((node, item, guard))
+                order.answered((p.topic, p.partition), producer, ErrorCode.NONE)
+            else:
+                order.answered((p.topic, p.partition), producer, as_error_code(res["error_code"]))
+    return unverified
 
 
-def _apply_answer(s: GatewayServices, node: int, items: list[_Item], answer: Any) -> None:
+def _apply_answer(
+    s: GatewayServices, node: int, items: list[_Item], answer: Any
+) -> dict[tuple[str, int], int]:
+    """Fill in the responses; returns the verification guards storage handed out."""
+    guards: dict[tuple[str, int], int] = {}
     if isinstance(answer, BaseException):  # any RPC failure becomes a partition error
         code = rpc_error_code("Append", answer)
         for _, res, _ in items:
             res.update(_partition(res["index"], code, f"Storage node {node}: {code.name}"))
-        return
+        return guards
     by_key = {(r.topic, r.partition): r for r in answer.partitions}
     offsets = s.offsets
     for p, res, _ in items:
@@ -292,6 +314,39 @@ def _apply_answer(s: GatewayServices, node: int, items: list[_Item], answer: Any
                 {"batch_index": e.batch_index, "batch_index_error_message": e.message or None}
                 for e in r.record_errors
             ]
+            if r.verification_guard:
+                guards[(p.topic, p.partition)] = r.verification_guard
+    return guards
+
+
+async def _verify_and_resend(
+    ctx: RequestContext, unverified: list[_Unverified], acks: int, timeout_ms: int, txn: str
+) -> None:
+    """KIP-890 part 1: ask the transaction coordinator whether the held-back batches'
+    partitions are in the producer's transaction; resend the verified ones with storage's
+    guard, answer the others with the coordinator's verdict (Produce <= v9 codes). The
+    connection's verify lock keeps resends in the order the answers came back."""
+    s, order = ctx.services, ctx.produce_order
+    async with order.verify_lock:
+        codes = await verify_partitions(
+            ctx, txn, [(p.topic, p.partition, producer) for _, (p, _, producer), _ in unverified]
+        )
+        by_node: dict[int, list[_Item]] = {}
+        for node, (p, res, producer), guard in unverified:
+            code = codes.get((p.topic, p.partition), ErrorCode.NOT_ENOUGH_REPLICAS)
+            if code != ErrorCode.NONE:
+                res.update(_partition(res["index"], code, _VERIFY_MESSAGES.get(code)))
+                order.failed((p.topic, p.partition), producer, code)
+                continue
+            by_node.setdefault(node, []).append(
+                (p._replace(verification_guard=guard), res, producer)
+            )
+        started = [
+            call
+            for node, items in by_node.items()
+            if (call := _start_append(s, order, node, items, acks, timeout_ms, txn)) is not None
+        ]
+    await _finish_appends(s, order, started)
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:
