@@ -40,6 +40,7 @@ def _expected(
                 partition=p.partition,
                 records=bytes(p.records),
                 current_leader_epoch=p.current_leader_epoch,
+                verification_guard=p.verification_guard,
             )
             for p in parts
         ],
@@ -53,6 +54,7 @@ def test_matches_protobuf_byte_for_byte() -> None:
         PartitionAppend("orders", 0, view[4:13]),
         PartitionAppend("orders", 7, view[17:]),
         PartitionAppend("ünïcode", 2, b"", 5),
+        PartitionAppend("orders", 3, b"x", -1, 2**62),  # a KIP-890 verification guard
     ]
     raw = append_request(-1, 30000, "txn-1", parts)
     assert raw == _expected(-1, 30000, "txn-1", parts).SerializeToString()
@@ -76,7 +78,14 @@ def test_varint() -> None:
     timeout=INT32,
     txn=st.none() | st.text(max_size=20),
     parts=st.lists(
-        st.builds(PartitionAppend, st.text(max_size=30), INT32, st.binary(max_size=300), INT32),
+        st.builds(
+            PartitionAppend,
+            st.text(max_size=30),
+            INT32,
+            st.binary(max_size=300),
+            INT32,
+            st.integers(0, 2**62),
+        ),
         max_size=5,
     ),
 )

@@ -237,3 +237,26 @@ def test_retry_reaching_the_new_leader_is_a_duplicate(tmp_path: Path) -> None:
     behind.truncate_to(placed[3].first_offset)
     assert append(behind, make_batch(4)).duplicate
     assert append(behind, make_batch(6)).first_offset == placed[3].first_offset
+
+
+def test_a_marker_between_verification_and_append_voids_the_guard(tmp_path: Path) -> None:
+    """KIP-890 part 1 (Kafka's VerificationStateEntry): the guard of a verification started
+    before the producer's marker landed no longer verifies anything; a new one is handed out."""
+    log = open_log(tmp_path)
+    state = log.producer_state
+    assert not state.has_ongoing_txn(PID, 0)
+    guard = state.verification_guard(PID, 0)
+    assert guard > 0 and state.verification_guard(PID, 0) == guard  # one per producer and epoch
+    assert state.is_verified(PID, 0, guard) and not state.is_verified(PID, 1, guard)
+    assert not state.is_verified(PID, 0, 0)
+    append(log, make_batch(0, txn=True))  # appended with the guard: the transaction is open
+    assert state.has_ongoing_txn(PID, 0) and not state.has_ongoing_txn(PID, 1)
+    marker = bytearray(
+        build_end_txn_marker(
+            True, producer_id=PID, producer_epoch=0, coordinator_epoch=3, timestamp=NOW
+        )
+    )
+    append(log, marker, origin=AppendOrigin.COORDINATOR)
+    assert not state.has_ongoing_txn(PID, 0)
+    assert not state.is_verified(PID, 0, guard)  # a late batch of the ended transaction
+    assert state.verification_guard(PID, 0) != guard

@@ -103,10 +103,18 @@ def test_append_request_reads_like_protobuf(
     )
     call = parse_append_request(msg.SerializeToString())
     assert (call.acks, call.timeout_ms, call.transactional_id) == (acks, timeout, txn)
+    assert all(p.verification_guard == 0 for p in call.partitions)
     assert [
         (p.topic, p.partition, bytes(p.records), p.current_leader_epoch) for p in call.partitions
     ] == parts
     assert all(isinstance(p.records, bytearray) for p in call.partitions)
+
+
+def test_append_request_carries_the_verification_guard() -> None:
+    """KIP-890: the guard storage handed out comes back on the resent partition."""
+    part = pb.PartitionAppend(topic="t", partition=1, records=b"x", verification_guard=2**62)
+    call = parse_append_request(pb.AppendRequest(partitions=[part]).SerializeToString())
+    assert [p.verification_guard for p in call.partitions] == [2**62]
 
 
 # ---- Exchange ---------------------------------------------------------------------------------

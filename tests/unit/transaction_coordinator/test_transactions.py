@@ -336,10 +336,16 @@ async def test_not_coordinator_in_every_shape(api_key: int) -> None:
             body["v3_and_below_topics"] = [{"name": "a", "partitions": [0]}]
         if "transactional_ids" in body:
             body["transactional_ids"] = ["tx"]
+        if "transactions" in body:  # AddPartitionsToTxn v4: verify-only (KIP-890)
+            body["transactions"] = [{"transactional_id": "tx", "producer_id": 1, "verify_only": True,
+                                     "topics": [{"name": "a", "partitions": [0]}]}]  # fmt: skip
         if api_key == ApiKey.LIST_TRANSACTIONS:
             continue  # asks the loaded shards only: no shard, nothing to list
         resp = await api.handle(Lookup(E.NOT_COORDINATOR), lambda g: 0, api_key, version, body)
-        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version >= 4:
+            codes = [p["partition_error_code"] for r in resp["results_by_transaction"]
+                     for t in r["topic_results"] for p in t["results_by_partition"]]  # fmt: skip
+        elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
             codes = [p["partition_error_code"] for t in resp["results_by_topic_v3_and_below"]
                      for p in t["results_by_partition"]]  # fmt: skip
         elif api_key == ApiKey.DESCRIBE_TRANSACTIONS:
