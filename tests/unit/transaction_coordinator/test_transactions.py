@@ -353,3 +353,39 @@ async def test_not_coordinator_in_every_shape(api_key: int) -> None:
         else:
             codes = [resp["error_code"]]
         assert codes == [E.NOT_COORDINATOR]
+
+
+async def test_kip890_verify_only_answers_without_writing() -> None:
+    """AddPartitionsToTxn v4 verify-only (what the gateway asks before a transaction's first
+    append to a partition): NONE for a partition of the Ongoing transaction, INVALID_TXN_STATE
+    for any other or once the transaction ended, CONCURRENT_TRANSACTIONS while its markers are
+    written, the producer checks of AddPartitionsToTxn; nothing is ever written."""
+    env = Env()
+    await env.init()
+
+    async def verify(pid: int, epoch: int, parts: list[int]) -> dict[tuple[str, int], int]:
+        txn = {"transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+               "verify_only": True, "topics": [{"name": "a", "partitions": parts}]}  # fmt: skip
+        resp = await env.call(ApiKey.ADD_PARTITIONS_TO_TXN, 4, transactions=[txn])
+        assert [r["transactional_id"] for r in resp["results_by_transaction"]] == ["tx"]
+        return {
+            (t["name"], p["partition_index"]): p["partition_error_code"]
+            for r in resp["results_by_transaction"]
+            for t in r["topic_results"]
+            for p in t["results_by_partition"]
+        }
+
+    assert await verify(4000, 0, [0]) == {("a", 0): E.INVALID_TXN_STATE}  # no transaction
+    await env.add(4000, 0, {"a": [0]})
+    writes = len(env.store.appends)
+    assert await verify(4000, 0, [0, 1]) == {("a", 0): 0, ("a", 1): E.INVALID_TXN_STATE}
+    assert await verify(4000, 1, [0]) == {("a", 0): E.PRODUCER_FENCED}
+    assert await verify(4001, 0, [0]) == {("a", 0): E.INVALID_PRODUCER_ID_MAPPING}
+    env.markers.gate = asyncio.Event()
+    assert await env.end(4000, 0, commit=True) == 0
+    await settle()
+    assert await verify(4000, 0, [0]) == {("a", 0): E.CONCURRENT_TRANSACTIONS}
+    env.markers.gate.set()
+    await settle()
+    assert await verify(4000, 0, [0]) == {("a", 0): E.INVALID_TXN_STATE}  # a late batch
+    assert len(env.store.appends) == writes + 2  # PrepareCommit, CompleteCommit: none by verify
