@@ -96,9 +96,9 @@ def _append_one(
     meters = rm.metrics.topic(pa.topic)
     meters.produce_requests.inc()
     headers = validate_batches(records)
-    if verify and headers:  # a client's transactional produce (not a coordinator's write)
-        _check_verified(p, headers[0], pa.verification_guard, result)
     try:
+        if verify and headers:  # a client's transactional produce (not a coordinator's write)
+            _check_verified(p, headers[0], pa.verification_guard, result)
         info = p.append_as_leader(records, headers, acks, rm.clock())
     except KafkaError as exc:
         if exc.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
@@ -133,7 +133,9 @@ def _check_verified(
     guard, one is handed out in ``result`` and the batch refused (NOT_ENOUGH_REPLICAS, the
     retriable code Kafka gives old clients while verifying): the gateway verifies and resends
     it with the guard. A guard a marker of the producer invalidated meanwhile (the transaction
-    ended: the batch is late) is INVALID_TXN_STATE - it would open a hanging transaction."""
+    ended: the batch is late) is INVALID_TXN_STATE - it would open a hanging transaction.
+    The refusal is remembered as any retriable one (refused_batches): a pipelined batch resent
+    ahead of this one gets its answer, not OUT_OF_ORDER_SEQUENCE_NUMBER."""
     if not header.is_transactional or header.is_control:
         return
     state = p.log.producer_state
