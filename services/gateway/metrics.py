@@ -115,3 +115,11 @@ SASL_FAILURES = Counter(
     "Connections that failed SASL or TLS authentication, per listener and mechanism",
     ["listener", "mechanism"],
 )
+
+# KIP-890 part 1 (Kafka's AddPartitionsToTxnManager VerificationFailureRate): verify-only checks
+# of a transaction's first append to a partition, per outcome (the Produce error, NONE = verified)
+TXN_VERIFICATIONS = Counter(
+    "kafka_server_addpartitionstotxnmanager_verifications",
+    "Partitions verified with the transaction coordinator before a transactional append",
+    ["error"],
+)

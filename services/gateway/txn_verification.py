@@ -15,6 +15,7 @@ from services.common.coordinator.clients import ForwardError
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.protocol import ApiKey
+from services.gateway import metrics
 from services.gateway.context import RequestContext
 from services.gateway.handlers.base import as_error_code
 from services.gateway.handlers.group_requests import client_host
@@ -41,7 +42,16 @@ async def verify_partitions(
     ctx: RequestContext, txn_id: str, batches: list[tuple[str, int, tuple[int, int, int]]]
 ) -> dict[TopicPartition, ErrorCode]:
     """Each (topic, partition) of ``batches`` (topic, partition, (producer id, epoch, seq))
-    mapped to its Produce error code (NONE: verified)."""
+    mapped to its Produce error code (NONE: verified), counted in TXN_VERIFICATIONS."""
+    answer = await _verify(ctx, txn_id, batches)
+    for code in answer.values():
+        metrics.TXN_VERIFICATIONS.labels(code.name).inc()
+    return answer
+
+
+async def _verify(
+    ctx: RequestContext, txn_id: str, batches: list[tuple[str, int, tuple[int, int, int]]]
+) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t, p) for t, p, _ in batches]
     clients = ctx.services.txn_coordinators
     if clients is None:
