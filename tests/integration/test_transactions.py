@@ -586,7 +586,8 @@ def test_kip890_refuses_produce_outside_the_transaction_and_a_late_batch(
     partition never added to the transaction is INVALID_TXN_STATE; one to an added partition is
     appended (verified with the coordinator on the way); a batch of the transaction sent after
     its commit marker (a late retry) is INVALID_TXN_STATE instead of opening a transaction
-    nobody will end, and the LSO stays at the high watermark."""
+    nobody will end, and the LSO stays at the high watermark. Last, on the storage node itself:
+    a guard handed out before the producer's marker landed no longer lets the batch in."""
     import asyncio
     import socket
 
@@ -595,6 +596,7 @@ def test_kip890_refuses_produce_outside_the_transaction_and_a_late_batch(
     from services.common.protocol.api_keys import ApiKey
     from services.common.protocol.messages import decode_response, encode_request
     from services.common.records.record import Record, build_batch
+    from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
     from tests.integration.kafka_support import read_frame, split_bootstrap
 
     name = topic(2)
@@ -664,6 +666,24 @@ def test_kip890_refuses_produce_outside_the_transaction_and_a_late_batch(
         assert asyncio.run(p0.latest(READ_UNCOMMITTED)) == end
         assert asyncio.run(p0.latest(READ_COMMITTED)) == end
         p1 = TxnPartition(cluster, name, pid, epoch, partition=1)
+        assert asyncio.run(p1.latest(READ_COMMITTED)) == asyncio.run(p1.latest(READ_UNCOMMITTED))
+        # the guard: a marker landing between verification and append voids it (storage direct)
+        batch = build_batch([Record(timestamp=int(time.time() * 1000), value=b"race")],
+                            producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                            is_transactional=True)  # fmt: skip
+
+        async def append(guard: int) -> pb.PartitionAppendResult:
+            part = pb.PartitionAppend(topic=name, partition=1, records=batch,
+                                      current_leader_epoch=-1, verification_guard=guard)  # fmt: skip
+            req = pb.AppendRequest(acks=-1, timeout_ms=10000, transactional_id=txn_id,
+                                   partitions=[part])  # fmt: skip
+            return (await p1.call(p1.leader(), "Append", req)).partitions[0]
+
+        held = asyncio.run(append(0))
+        assert held.error_code == KafkaError.NOT_ENOUGH_REPLICAS and held.verification_guard
+        assert asyncio.run(p1.marker(True, coordinator_epoch=0)).error_code == 0
+        late = asyncio.run(append(held.verification_guard))
+        assert late.error_code == KafkaError.INVALID_TXN_STATE, late
         assert asyncio.run(p1.latest(READ_COMMITTED)) == asyncio.run(p1.latest(READ_UNCOMMITTED))
     finally:
         sock.close()
