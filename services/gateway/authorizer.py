@@ -29,6 +29,7 @@ from services.common.logging import get_logger
 from services.common.zk.acls import EXTENDED_CHANGES, LITERAL_CHANGES, read_acls
 from services.common.zk.client import AsyncZk
 from services.common.zk.watches import WatchSet
+from services.gateway import metrics
 
 log = get_logger("gateway.authorizer")
 
@@ -74,6 +75,7 @@ class Authorizer:
             else:
                 prefixed[r.type].append((r.name, b.entry))
         self._literal, self._prefixed, self._bindings = dict(literal), dict(prefixed), bindings
+        metrics.ACLS_TOTAL.set(len(bindings))
 
     def _acls(self, rtype: ResourceType, name: str) -> list[Entry]:
         out = list(self._literal.get((rtype, name), ()))

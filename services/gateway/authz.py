@@ -26,6 +26,7 @@ from services.common.acl import CLUSTER_NAME, Operation, ResourceType
 from services.common.errors import ErrorCode
 from services.common.metadata_cache import INTERNAL_TOPICS
 from services.common.protocol import ApiKey
+from services.gateway import metrics
 from services.gateway.authorizer import Authorizer, peer_host
 from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body
@@ -303,6 +304,7 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
     if ctx.api_key == ApiKey.INIT_PRODUCER_ID:
         code = _init_producer_id(who, body)
         if code != ErrorCode.NONE:
+            metrics.AUTHORIZATION_DENIED.labels(handler.name).inc()
             return handler.error_response(body, version, code)
         return await handler.handle(ctx, body)
     rule = RULES.get(ctx.api_key)
@@ -311,6 +313,7 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
     for check in rule.checks:
         named = check.resource(body)
         if named is not None and not who.can(check.op, named):
+            metrics.AUTHORIZATION_DENIED.labels(handler.name).inc()
             return handler.error_response(body, version, DENIED[named[0]])
     denied: list[tuple[EntryFilter, ErrorCode, list[Any]]] = []
     for flt in rule.entries:
@@ -321,6 +324,7 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
         if refused:
             body = {**body, flt.request_field: kept}
             denied.extend((flt, code, items) for code, items in refused.items())
+            metrics.AUTHORIZATION_DENIED.labels(handler.name).inc()
     all_denied = denied and not any(body.get(flt.request_field) for flt, _, _ in denied)
     if all_denied and not rule.call_when_all_denied:
         resp: Body | None = handler.error_response(
