@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from kafka_support import running_cluster, wait_for_topic
+from kafka_support import cli_ok, kafka_py, one_line, running_cluster, wait_for_topic
 
 from services.cli.local_cluster import LocalCluster
 
@@ -270,3 +270,49 @@ def test_acls_enforced_for_a_scram_user(cluster: LocalCluster) -> None:
     _wait_acl_count(cluster, 1, 2)
     got, err = _consume(_conf(cluster, 1, ALICE, **{"group.id": "g-alice"}), 1)
     assert err is None and got == [b"v0"]
+
+
+def test_kafka_py_acls_cli(cluster: LocalCluster, tmp_path: Path) -> None:
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.username=admin\nsasl.password={ADMIN_PW}\n"
+    )
+    base = ["acls", "--bootstrap-server", f"127.0.0.1:{cluster.gateway_ports[0]}",
+            "--command-config", str(props)]  # fmt: skip
+    before = _gauge(cluster, 1, "kafka_server_kafka_security_authorizer_metrics_acls_total_count")
+    pattern = "`ResourcePattern(resourceType=TOPIC, name=cli-, patternType=PREFIXED)`"
+    entries = (
+        " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)\n"
+        "\t(principal=User:bob, host=*, operation=WRITE, permissionType=ALLOW) \n"
+    )
+    out = cli_ok(
+        *base, "--add", "--allow-principal", "User:bob", "--operation", "Read",
+        "--operation", "write", "--topic", "cli-", "--resource-pattern-type", "prefixed",
+    )  # fmt: skip
+    assert out == (
+        f"Adding ACLs for resource {pattern}: \n{entries}\n"
+        f"Current ACLs for resource {pattern}: \n{entries}\n"
+    )
+    # takes effect on the other, running gateway within seconds
+    _wait_acl_count(cluster, 1, int(before) + 2)
+    out = cli_ok(*base, "--list", "--principal", "User:bob")
+    assert (
+        out == f"ACLs for principal `User:bob`\nCurrent ACLs for resource {pattern}: \n{entries}\n"
+    )
+    out = cli_ok(
+        *base, "--remove", "--force", "--allow-principal", "User:bob", "--operation", "Write",
+        "--topic", "cli-", "--resource-pattern-type", "prefixed",
+    )  # fmt: skip
+    assert out.startswith(f"Removing ACLs for resource {pattern}\n")
+    assert "operation=WRITE" not in out and "operation=READ" in out
+    _wait_acl_count(cluster, 1, int(before) + 1)
+    out = cli_ok(*base, "--add", "--consumer", "--allow-principal", "User:bob",
+                 "--topic", "cli-t", "--group", "cli-g")  # fmt: skip
+    assert "operation=READ" in out and "operation=DESCRIBE" in out
+    assert "ResourcePattern(resourceType=GROUP, name=cli-g, patternType=LITERAL)" in out
+    _wait_acl_count(cluster, 1, int(before) + 4)
+    bad = kafka_py(*base, "--add", "--topic", "x")
+    assert bad.returncode == 2 and "--allow-principal" in one_line(bad.stderr)
+    bad = kafka_py(*base, "--add", "--allow-principal", "bob", "--topic", "x")
+    assert bad.returncode == 2 and "no colon" in one_line(bad.stderr)
