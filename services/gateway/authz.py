@@ -157,7 +157,6 @@ _CLUSTER_ONLY = {
     ApiKey.CREATE_ACLS: O.ALTER,
     ApiKey.DELETE_ACLS: O.ALTER,
     ApiKey.DESCRIBE_ACLS: O.DESCRIBE,
-    ApiKey.DESCRIBE_CLUSTER: O.DESCRIBE,
     ApiKey.DESCRIBE_LOG_DIRS: O.DESCRIBE,
     ApiKey.ELECT_LEADERS: O.ALTER,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: O.ALTER,
@@ -169,8 +168,8 @@ _CLUSTER_ONLY = {
 _GROUP_READ = Check(O.READ, _field(R.GROUP, "group_id"))
 _TXN_WRITE = Check(O.WRITE, _field(R.TRANSACTIONAL_ID, "transactional_id"))
 
-# API key -> what it needs (APIs absent here need nothing: ApiVersions, SASL, InitProducerId
-# is special-cased in ``_init_producer_id``).
+# API key -> what it needs. APIs absent here need nothing (ApiVersions, SASL, DescribeCluster:
+# Kafka serves it to anyone); InitProducerId is special-cased in ``_init_producer_id``.
 RULES: dict[int, Rule] = {
     **{key: Rule(checks=(Check(op, _cluster),)) for key, op in _CLUSTER_ONLY.items()},
     ApiKey.PRODUCE: Rule(

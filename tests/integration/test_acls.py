@@ -45,6 +45,12 @@ JAAS = (
 TOPIC, SECRET = "orders-eu", "secret-payroll"
 
 
+_ANY = AclBindingFilter(
+    ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+    AclOperation.ANY, AclPermissionType.ANY,
+)  # fmt: skip
+
+
 def _conf(cluster: LocalCluster, gateway: int, user: str, **extra: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": f"127.0.0.1:{cluster.gateway_ports[gateway]}",
@@ -316,3 +322,63 @@ def test_kafka_py_acls_cli(cluster: LocalCluster, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--allow-principal" in one_line(bad.stderr)
     bad = kafka_py(*base, "--add", "--allow-principal", "bob", "--topic", "x")
     assert bad.returncode == 2 and "no colon" in one_line(bad.stderr)
+
+
+def test_more_apis_refused_and_allowed(cluster: LocalCluster) -> None:
+    """Idempotent and transactional producers, DeleteTopics and DescribeConfigs for a
+    principal with only READ on ``orders-*``, then with WRITE and the transactional id."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient(_conf(cluster, 0, "admin"))
+    alice = AdminClient(_conf(cluster, 1, ALICE))
+    with pytest.raises(KafkaException) as exc:
+        alice.delete_topics([TOPIC])[TOPIC].result(30)
+    assert exc.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    res = ConfigResource(ConfigResource.Type.TOPIC, SECRET)
+    with pytest.raises(KafkaException) as exc:
+        alice.describe_configs([res])[res].result(30)
+    assert exc.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert SECRET in admin.list_topics(timeout=15).topics  # nothing deleted
+
+    # idempotent producer: InitProducerId needs IDEMPOTENT_WRITE or WRITE on some topic
+    p = Producer(
+        _conf(cluster, 1, ALICE, **{"enable.idempotence": True, "message.timeout.ms": 10000})
+    )
+    p.produce(TOPIC, b"idem")
+    with pytest.raises(KafkaException) as exc:  # librdkafka raises the fatal error from flush
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            p.flush(1)
+    err = exc.value.args[0]
+    assert err.fatal() and err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, err
+    # transactional producer: WRITE on the transactional id
+    tp = Producer(_conf(cluster, 1, ALICE, **{"transactional.id": "tx-alice"}))
+    with pytest.raises(KafkaException) as exc:
+        tp.init_transactions(15)
+    assert exc.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    grants = [
+        _acl(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, AclOperation.WRITE),
+        _acl(
+            ResourceType.TRANSACTIONAL_ID, "tx-", ResourcePatternType.PREFIXED,
+            AclOperation.WRITE,
+        ),
+    ]  # fmt: skip
+    for fut in admin.create_acls(grants).values():
+        fut.result(30)
+    _wait_acl_count(cluster, 1, len(admin.describe_acls(_ANY).result(30)))
+    before = Consumer(_conf(cluster, 0, "admin", **{"group.id": "admin"}))
+    _, high = before.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=15)
+    before.close()
+    tp = Producer(_conf(cluster, 1, ALICE, **{"transactional.id": "tx-alice"}))
+    tp.init_transactions(30)
+    tp.begin_transaction()
+    tp.produce(TOPIC, b"txn")
+    tp.commit_transaction(30)
+    ip = Producer(_conf(cluster, 1, ALICE, **{"enable.idempotence": True}))
+    ip.produce(TOPIC, b"idem")
+    assert ip.flush(30) == 0
+    after = Consumer(_conf(cluster, 0, "admin", **{"group.id": "admin"}))
+    _, high_after = after.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=15)
+    after.close()
+    assert high_after == high + 3  # the idempotent record, the transactional one and its marker

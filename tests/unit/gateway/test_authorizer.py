@@ -24,7 +24,7 @@ from services.gateway.authorizer import Authorizer, parse_super_users, peer_host
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
-O, P = Operation, Permission
+O, P = Operation, Permission  # noqa: E741 - short names keep the cases readable
 
 
 def b(rtype: ResourceType, name: str, pattern: PatternType, principal: str, op: Operation,
