@@ -264,6 +264,9 @@ RULES: dict[int, Rule] = {
 }
 
 
+_NOTHING = Rule()  # APIs that need no ACL
+
+
 # ---- applying a rule ------------------------------------------------------------------------
 class _Who:
     """The principal and host of a request, bound to the authorizer."""
@@ -306,9 +309,7 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
             metrics.AUTHORIZATION_DENIED.labels(handler.name).inc()
             return handler.error_response(body, version, code)
         return await handler.handle(ctx, body)
-    rule = RULES.get(ctx.api_key)
-    if rule is None:
-        return await handler.handle(ctx, body)
+    rule = RULES.get(ctx.api_key, _NOTHING)
     for check in rule.checks:
         named = check.resource(body)
         if named is not None and not who.can(check.op, named):
@@ -337,6 +338,7 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
         return None
     for rf in rule.responses:
         _filter_response(who, body, rf, resp)
+    _authorized_operations(who, ctx.api_key, body, resp)
     for flt, code, items in denied:
         part = handler.error_response({**body, flt.request_field: items}, version, code)
         resp[flt.response_field] = list(resp.get(flt.response_field) or []) + list(
@@ -367,3 +369,34 @@ def _filter_response(who: _Who, body: Body, rf: ResponseFilter, resp: Body) -> N
     if rf.field not in resp or (rf.unless_cluster and who.can(rf.op, CLUSTER)):  # type: ignore[arg-type]
         return
     resp[rf.field] = [e for e in resp[rf.field] if who.can(rf.op, (rf.rtype, e[rf.name_field]))]
+
+
+# Operations each resource type supports (what authorized-operations bitfields are made of)
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    R.TOPIC: (O.READ, O.WRITE, O.CREATE, O.DELETE, O.ALTER, O.DESCRIBE, O.DESCRIBE_CONFIGS,
+              O.ALTER_CONFIGS),
+    R.GROUP: (O.READ, O.DESCRIBE, O.DELETE),
+    R.CLUSTER: (O.CREATE, O.ALTER, O.DESCRIBE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS,
+                O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE),
+}  # fmt: skip
+
+
+def _operations(who: _Who, rtype: ResourceType, name: str) -> int:
+    """Kafka's authorized-operations bitfield (bit n = operation n) of one resource."""
+    return sum(1 << op for op in SUPPORTED_OPERATIONS[rtype] if who.can(op, (rtype, name)))
+
+
+def _authorized_operations(who: _Who, api_key: int, body: Body, resp: Body) -> None:
+    """Fill the authorized-operations fields a request asked for with what the principal may do
+    (without an authorizer the handlers report every supported operation, as Kafka)."""
+    if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER):
+        if body.get("include_cluster_authorized_operations"):
+            resp["cluster_authorized_operations"] = _operations(who, R.CLUSTER, CLUSTER_NAME)
+    if api_key == ApiKey.METADATA and body.get("include_topic_authorized_operations"):
+        for t in resp.get("topics") or []:
+            if t.get("name") and not t.get("error_code"):
+                t["topic_authorized_operations"] = _operations(who, R.TOPIC, t["name"])
+    if api_key == ApiKey.DESCRIBE_GROUPS and body.get("include_authorized_operations"):
+        for g in resp.get("groups") or []:
+            if not g.get("error_code"):
+                g["authorized_operations"] = _operations(who, R.GROUP, g["group_id"])

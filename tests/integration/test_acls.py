@@ -227,6 +227,14 @@ def test_acls_enforced_for_a_scram_user(cluster: LocalCluster) -> None:
     # Metadata hides the topic she may not describe
     topics = set(alice.list_topics(timeout=15).topics)
     assert TOPIC in topics and SECRET not in topics
+    # authorized operations are hers (READ, and DESCRIBE implied by it)
+    from confluent_kafka import TopicCollection
+
+    desc = alice.describe_topics(TopicCollection([TOPIC]), include_authorized_operations=True)
+    ops = desc[TOPIC].result(30).authorized_operations
+    assert sorted(op.name for op in ops) == ["DESCRIBE", "READ"]
+    cluster_ops = alice.describe_cluster(include_authorized_operations=True).result(30)
+    assert not cluster_ops.authorized_operations
     # she may not create topics, nor manage ACLs
     with pytest.raises(KafkaException) as exc:
         alice.create_topics([NewTopic("orders-new", 1, 1)])["orders-new"].result(30)
