@@ -264,7 +264,17 @@ RULES: dict[int, Rule] = {
 }
 
 
-_NOTHING = Rule()  # APIs that need no ACL
+_NOTHING = Rule()
+# APIs without a rule, on purpose (Kafka checks nothing for them, or ``_init_producer_id`` does)
+NO_RULE = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+        ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.INIT_PRODUCER_ID,
+    }
+)
 
 
 # ---- applying a rule ------------------------------------------------------------------------

@@ -136,3 +136,34 @@ def test_zookeeper_json_and_paths_as_kafka() -> None:
 def test_peer_host() -> None:
     assert peer_host("10.0.0.1:5555") == "10.0.0.1"
     assert peer_host("::1:5555") == "::1"
+
+
+def test_every_api_the_gateway_serves_has_an_authorization_rule() -> None:
+    from services.gateway.authz import NO_RULE, RULES
+    from services.gateway.handlers import HANDLERS
+
+    assert set(RULES) | set(NO_RULE) == set(HANDLERS)
+    assert not set(RULES) & set(NO_RULE)
+
+
+def test_rule_fields_exist_in_the_messages() -> None:
+    """Every request/response field a rule names is a field of that API in some version it
+    serves (a typo would silently skip the check)."""
+    from services.common.protocol import SUPPORTED_VERSIONS
+    from services.common.protocol.schema import message_spec
+    from services.gateway.authz import RULES
+
+    def names(key: int, kind: str) -> set[str]:
+        lo, hi = SUPPORTED_VERSIONS[key]
+        out: set[str] = set()
+        for v in range(lo, hi + 1):
+            out |= {f.name for f in message_spec(key, v, kind).fields}  # type: ignore[arg-type]
+        return out
+
+    for key, rule in RULES.items():
+        req, resp = names(key, "request"), names(key, "response")
+        for flt in rule.entries:
+            assert flt.request_field in req, (key, flt.request_field)
+            assert flt.response_field in resp, (key, flt.response_field)
+        for rf in rule.responses:
+            assert rf.field in resp, (key, rf.field)
