@@ -60,6 +60,8 @@ class EntryFilter:
     or_cluster: bool = False  # allowed too when ``op`` is allowed on the cluster (CreateTopics)
     applies: Callable[[RequestContext, Body, Any], bool] | None = None  # None: every entry
     code: ErrorCode | None = None  # None: the resource type's authorization error
+    # response entries of denied request entries (None: from the handler's error_response)
+    denied: Callable[[list[Any], ErrorCode], list[Body]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +151,26 @@ def _needs_creation(ctx: RequestContext, body: Body, entry: Any) -> bool:
     )
 
 
+def _offset_fetch_topics(topics: list[Any], code: ErrorCode) -> list[Body]:
+    """OffsetFetch topic entries refused with ``code`` (v2+ error_response has no partitions)."""
+    return [
+        {
+            "name": t["name"],
+            "partitions": [
+                {
+                    "partition_index": p,
+                    "committed_offset": -1,
+                    "committed_leader_epoch": -1,
+                    "metadata": "",
+                    "error_code": int(code),
+                }
+                for p in t.get("partition_indexes") or []
+            ],
+        }
+        for t in topics
+    ]
+
+
 def _topics(op: Operation, req: str, resp: str, name: str = "name", **kw: Any) -> EntryFilter:
     return EntryFilter(op, req, resp, _topic(name), **kw)
 
@@ -227,7 +249,7 @@ RULES: dict[int, Rule] = {
     ApiKey.OFFSET_FETCH: Rule(
         checks=(Check(O.DESCRIBE, _field(R.GROUP, "group_id")),),
         entries=(
-            _topics(O.DESCRIBE, "topics", "topics"),
+            _topics(O.DESCRIBE, "topics", "topics", denied=_offset_fetch_topics),
             EntryFilter(O.DESCRIBE, "groups", "groups", _group),
         ),
         responses=(ResponseFilter(O.DESCRIBE, R.TOPIC, "topics", "name", "topics"),),
@@ -335,6 +357,9 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
             body = {**body, flt.request_field: kept}
             denied.extend((flt, code, items) for code, items in refused.items())
             metrics.AUTHORIZATION_DENIED.labels(handler.name).inc()
+    after_groups = None
+    if ctx.api_key == ApiKey.OFFSET_FETCH and body.get("groups"):
+        body, after_groups = _offset_fetch_groups(who, body)
     all_denied = denied and not any(body.get(flt.request_field) for flt, _, _ in denied)
     if all_denied and not rule.call_when_all_denied:
         resp: Body | None = handler.error_response(
@@ -350,10 +375,14 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
         _filter_response(who, body, rf, resp)
     _authorized_operations(who, ctx.api_key, body, resp)
     for flt, code, items in denied:
-        part = handler.error_response({**body, flt.request_field: items}, version, code)
-        resp[flt.response_field] = list(resp.get(flt.response_field) or []) + list(
-            part.get(flt.response_field) or []
-        )
+        if flt.denied is not None:
+            answers = flt.denied(items, code)
+        else:
+            part = handler.error_response({**body, flt.request_field: items}, version, code)
+            answers = list(part.get(flt.response_field) or [])
+        resp[flt.response_field] = list(resp.get(flt.response_field) or []) + answers
+    if after_groups is not None:
+        after_groups(resp)
     return resp
 
 
@@ -410,3 +439,35 @@ def _authorized_operations(who: _Who, api_key: int, body: Body, resp: Body) -> N
         for g in resp.get("groups") or []:
             if not g.get("error_code"):
                 g["authorized_operations"] = _operations(who, R.GROUP, g["group_id"])
+
+
+def _offset_fetch_groups(who: _Who, body: Body) -> tuple[Body, Callable[[Body], None]]:
+    """OffsetFetch v8+ (several groups): each group's topics without DESCRIBE are taken out and
+    answered TOPIC_AUTHORIZATION_FAILED; a group asking for all its topics gets only those the
+    principal may describe."""
+    refused: dict[str, list[Any]] = {}
+    everything: set[str] = set()
+    groups = []
+    for g in body["groups"]:
+        topics = g.get("topics")
+        if topics is None:
+            everything.add(g["group_id"])
+            groups.append(g)
+            continue
+        ok = [t for t in topics if who.can(O.DESCRIBE, (R.TOPIC, t["name"]))]
+        if len(ok) < len(topics):
+            refused[g["group_id"]] = [t for t in topics if t not in ok]
+        groups.append({**g, "topics": ok})
+
+    def after(resp: Body) -> None:
+        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        for g in resp.get("groups") or []:
+            gid = g.get("group_id")
+            if gid in everything:
+                g["topics"] = [
+                    t for t in g.get("topics") or [] if who.can(O.DESCRIBE, (R.TOPIC, t["name"]))
+                ]
+            elif gid in refused:
+                g["topics"] = list(g.get("topics") or []) + _offset_fetch_topics(refused[gid], code)
+
+    return {**body, "groups": groups}, after

@@ -347,6 +347,18 @@ def test_more_apis_refused_and_allowed(cluster: LocalCluster) -> None:
         alice.describe_configs([res])[res].result(30)
     assert exc.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert SECRET in admin.list_topics(timeout=15).topics  # nothing deleted
+    # OffsetFetch: her group's offsets of a topic she may not describe are refused per partition
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    asked = ConsumerGroupTopicPartitions(
+        "g-alice", [TopicPartition(SECRET, 0), TopicPartition(TOPIC, 0)]
+    )
+    parts = alice.list_consumer_group_offsets([asked])["g-alice"].result(30).topic_partitions
+    errors = {tp.topic: tp.error for tp in parts}
+    assert errors[TOPIC] is None, errors
+    assert errors[SECRET] is not None and errors[SECRET].code() == (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ), errors
 
     # idempotent producer: InitProducerId needs IDEMPOTENT_WRITE or WRITE on some topic
     p = Producer(
