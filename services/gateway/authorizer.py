@@ -7,12 +7,14 @@ trip). Decisions as AclAuthorizer: super users pass; ACLs of the resource are th
 of its name and of ``*`` plus the PREFIXED ones its name starts with; a resource without any
 ACL is allowed only with ``allow.everyone.if.no.acl.found``; a matching DENY (principal or
 ``User:*``, host or ``*``, operation or ALL) wins over any ALLOW; ALLOW of READ/WRITE/DELETE/
-ALTER implies DESCRIBE, ALLOW of ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+ALTER implies DESCRIBE, ALLOW of ALTER_CONFIGS implies DESCRIBE_CONFIGS. Notifications older
+than 15 minutes are deleted after each reload, as Kafka's brokers do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 
 from services.common.acl import (
@@ -26,7 +28,8 @@ from services.common.acl import (
     ResourceType,
 )
 from services.common.logging import get_logger
-from services.common.zk.acls import EXTENDED_CHANGES, LITERAL_CHANGES, read_acls
+from services.common.zk.acls import CHANGE_PREFIX, EXTENDED_CHANGES, LITERAL_CHANGES, read_acls
+from services.common.zk.change_notifications import purge_notifications
 from services.common.zk.client import AsyncZk
 from services.common.zk.watches import WatchSet
 from services.gateway import metrics
@@ -143,6 +146,12 @@ class AclSync:
     async def reload(self) -> None:
         self.authorizer.load(await read_acls(self._zk))
 
+    async def purge(self) -> None:
+        """Delete notifications older than 15 minutes, as every Kafka broker does."""
+        now_ms = time.time_ns() // 1_000_000
+        for root in (LITERAL_CHANGES, EXTENDED_CHANGES):
+            await purge_notifications(self._zk, root, CHANGE_PREFIX, now_ms)
+
     async def _run(self) -> None:
         while True:
             await self._dirty.wait()
@@ -150,6 +159,7 @@ class AclSync:
             try:
                 await self.reload()
                 log.info("acls_reloaded", bindings=len(self.authorizer.bindings))
+                await self.purge()
             except Exception as exc:  # noqa: BLE001 - keep the old cache, retry shortly
                 log.warning("acl_reload_failed", error=repr(exc))
                 await asyncio.sleep(1.0)
