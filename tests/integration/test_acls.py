@@ -333,7 +333,8 @@ def test_kafka_py_acls_cli(cluster: LocalCluster, tmp_path: Path) -> None:
 
 
 def test_more_apis_refused_and_allowed(cluster: LocalCluster) -> None:
-    """Idempotent and transactional producers, DeleteTopics and DescribeConfigs for a
+    """DeleteTopics, DescribeConfigs, OffsetFetch, ListGroups, auto-creation, idempotent and
+    transactional producers for a
     principal with only READ on ``orders-*``, then with WRITE and the transactional id."""
     from confluent_kafka.admin import ConfigResource
 
@@ -360,6 +361,21 @@ def test_more_apis_refused_and_allowed(cluster: LocalCluster) -> None:
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     ), errors
 
+    # ListGroups lists only the groups she may describe
+    ops = Consumer(_conf(cluster, 0, "admin", **{"group.id": "ops"}))
+    ops.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
+    ops.close()
+    admin_groups = {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+    her_groups = {g.group_id for g in alice.list_consumer_groups().result(30).valid}
+    assert {"g-alice", "ops"} <= admin_groups and her_groups == {"g-alice"}, (
+        admin_groups,
+        her_groups,
+    )
+    # auto-creation through Metadata needs CREATE: the topic is not created
+    auto = Producer(_conf(cluster, 1, ALICE, **{"message.timeout.ms": 3000}))
+    auto.produce("orders-auto", b"x")
+    auto.flush(10)
+    assert "orders-auto" not in admin.list_topics(timeout=15).topics
     # idempotent producer: InitProducerId needs IDEMPOTENT_WRITE or WRITE on some topic
     p = Producer(
         _conf(cluster, 1, ALICE, **{"enable.idempotence": True, "message.timeout.ms": 10000})
