@@ -334,8 +334,8 @@ def test_kafka_py_acls_cli(cluster: LocalCluster, tmp_path: Path) -> None:
 
 def test_more_apis_refused_and_allowed(cluster: LocalCluster) -> None:
     """DeleteTopics, DescribeConfigs, OffsetFetch, ListGroups, auto-creation, idempotent and
-    transactional producers for a
-    principal with only READ on ``orders-*``, then with WRITE and the transactional id."""
+    transactional producers for a principal with only READ on ``orders-*``, then with WRITE
+    and the transactional id."""
     from confluent_kafka.admin import ConfigResource
 
     admin = AdminClient(_conf(cluster, 0, "admin"))
