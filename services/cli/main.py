@@ -1,6 +1,6 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
 leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, configs,
-consumer-groups, get-offsets, transactions, pipeline (Spark), and the services themselves
+consumer-groups, get-offsets, acls, transactions, pipeline (Spark), and the services themselves
 (``kafka-py storage|gateway|controller|group-coordinator|transaction-coordinator``).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from services.cli import (
+    acls,
     broker_api_versions,
     cluster_cmd,
     configs,
@@ -111,6 +112,7 @@ def build_parser() -> Parser:
     configs.add_parser(sub, _common)
     consumer_groups.add_parser(sub, _common)
     get_offsets.add_parser(sub, _common)
+    acls.add_parser(sub, _common)
     for service in serve.SERVICES:
         sub.add_parser(
             service,
@@ -164,6 +166,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return consumer_groups.run(args, base, sys.stdout)
     if args.command == "get-offsets":
         return get_offsets.run(args, base, sys.stdout)
+    if args.command == "acls":
+        return acls.run(args, base, sys.stdout)
     raise UsageError(f"{PROG}: unknown command {args.command}")
 
 

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import time
 
-from kazoo.exceptions import NoNodeError
-
 from services.common.logging import get_logger
 from services.common.zk import layout
+from services.common.zk.change_notifications import CHANGE_EXPIRATION_MS, purge_notifications
 from services.common.zk.client import AsyncZk
 
 log = get_logger("controller.config_changes")
 
-#: Kafka's ZkNodeChangeNotificationListener.changeExpirationMs
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _PREFIX = layout.config_change_prefix().rsplit("/", 1)[1]
 
 
@@ -29,25 +26,7 @@ async def purge_config_changes(
 ) -> list[str]:
     """Delete the notifications created more than ``max_age_ms`` before ``now_ms`` (ZooKeeper's
     ctime); returns their names. A notification deleted meanwhile is skipped."""
-    try:
-        names = await zk.get_children(layout.CONFIG_CHANGES)
-    except NoNodeError:
-        return []
-    purged: list[str] = []
-    for name in sorted(names):
-        if not name.startswith(_PREFIX):
-            continue
-        path = f"{layout.CONFIG_CHANGES}/{name}"
-        stat = await zk.exists(path)
-        if stat is None:
-            continue
-        if now_ms - stat.ctime <= max_age_ms:
-            break  # sequential: every later notification is younger
-        try:
-            await zk.delete(path)
-        except NoNodeError:
-            continue
-        purged.append(name)
+    purged = await purge_notifications(zk, layout.CONFIG_CHANGES, _PREFIX, now_ms, max_age_ms)
     if purged:
         log.info("purged config change notifications", count=len(purged), last=purged[-1])
     return purged

@@ -31,6 +31,7 @@ from services.common.zk.client import AsyncZk
 from services.common.zk.producer_ids import ProducerIdManager
 from services.common.zk.registration import EphemeralRegistrar
 from services.common.zone import with_discovered_rack
+from services.gateway.authorizer import AclSync, Authorizer, parse_super_users
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerClient
@@ -69,6 +70,12 @@ class Gateway:
             zk=self.zk,
         )
         self.cache.on_topic_removed(self.services.offsets.forget_topic)
+        self.acl_sync: AclSync | None = None
+        if settings.authorizer_class_name:
+            self.services.authorizer = Authorizer(
+                parse_super_users(settings.super_users), settings.allow_everyone_if_no_acl_found
+            )
+            self.acl_sync = AclSync(self.zk, self.services.authorizer)
         quotas = ConnectionQuotas()
         store = self.services.broker_configs
         self.broker_config_sync = ZkBrokerConfigSync(self.zk, store)
@@ -119,6 +126,8 @@ class Gateway:
         await self.zk.ensure_layout()
         await self.sync.start()
         await self.broker_config_sync.start()
+        if self.acl_sync is not None:
+            await self.acl_sync.start()  # ACLs in force before the first accept
         assert self.services.broker_config is not None
         await self.services.broker_config.apply()  # limits in force before the first accept
         listeners = st.kafka_listeners
@@ -160,6 +169,8 @@ class Gateway:
         await self.services.wait_background(2.0)
         self.sync.stop()
         self.broker_config_sync.stop()
+        if self.acl_sync is not None:
+            self.acl_sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
         for clients in (self.services.coordinators, self.services.txn_coordinators):

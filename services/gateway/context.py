@@ -16,6 +16,7 @@ from services.common.storage_client import StorageClients
 from services.common.zk.client import AsyncZk
 from services.common.zk.layout import Endpoint
 from services.common.zk.producer_ids import ProducerIdManager
+from services.gateway.authorizer import Authorizer
 from services.gateway.controller_client import ControllerClient
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
@@ -48,6 +49,7 @@ class GatewayServices:
     # the CreateInternalTopic call for __consumer_offsets in flight (at most one per gateway)
     offsets_topic_creation: asyncio.Future[Any] | None = None
     txn_topic_creation: asyncio.Future[Any] | None = None
+    authorizer: Authorizer | None = None  # None: authorizer.class.name not set
     _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     @property

@@ -123,3 +123,14 @@ TXN_VERIFICATIONS = Counter(
     "Partitions verified with the transaction coordinator before a transactional append",
     ["error"],
 )
+
+# Kafka's authorizer metrics (kafka.server:type=kafka.security.authorizer.metrics,...)
+ACLS_TOTAL = Gauge(
+    "kafka_server_kafka_security_authorizer_metrics_acls_total_count",
+    "ACL bindings in this gateway's authorizer cache",
+)
+AUTHORIZATION_DENIED = Counter(
+    "kafka_server_kafka_security_authorizer_metrics_authorization_denied",
+    "Requests (or request entries) refused by the authorizer, per API",
+    ["request"],
+)

@@ -29,7 +29,7 @@ from services.common.protocol import (
     parse_request_header,
 )
 from services.common.protocol.primitives import Buffer
-from services.gateway import metrics
+from services.gateway import authz, metrics
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import ClientSoftware, RequestContext
 from services.gateway.fetch_park import FetchPark
@@ -321,7 +321,7 @@ class Connection(asyncio.BufferedProtocol):
     ) -> None:
         version = ctx.api_version
         try:
-            resp = await handler.handle(ctx, body)
+            resp = await authz.handle(handler, ctx, body)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - every handler failure becomes an error response

@@ -12,6 +12,7 @@ from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
 from services.common.settings import ConfigError, ServiceSettings, kafka_prop
 from services.common.zone import RackDiscoverySettings
+from services.gateway.authorizer import AUTHORIZER_CLASSES
 from services.gateway.listeners import (
     DEFAULT_PROTOCOL_MAP,
     Listener,
@@ -113,6 +114,17 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
         "connection.failed.authentication.delay.ms",
         "delay before a connection that failed authentication is closed",
         ge=0,
+    )
+    authorizer_class_name: str = kafka_prop(
+        "",
+        "authorizer.class.name",
+        "empty: no authorization; Kafka's AclAuthorizer/StandardAuthorizer class name: ACLs on",
+    )
+    super_users: str = kafka_prop(
+        "", "super.users", "principals allowed everything, ';'-separated (User:admin;User:ops)"
+    )
+    allow_everyone_if_no_acl_found: bool = kafka_prop(
+        False, "allow.everyone.if.no.acl.found", "allow access to resources without any ACL"
     )
     listener_name_configs: dict[str, str] = kafka_prop(
         {},
@@ -279,6 +291,13 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
             if m not in SASL_MECHANISMS:
                 raise ValueError(f"unsupported mechanism {m!r} ({', '.join(SASL_MECHANISMS)})")
         return v
+
+    @field_validator("authorizer_class_name")
+    @classmethod
+    def _authorizer(cls, v: str) -> str:
+        if v.strip() and v.strip() not in AUTHORIZER_CLASSES:
+            raise ValueError(f"unknown authorizer {v!r} ({', '.join(AUTHORIZER_CLASSES)})")
+        return v.strip()
 
     # ---- listeners ------------------------------------------------------------------------
     @property

@@ -11,6 +11,7 @@ v5 and ListGroups at v4 (later versions add KIP-1043 fields). Transactions: AddP
 AddOffsetsToTxn and EndTxn stop at v3 (v4+ are KIP-890's batched/verify-only form and
 TRANSACTION_ABORTABLE, v5 its epoch bump per transaction). WriteTxnMarkers v1 (v0 is gone from
 the schemas) is what Admin.abortTransaction sends a partition's leader; DescribeProducers v0.
+ACL APIs from v1 (v0 has no pattern type and is gone from the schemas) to v3.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
 }
 
 

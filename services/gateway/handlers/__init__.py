@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from services.common.protocol import SUPPORTED_VERSIONS
 from services.gateway.handlers import (
+    acls,
     alter_configs,
     api_versions,
     create_partitions,
@@ -69,6 +70,9 @@ HANDLERS: dict[int, ApiHandler] = {
         *transactions.HANDLERS,
         describe_producers.HANDLER,
         write_txn_markers.HANDLER,
+        acls.CREATE_HANDLER,
+        acls.DESCRIBE_HANDLER,
+        acls.DELETE_HANDLER,
     )
 }
 

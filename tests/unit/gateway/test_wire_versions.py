@@ -23,6 +23,7 @@ from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import controller_pb2 as cpb
 from services.common.rpc.kafkapy.v1 import storage_pb2 as spb
 from services.common.zk.client import AsyncZk
+from services.gateway.authorizer import Authorizer
 from services.gateway.context import GatewayServices
 from services.gateway.handlers import HANDLERS, advertised_versions
 from services.gateway.listeners import Listener
@@ -300,6 +301,41 @@ REQUESTS: dict[int, dict[str, Any]] = {
     },
     ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["tx", "ty"]},
     ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": "a", "partition_indexes": [0]}]},
+    ApiKey.CREATE_ACLS: {
+        "creations": [
+            {
+                "resource_type": 2,
+                "resource_name": "wire-acl-",
+                "resource_pattern_type": 4,
+                "principal": "User:wire",
+                "host": "*",
+                "operation": 3,
+                "permission_type": 3,
+            }
+        ]
+    },
+    ApiKey.DESCRIBE_ACLS: {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": "User:wire",
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+    },
+    ApiKey.DELETE_ACLS: {
+        "filters": [
+            {
+                "resource_type_filter": 2,
+                "resource_name_filter": "wire-acl-",
+                "pattern_type_filter": 2,
+                "principal_filter": None,
+                "host_filter": None,
+                "operation": 1,
+                "permission_type": 1,
+            }
+        ]
+    },
     ApiKey.WRITE_TXN_MARKERS: {
         "markers": [
             {
@@ -403,6 +439,7 @@ REQUESTS: dict[int, dict[str, Any]] = {
     },
 }
 _ZK_APIS = (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+_ACL_APIS = (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS)
 
 
 def _sasl_session(api_key: int) -> Session:
@@ -449,9 +486,11 @@ async def test_handler_round_trip(
     api_key: int, version: int, request: pytest.FixtureRequest
 ) -> None:
     svc = _services()
-    if api_key in _ZK_APIS:  # these read and write ZooKeeper: a real one
+    if api_key in _ZK_APIS + _ACL_APIS:  # these read and write ZooKeeper: a real one
         svc.zk = AsyncZk(request.getfixturevalue("zk_connect"))
         await svc.zk.start()
+    if api_key in _ACL_APIS:  # they answer SECURITY_DISABLED without an authorizer
+        svc.authorizer = Authorizer(frozenset(), False)
     frame = encode_request(api_key, version, 42, "wire-test", REQUESTS[api_key])
     header, offset = parse_request_header(frame[4:])
     req = decode_request(api_key, version, frame[4:], offset)

@@ -67,6 +67,9 @@ def test_supported_versions_table() -> None:
         ApiKey.LIST_TRANSACTIONS: (0, 1),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
         ApiKey.WRITE_TXN_MARKERS: (1, 1),
+        ApiKey.DESCRIBE_ACLS: (1, 3),
+        ApiKey.CREATE_ACLS: (1, 3),
+        ApiKey.DELETE_ACLS: (1, 3),
     }
     for key, (low, high) in SUPPORTED_VERSIONS.items():
         assert set(range(low, high + 1)) <= set(known_versions(key)), key
