@@ -256,6 +256,9 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "connections.max.reauth.ms",
         "connection.failed.authentication.delay.ms",
         "listener.name.*",  # per-listener settings (flags only; see docs/operations.md)
+        "authorizer.class.name",
+        "super.users",
+        "allow.everyone.if.no.acl.found",
         "admin.host",
         "admin.port",
         "log.format",
