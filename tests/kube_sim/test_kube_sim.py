@@ -102,7 +102,9 @@ def sim(images: None) -> Iterator[tuple[Simulation, int]]:
             start = time.monotonic()
             s.start_all(["zookeeper"])
             s.wait_ready([p for p in s.pods if s.component(p) == "zookeeper"], 120)
-            s.start_all(["storage", "controller", "gateway", "group-coordinator"])
+            s.start_all(
+                ["storage", "controller", "gateway", "group-coordinator", "transaction-coordinator"]
+            )
             s.wait_ready(s.pods, 240)
             print(f"kube-sim: {len(s.pods)} pods ready in {time.monotonic() - start:.0f} s")
             yield s, gw_port
