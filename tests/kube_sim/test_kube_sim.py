@@ -116,9 +116,10 @@ def test_workloads_ready_and_clients_round_trip_across_zones(sim: tuple[Simulati
     s, port = sim
     bootstrap = f"127.0.0.1:{port}"
     assert {s.component(p) for p in s.pods} == {
-        "zookeeper", "storage", "controller", "gateway", "group-coordinator"
+        "zookeeper", "storage", "controller", "gateway", "group-coordinator",
+        "transaction-coordinator",
     }  # fmt: skip
-    assert len(s.pods) == 8
+    assert len(s.pods) == 9
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
