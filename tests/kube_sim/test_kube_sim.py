@@ -86,6 +86,7 @@ def sim(images: None) -> Iterator[tuple[Simulation, int]]:
             "storage": {"replicas": 3},
             "controller": {"replicas": 2},
             "groupCoordinator": {"replicas": 1},
+            "transactionCoordinator": {"replicas": 1},
             "gateway": {
                 "replicas": 1,
                 "port": gw_port,
