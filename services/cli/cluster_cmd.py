@@ -82,6 +82,12 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         help="let the controller add and remove storage nodes (kafkapy.autoscaler.enable); "
         "decommission and rebalancing work without it",
     )
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="mutual TLS between the services (a CA and certificates made in <data-dir>/certs "
+        "by 'certs init') and ZooKeeper digest auth with znode ACLs; default plaintext",
+    )
     p.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS")
     p.add_argument(
         "--max-restarts",
@@ -200,6 +206,7 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         zk_port=args.zk_port,
         host=args.host,
         extra={"controller": controller_flags},
+        secure=args.secure,
     )
     stopping = False
 
@@ -229,6 +236,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"kafka-py cluster ready: bootstrap {cluster.bootstrap}", file=out)
         print(f"data dir: {data_dir}", file=out)
         print(f"zookeeper: {cluster.zk_connect}", file=out)
+        if cluster.security is not None:
+            print(f"internal mTLS certificates: {cluster.security.certs_dir}", file=out)
         print("processes:", file=out)
         for line in process_table(cluster.processes(), args.host):
             print(line, file=out)

@@ -19,6 +19,7 @@ and retried: the previous certificates stay in use until the new set loads whole
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import ssl
@@ -199,6 +200,8 @@ def configure(settings: ServiceSettings) -> InternalTls | None:
         settings.internal_ssl_reload_check_interval_ms / 1000.0,
     )
     log.info("internal_tls_enabled", keystore=settings.internal_ssl_keystore_location)
+    with contextlib.suppress(RuntimeError):  # no running loop: channels start the watch later
+        _active.ensure_watching()
     return _active
 
 

@@ -66,7 +66,7 @@ class ControllerApp:
         self.settings = settings
         self.id = settings.controller_id
         self.metrics = metrics or ControllerMetrics()
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.elector = Elector(self.zk, self.id)
         self.broker_configs = BrokerConfigStore()  # dynamic broker configs (KIP-226)
         self.broker_config_sync = ZkBrokerConfigSync(self.zk, self.broker_configs)

@@ -49,7 +49,7 @@ log = get_logger("gateway")
 class Gateway:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.cache = MetadataCache()
         self.sync = ZkMetadataSync(self.zk, self.cache)
         listener = settings.listener

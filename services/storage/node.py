@@ -113,7 +113,7 @@ class StorageNode:
         self.settings = settings
         self.log_dir = settings.log_dir
         self.log_dirs = [Path(d) for d in settings.all_log_dirs]
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.metrics = metrics
         self.rm: ReplicaManager | None = None
         self.replication: Replication | None = None

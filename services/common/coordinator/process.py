@@ -50,7 +50,7 @@ class CoordinatorProcess:
     def __init__(self, kind: layout.CoordinatorKind, settings: CoordinatorSettings) -> None:
         self.kind = kind
         self.settings = settings
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.cache = MetadataCache()
         self.sync = ZkMetadataSync(self.zk, self.cache)
         self.storage = StorageClients(self.cache)
