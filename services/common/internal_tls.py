@@ -183,15 +183,9 @@ class InternalTls:
 _active: InternalTls | None = None
 
 
-def configure(settings: ServiceSettings) -> InternalTls | None:
-    """Set this process's internal TLS from its settings (None: plaintext); ConfigError on bad
-    files, so a service with unusable certificates does not start."""
-    global _active
-    if not settings.internal_ssl_enabled:
-        _active = None
-        return None
+def _from_settings(settings: ServiceSettings) -> InternalTls:
     assert settings.internal_ssl_keystore_location and settings.internal_ssl_truststore_location
-    _active = InternalTls(
+    return InternalTls(
         TlsFiles(
             settings.internal_ssl_keystore_location,
             settings.internal_ssl_key_location,
@@ -199,6 +193,26 @@ def configure(settings: ServiceSettings) -> InternalTls | None:
         ),
         settings.internal_ssl_reload_check_interval_ms / 1000.0,
     )
+
+
+def tool_channel(target: str) -> grpc.Channel:
+    """A blocking channel for command-line tools that call a service directly: mutual TLS when
+    the environment says so (``KAFKAPY_INTERNAL_SSL_ENABLED=true`` and the file settings, as
+    for the services), plaintext otherwise."""
+    settings = ServiceSettings.load(argv=[])
+    if not settings.internal_ssl_enabled:
+        return grpc.insecure_channel(target)
+    return grpc.secure_channel(target, _from_settings(settings).channel_credentials())
+
+
+def configure(settings: ServiceSettings) -> InternalTls | None:
+    """Set this process's internal TLS from its settings (None: plaintext); ConfigError on bad
+    files, so a service with unusable certificates does not start."""
+    global _active
+    if not settings.internal_ssl_enabled:
+        _active = None
+        return None
+    _active = _from_settings(settings)
     log.info("internal_tls_enabled", keystore=settings.internal_ssl_keystore_location)
     with contextlib.suppress(RuntimeError):  # no running loop: channels start the watch later
         _active.ensure_watching()

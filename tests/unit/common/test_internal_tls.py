@@ -3,6 +3,7 @@ rotation of the server's certificates without a restart (services/common/interna
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.cli.certs import init_certs, service_files
-from services.common.internal_tls import InternalTls, TlsFiles, read_material
+from services.common.internal_tls import InternalTls, TlsFiles, read_material, tool_channel
 from services.common.settings import ConfigError
 
 
@@ -40,7 +41,7 @@ def cluster_ca(tmp_path: Path) -> Path:
 
 
 async def test_mutual_tls_refuses_plain_and_foreign_clients_and_follows_rotation(
-    tmp_path: Path, cluster_ca: Path
+    tmp_path: Path, cluster_ca: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the server reads its own copy of the files, so they can be swapped under it
     served = tmp_path / "served"
@@ -53,6 +54,23 @@ async def test_mutual_tls_refuses_plain_and_foreign_clients_and_follows_rotation
     try:
         member = tls_of(cluster_ca, "gateway")
         await check(port, member.channel_credentials())
+
+        # command-line tools: the same settings from the environment
+        gateway = service_files(cluster_ca, "gateway")
+        for name, value in (
+            ("ENABLED", "true"),
+            ("KEYSTORE_LOCATION", str(gateway.certificate)),
+            ("KEY_LOCATION", str(gateway.key)),
+            ("TRUSTSTORE_LOCATION", str(cluster_ca / "ca.pem")),
+        ):
+            monkeypatch.setenv(f"KAFKAPY_INTERNAL_SSL_{name}", value)
+
+        def tool_check() -> int:
+            with tool_channel(f"127.0.0.1:{port}") as channel:
+                req = health_pb2.HealthCheckRequest()
+                return int(health_pb2_grpc.HealthStub(channel).Check(req, timeout=5).status)
+
+        assert await asyncio.to_thread(tool_check) == health_pb2.HealthCheckResponse.SERVING
 
         with pytest.raises(grpc.aio.AioRpcError) as plain:
             await check(port, None)
