@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -45,6 +45,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.common.zk.security import kazoo_client
 from tests.integration.kafka_support import (
+    commit_retrying,
     consume_confluent,
     running_cluster,
     wait_for,
@@ -72,6 +73,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
         transaction_coordinators=0,
         extra={
             **{role: fast_reload for role in ROLES},
+            "group_coordinator": [*fast_reload, "--group.initial.rebalance.delay.ms", "0"],
             # ACLs stored in ZooKeeper (the local clients are PLAINTEXT, User:ANONYMOUS)
             "gateway": [
                 *fast_reload,
@@ -180,6 +182,41 @@ def test_certificate_rotation_does_not_interrupt_producers(secure_cluster: Local
     print(f"\n{len(producer.acked)} records acknowledged across the rotation, 0 errors")
 
 
+def test_consumer_group_commits_over_mutual_tls(secure_cluster: LocalCluster) -> None:
+    """gateway -> group coordinator -> storage (__consumer_offsets), all over mTLS."""
+    cluster = secure_cluster
+    topic = "secure-group"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    wait_for_topic(admin, topic, 1)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(5):
+        p.produce(topic, value=b"g%d" % i)
+    assert p.flush(30) == 0
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "secure-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 5 and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        assert got == [b"g%d" % i for i in range(5)]
+        commit_retrying(c, 60)
+        committed = c.committed([TopicPartition(topic, 0)], timeout=30)
+        assert committed[0].offset == 5
+    finally:
+        c.close()
+
+
 def test_storage_refuses_clients_without_a_cluster_certificate(
     secure_cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -224,8 +261,6 @@ def test_storage_refuses_clients_without_a_cluster_certificate(
 
 
 def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
-
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
     try:
         return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)  # type: ignore[no-any-return]
