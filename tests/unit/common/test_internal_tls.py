@@ -124,3 +124,26 @@ def test_bad_files_are_one_line_config_errors(tmp_path: Path, cluster_ca: Path) 
         read_material(TlsFiles(str(storage.certificate), None, ca))
     with pytest.raises(ConfigError, match="truststore"):
         read_material(TlsFiles(str(storage.certificate), str(storage.key), str(storage.key)))
+
+
+async def test_channel_pool_recreates_channels_after_a_rotation(
+    cluster_ca: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.common import internal_tls
+    from services.common.storage_client import ChannelPool
+
+    tls = tls_of(cluster_ca, "gateway")
+    monkeypatch.setattr(internal_tls, "_active", tls)
+    pool: ChannelPool[object] = ChannelPool(lambda _node: "127.0.0.1:1", lambda ch: object())
+    try:
+        first = pool.stub(1)
+        assert pool.stub(1) is first  # long-lived while nothing changes
+        init_certs(cluster_ca, ["gateway"])
+        assert tls.reload_if_changed()
+        second = pool.stub(1)
+        assert second is not first  # a new channel, with the new certificate
+        assert pool.stub(1) is second
+    finally:
+        await pool.close()
+        if tls._watcher is not None:  # new_channel started the file watch
+            tls._watcher.cancel()
