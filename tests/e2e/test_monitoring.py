@@ -315,3 +315,124 @@ def test_each_alert_whose_condition_can_be_made_fires_and_resolves(monitored: Mo
     took["all resolved"] = time.monotonic() - t0
     _wait("storage-2 scraped again", lambda: prom.scraped().get("storage-2") == "up")
     print("seconds until firing / resolved:", {k: round(v, 1) for k, v in took.items()})
+
+
+# ---- Grafana dashboards (deploy/grafana) ---------------------------------------------------
+
+RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval gives at least here (4 scrapes and more)
+_LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$")
+_REGEX_META = re.compile(r"([.^$*+?()\[\]{}|\\])")
+
+
+def _dashboards() -> dict[str, dict[str, Any]]:
+    files = sorted(DASHBOARDS.iterdir())
+    assert files and all(f.suffix == ".json" for f in files), "deploy/grafana holds dashboards only"
+    return {f.name: json.loads(f.read_text()) for f in files}
+
+
+def _expand(expr: str, values: dict[str, list[str]]) -> str:
+    """Grafana's interpolation of a multi-value "All" selection in a regex matcher:
+    ``$var`` / ``${var}`` -> ``(v1|v2|...)``, each value regex-escaped in PromQL's string."""
+    expr = expr.replace("$__rate_interval", RATE_INTERVAL)
+    for name, vals in values.items():
+        alternation = "(" + "|".join(_REGEX_META.sub(r"\\\\\1", v) for v in vals) + ")"
+        expr = expr.replace("${" + name + "}", alternation)
+        expr = re.sub(r"\$" + name + r"\b", lambda _m, a=alternation: a, expr)
+    assert "$" not in expr, f"unexpanded variable in {expr}"
+    return expr
+
+
+def _variables(prom: Prom, board: dict[str, Any]) -> dict[str, list[str]]:
+    """Each query variable's real label values, in order (later ones may use earlier ones)."""
+    values: dict[str, list[str]] = {}
+    for var in board["templating"]["list"]:
+        if var["type"] == "datasource":
+            continue
+        assert var["type"] == "query", var
+        m = _LABEL_VALUES.match(var["query"]["query"])
+        assert m and m.group(1), f"{var['name']}: label_values(<metric selector>, <label>) expected"
+        selector, label = _expand(m.group(1), values), m.group(2)
+        got = sorted({s["metric"][label] for s in prom.query(f"group by ({label}) ({selector})")})
+        assert got, f"variable {var['name']}: no values for {selector}"
+        values[var["name"]] = got
+    return values
+
+
+def _check_schema(name: str, board: dict[str, Any]) -> list[tuple[str, str]]:
+    """Grafana's dashboard model as the chart's ConfigMap and an import need it; returns
+    (panel title, expr) of every query."""
+    assert board["__inputs"][0]["name"] == "DS_PROMETHEUS", name
+    ds = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    assert [(v["name"], v["query"]) for v in ds] == [("DS_PROMETHEUS", "prometheus")], name
+    assert board["uid"] and board["title"] and board["schemaVersion"] >= 36, name
+    panels = [p for p in board["panels"] if p["type"] != "row"]
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)), f"{name}: panel ids repeat"
+    queries = []
+    for p in panels:
+        assert p["datasource"] == {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}, p["title"]
+        assert p["targets"] and {"x", "y", "w", "h"} <= set(p["gridPos"]), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${DS_PROMETHEUS}", p["title"]
+            queries.append((p["title"], t["expr"]))
+    return queries
+
+
+def test_every_dashboard_panel_query_returns_series(monitored: Monitored) -> None:
+    c, prom = monitored.cluster, monitored.prom
+    boards = _dashboards()
+    assert len({b["uid"] for b in boards.values()}) == len(boards)
+    # load: the producer again, and a group that consumes and commits (bytes out, commit rates)
+    monitored.load.start()
+    stop = threading.Event()
+
+    def consume() -> None:
+        cons = Consumer(
+            {
+                "bootstrap.servers": c.bootstrap,
+                "group.id": "mon-consuming",
+                "auto.offset.reset": "earliest",
+                "auto.commit.interval.ms": 500,
+            }
+        )
+        cons.subscribe([LOAD])
+        while not stop.is_set():
+            cons.poll(0.2)
+        cons.close()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    try:
+        wanted = {
+            (name, title, expr)
+            for name, board in boards.items()
+            for title, expr in _check_schema(name, board)
+        }
+        _wait(
+            "the consuming group's lag in Prometheus",
+            lambda: prom.query('kafka_consumergroup_current_offset{consumergroup="mon-consuming"}'),
+        )
+
+        def empty() -> list[tuple[str, str, str]]:
+            out = []
+            for name, board in boards.items():
+                values = _variables(prom, board)
+                out += [
+                    (n, t, q)
+                    for n, t, e in sorted(wanted)
+                    if n == name and not prom.query(q := _expand(e, values))
+                ]
+            return out
+
+        # rate() needs two scrapes inside its window: a query may be empty for a few seconds
+        deadline = time.monotonic() + 30
+        while (missing := empty()) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not missing, "panels whose query returns no series:\n" + "\n".join(
+            f"{n} / {t}: {q}" for n, t, q in missing
+        )
+        print(f"{len(wanted)} panel queries of {len(boards)} dashboards returned series")
+    finally:
+        stop.set()
+        consumer.join(10)
+        monitored.load.stop()
