@@ -58,6 +58,11 @@ CREATED = {
     "KafkaPyEventLoopLag",
 }
 NOT_CREATED = {"KafkaPyMultipleActiveControllers", "KafkaPyGatewayRequestErrors"}
+STORAGE_FLAGS = [
+    *("--kafkapy.storage.capacity.bytes", str(CAPACITY)),
+    *("--kafkapy.usage.report.interval.ms", "500"),
+    *("--replica.lag.time.max.ms", "1500"),
+]
 SERVICES = 8  # 3 storage, 2 controllers, 1 group and 1 transaction coordinator, 1 gateway
 
 
@@ -163,18 +168,15 @@ def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
         controllers=2,
         group_coordinators=1,
         transaction_coordinators=1,
+        # a dead follower must leave the ISRs by its leaders' own shrink (counted in
+        # isrshrinks; replica.lag.time.max.ms below) before the controller drops it when its
+        # ZooKeeper session expires (not counted)
+        zk_session_timeout_ms=6000,
         extra={
-            "storage": [
-                "--kafkapy.storage.capacity.bytes",
-                str(CAPACITY),
-                "--kafkapy.usage.report.interval.ms",
-                "500",
-                "--replica.lag.time.max.ms",
-                "2000",
-            ],
+            "storage": STORAGE_FLAGS,
             "controller": ["--kafkapy.rebalance.check.interval.ms", "500"],
             "group_coordinator": ["--consumer.lag.refresh.interval.ms", "500"],
-        },  # fmt: skip
+        },
         prometheus=PrometheusOptions(
             port=0,
             scrape_interval_s=0.5,
