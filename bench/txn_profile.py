@@ -2,7 +2,7 @@
 records, 100 per transaction, commit) against a local kafka-py cluster, with the CPU of each
 service process measured from /proc before and after.
 
-    python -m bench.txn_profile [--count 20000] [--profile-dir DIR]
+    python -m bench.txn_profile [--count 20000] [--profile-dir DIR] [--peer tansu]
 
 ``--profile-dir`` also runs every service under cProfile (``KAFKAPY_PROFILE_DIR``) and prints
 each one's top functions when the cluster has stopped (cProfile's own cost is then included in
@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from bench.cpu import cpu_seconds
-from bench.peers import KafkaPyPeer
+from bench.peers import KafkaPyPeer, TansuPeer
 from bench.run import PARTITIONS, ROOT, create_topic
 from services.common.profiling import ENV as PROFILE_ENV
 
@@ -70,12 +70,53 @@ def _print_profiles(directory: Path, top: int) -> None:
         pstats.Stats(str(prof)).sort_stats("tottime").print_stats(top)
 
 
+def _workload(bootstrap: str, topic: str, count: int) -> list[str]:
+    return [
+        sys.executable, "-m", "bench.workloads", "produce", "--bootstrap", bootstrap,
+        "--topic", topic, "--partitions", str(PARTITIONS), "--size", "1024",
+        "--count", str(count), "--per-transaction", str(PER_TXN),
+    ]  # fmt: skip
+
+
+def _measure_tansu(count: int) -> None:
+    """The same workload against Tansu (memory storage), for a same-run comparison."""
+    peer = TansuPeer()
+    peer.start()
+    try:
+        topic = f"bench-txn-{uuid.uuid4().hex[:6]}"
+        create_topic(peer.bootstrap, topic)
+        subprocess.run(
+            _workload(peer.bootstrap, topic, 1000), check=True, capture_output=True, cwd=ROOT
+        )
+        before = cpu_seconds(peer.pids())
+        out = subprocess.run(
+            _workload(peer.bootstrap, topic, count),
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=900,
+        )
+        cpu = cpu_seconds(peer.pids()) - before
+    finally:
+        peer.stop()
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    txns = count / PER_TXN
+    print(f"Tansu: {result['records_per_s']:.0f} msg/s, {cpu / txns * 1000:.1f} ms CPU per txn")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=20_000, help="records (100 per transaction)")
     p.add_argument("--profile-dir", type=Path, default=None)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument(
+        "--peer", choices=("kafka-py", "tansu"), default="kafka-py", help="broker to measure"
+    )
     args = p.parse_args()
+    if args.peer == "tansu":
+        _measure_tansu(args.count)
+        return
     peer = KafkaPyPeer()
     if args.profile_dir is not None:
         shutil.rmtree(args.profile_dir, ignore_errors=True)
@@ -86,10 +127,8 @@ def main() -> None:
         create_topic(peer.bootstrap, topic)
         # one short transactional run first (not measured): creates __transaction_state and
         # loads its shards, as on a cluster that has served transactions before
-        warm = [sys.executable, "-m", "bench.workloads", "produce", "--bootstrap"]
-        warm += [peer.bootstrap, "--topic", topic, "--partitions", str(PARTITIONS)]
         subprocess.run(
-            [*warm, "--size", "1024", "--count", "1000", "--per-transaction", str(PER_TXN)],
+            _workload(peer.bootstrap, topic, 1000),
             check=True,
             capture_output=True,
             cwd=ROOT,
@@ -105,8 +144,7 @@ def main() -> None:
         before = _cpu_by_service(pids)
         started = time.perf_counter()
         out = subprocess.run(
-            [*warm, "--size", "1024", "--count", str(args.count)]
-            + ["--per-transaction", str(PER_TXN)],
+            _workload(peer.bootstrap, topic, args.count),
             check=True,
             capture_output=True,
             text=True,
