@@ -464,6 +464,7 @@ def test_zone_cut_and_rolling_restart_under_the_checker(
             checker.start()
             time.sleep(3)
             checker.fault(f"{victim.zone} ({victim.name}) cut off from the other zones for 30 s")
+            acked = sum(w.acks for w in checker.writers)
             cut.cut(victim.zone)
             cut_at = time.monotonic()
             # the cut is real: storage-2 loses ZooKeeper (another zone) and leaves the ISRs
@@ -472,7 +473,11 @@ def test_zone_cut_and_rolling_restart_under_the_checker(
             )
             checker.note(f"{victim.name} out of an ISR {shrunk:.1f} s into the cut")
             time.sleep(max(0.0, 30 - (time.monotonic() - cut_at)))
+            # the clients on the host kept writing through the gateway's published port
+            during = sum(w.acks for w in checker.writers) - acked
             cut.heal()
+            assert during > 0, "no write acknowledged while the zone was cut off"
+            checker.note(f"{during} writes acknowledged during the cut")
             assert not cut.active()
             took = _full_isr(cluster, 120)
             checker.note(f"zone healed; every ISR full after {took:.1f} s")
@@ -532,10 +537,11 @@ def test_autoscaler_scales_the_storage_statefulset_through_the_emulated_api(
             assert before <= 3 * REPLICAS_PER_NODE_MAX * 60 / 70, before
             filler = math.ceil((3 * REPLICAS_PER_NODE_MAX + 1 - before) / 3)
             checker.fault(f"filler topic: {filler} partitions, {before + 3 * filler} replicas")
+            filled = time.monotonic()
             admin.create_topics([NewTopic("filler", filler, 3)])["filler"].result(60)
             wait_for_topic(admin, "filler", filler, timeout=60)
 
-            up = _wait_until(
+            _wait_until(
                 "the StatefulSet scaled to 4",
                 lambda: kube_api.statefulset(NAMESPACE, STORAGE)["spec"]["replicas"] == 4,
                 120,
@@ -544,19 +550,22 @@ def test_autoscaler_scales_the_storage_statefulset_through_the_emulated_api(
             on_3 = lambda: _replicas_by_node(cluster.zk_connect).get(3, 0) > 0  # noqa: E731
             _wait_until("replicas on node 3", on_3, 120)
             _wait_until("the rebalance to finish", lambda: not _rebalance_pending(cluster), 240)
+            up = time.monotonic() - filled
             assert s.ordinal(STORAGE, 3).zone == "zone-a"
             spread = _replicas_by_node(cluster.zk_connect)
-            checker.note(f"scaled up in {up:.1f} s; replicas per node {spread}")
+            checker.note(f"grown and rebalanced {up:.1f} s after the filler; per node {spread}")
 
             checker.fault("filler topic deleted")
+            emptied = time.monotonic()
             admin.delete_topics(["filler"])["filler"].result(60)
             wait_for_topic_gone(admin, "filler", timeout=60)
-            down = _wait_until("storage-3 deleted", lambda: _events(reconciler, "delete", 3), 300)
+            _wait_until("storage-3 deleted", lambda: _events(reconciler, "delete", 3), 300)
+            down = time.monotonic() - emptied
             assert kube_api.statefulset(NAMESPACE, STORAGE)["spec"]["replicas"] == 3
             assert hosted == {f"{STORAGE}-3": 0}, hosted  # drained before it was removed
             _wait_until("node 3 deregistered", lambda: 3 not in _live_storage(cluster), 60)
-            checker.note(f"scaled down {down:.1f} s after the filler was deleted")
-            print(f"autoscaler: 3 -> 4 in {up:.1f} s, back to 3 in {down:.1f} s")
+            checker.note(f"drained and scaled down {down:.1f} s after the filler was deleted")
+            print(f"autoscaler: 3 -> 4 + rebalance {up:.1f} s, drain + back to 3 {down:.1f} s")
             outcome = checker.finish()
         outcome.assert_ok()
         assert reconciler.error is None, reconciler.error
