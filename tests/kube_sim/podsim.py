@@ -15,7 +15,7 @@ What a Kubernetes control plane and kubelet would do, done here by hand (docs/op
   between the bridges (so an nftables table dropping that forwarding cuts a zone off,
   ``zonecut.py``). Services and the StatefulSets' pod DNS names are ``--add-host`` entries (no
   cluster DNS), the same in every pod whatever its zone; ClusterIP Services resolve to their
-  first pod. ``reserve`` plans StatefulSet ordinals beyond ``replicas`` (IP, node, names) so a
+  first pod; a pod keeps its MAC across restarts, as it keeps its IP. ``reserve`` plans StatefulSet ordinals beyond ``replicas`` (IP, node, names) so a
   scaled-up pod's name resolves in pods started before it (cluster DNS would serve it).
 * Nodes are names only: pods are placed round-robin over the zones' nodes, whose zone labels an
   emulated Kubernetes API serves (so the services' zone discovery runs its real code).
@@ -204,7 +204,7 @@ class Simulation:
         csc = c.get("securityContext", {})
         args = [
             "run", "-d", "--name", pod.container, "--hostname", pod.name,
-            "--network", self.networks[pod.zone], "--ip", pod.ip,
+            "--network", self.networks[pod.zone], "--ip", pod.ip, "--mac-address", _mac(pod.ip),
             "--stop-timeout", str(spec.get("terminationGracePeriodSeconds", 30)),
             "--label", f"kafka-py-sim={self.prefix}", "--pull", "never",
         ]  # fmt: skip
@@ -334,6 +334,13 @@ class Simulation:
             podman("volume", "rm", "-f", *volumes, check=False)
         for network in self.networks.values():
             podman("network", "rm", "-f", network, check=False)
+
+
+def _mac(ip: str) -> str:
+    """A fixed, locally administered MAC per pod IP: a pod started again on its IP keeps its
+    MAC, so the neighbour caches of the host and the other pods stay right (a new MAC on the
+    same IP leaves them pointing at the old one until their entries go stale)."""
+    return "02:42:" + ":".join(f"{int(octet):02x}" for octet in ip.split("."))
 
 
 def _expand(text: str, env: Mapping[str, str]) -> str:
