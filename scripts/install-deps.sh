@@ -17,6 +17,7 @@ command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)  # kube-sim cuts a zone off with an nftables table
 command -v Burrow >/dev/null 2>&1 || need_apt+=(burrow)  # consumer lag monitor (Sarama client), issue 18
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)  # promtool checks the shipped alert rules
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium fonts-dejavu-core)  # the console's browser test
