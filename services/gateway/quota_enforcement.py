@@ -1,13 +1,17 @@
 """Where client quotas meet a request: what is recorded, and what the client is told.
 
-Before a Fetch is handled its ``max_bytes`` is capped at what the consumer quota allows in
-one window (Kafka's getMaxValueInQuotaWindow), so one response cannot exceed the quota by
-itself. After the handler: Produce records the request's size, Fetch the response's record
-bytes (when throttled, the bytes are un-recorded and the response is sent without records,
-as Kafka does), every non-exempt request its handling time against ``request_percentage``.
-The largest throttle time goes into the response's ``throttle_time`` and the connection is
-muted for it (KIP-219); requests of versions older than KIP-219's have their response held
-back for that time instead (:func:`delays_response`).
+A Produce is recorded when it is read (its size is known then), and when it is throttled the
+connection is muted at once, before any request pipelined behind it is read: Kafka reads one
+request per connection at a time, so the next one is read only after the throttle; a gateway
+that handles pipelined requests concurrently must stop reading at the throttled one to
+enforce the same rate. Before a Fetch is handled its ``max_bytes`` is capped at what the
+consumer quota allows in one window (Kafka's getMaxValueInQuotaWindow), so one response
+cannot exceed the quota by itself. After the handler: Fetch records the response's record
+bytes (when throttled, the bytes are un-recorded and the response is sent without records, as
+Kafka does), every non-exempt request its handling time against ``request_percentage``. The
+largest throttle time goes into the response's ``throttle_time`` and the connection is muted
+for it (KIP-219); requests of versions older than KIP-219's have their response held back for
+that time instead (:func:`delays_response`).
 """
 
 from __future__ import annotations
@@ -48,21 +52,27 @@ def _fetch_bytes(resp: dict[str, Any]) -> int:
     )
 
 
+def on_arrival(ctx: RequestContext, request_bytes: int) -> int:
+    """Record a Produce as it is read; its throttle time in ms (0: none)."""
+    manager = getattr(ctx.services, "quotas", None)  # None: no quota manager (tests)
+    if manager is None or ctx.api_key != ApiKey.PRODUCE:
+        return 0
+    return manager.record(PRODUCE, principal_name(ctx.session), ctx.client_id or "", request_bytes)
+
+
 def after(
     ctx: RequestContext,
     resp: dict[str, Any] | None,
-    request_bytes: int,
     handled_s: float,
+    throttle: int = 0,
 ) -> int:
-    """Record the request's usage; set and return the throttle time in ms (0: none)."""
+    """Record the request's other usage; set and return the throttle time in ms (0: none),
+    at least ``throttle`` (what :func:`on_arrival` found)."""
     manager = getattr(ctx.services, "quotas", None)  # None: no quota manager (tests)
     if manager is None:
         return 0
     user, client = principal_name(ctx.session), ctx.client_id or ""
-    throttle = 0
-    if ctx.api_key == ApiKey.PRODUCE:
-        throttle = manager.record(PRODUCE, user, client, request_bytes)
-    elif ctx.api_key == ApiKey.FETCH and resp is not None and not resp.get("error_code"):
+    if ctx.api_key == ApiKey.FETCH and resp is not None and not resp.get("error_code"):
         size = _fetch_bytes(resp)
         throttle = manager.record(FETCH, user, client, size)
         if throttle > 0:

@@ -290,7 +290,8 @@ class Connection(asyncio.BufferedProtocol):
             self._software,
             session,
         )
-        task = self._loop.create_task(self._run(handler, ctx, body, slot, start, len(frame) + 4))
+        throttle_ms = self._on_arrival(ctx, len(frame) + 4)
+        task = self._loop.create_task(self._run(handler, ctx, body, slot, start, throttle_ms))
         self._tasks.add(task)
         metrics.INFLIGHT.inc()
         task.add_done_callback(self._task_done)
@@ -338,7 +339,7 @@ class Connection(asyncio.BufferedProtocol):
         body: dict[str, Any],
         slot: _Slot | None,
         start: float,
-        request_bytes: int = 0,
+        arrival_throttle_ms: int = 0,
     ) -> None:
         version = ctx.api_version
         try:
@@ -358,7 +359,7 @@ class Connection(asyncio.BufferedProtocol):
             metrics.REQUEST_ERRORS.labels(handler.name, "UNKNOWN_SERVER_ERROR").inc()
             resp = self._safe_error_body(handler, body, version)
         self._server.observe(handler.name, version, start)
-        await self._throttle(ctx, resp, request_bytes, start)
+        await self._throttle(ctx, resp, arrival_throttle_ms, start)
         if slot is None:
             return
         data = self._encode(handler, ctx, body, resp)
@@ -370,14 +371,26 @@ class Connection(asyncio.BufferedProtocol):
         if ctx.session is not None and ctx.session.failed:
             self._close_after_auth_failure(ctx.session)
 
+    def _on_arrival(self, ctx: RequestContext, request_bytes: int) -> int:
+        """Client quotas on a request just read (Produce): when throttled, read nothing more
+        (the requests pipelined behind it wait out the throttle, as on a Kafka broker)."""
+        try:
+            throttle_ms = quota_enforcement.on_arrival(ctx, request_bytes)
+        except Exception:  # noqa: BLE001 - a quota failure must not lose the request
+            log.exception("quota_record_failed", api_key=ctx.api_key, client_id=ctx.client_id)
+            return 0
+        if throttle_ms > 0 and not quota_enforcement.delays_response(ctx.api_key, ctx.api_version):
+            self.mute_for(throttle_ms)
+        return throttle_ms
+
     async def _throttle(
-        self, ctx: RequestContext, resp: dict[str, Any] | None, request_bytes: int, start: float
+        self, ctx: RequestContext, resp: dict[str, Any] | None, arrival_ms: int, start: float
     ) -> None:
-        """Client quotas: record the request, then mute the connection (or, for clients older
-        than KIP-219, hold the response back) for the throttle time."""
+        """Client quotas after the handler: record, then mute the connection (or, for clients
+        older than KIP-219, hold the response back) for the throttle time."""
         try:
             throttle_ms = quota_enforcement.after(
-                ctx, resp, request_bytes, time.perf_counter() - start
+                ctx, resp, time.perf_counter() - start, arrival_ms
             )
         except Exception:  # noqa: BLE001 - a quota failure must not lose the response
             log.exception("quota_record_failed", api_key=ctx.api_key, client_id=ctx.client_id)
@@ -387,7 +400,7 @@ class Connection(asyncio.BufferedProtocol):
         if quota_enforcement.delays_response(ctx.api_key, ctx.api_version):
             await asyncio.sleep(throttle_ms / 1000.0)
         else:
-            self.mute_for(throttle_ms)
+            self.mute_for(throttle_ms)  # no-op when on_arrival already muted as long
 
     def _close_after_auth_failure(self, session: Session) -> None:
         """Kafka answers a failed authentication, then closes after
