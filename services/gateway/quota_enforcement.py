@@ -10,8 +10,9 @@ cannot exceed the quota by itself. After the handler: Fetch records the response
 bytes (when throttled, the bytes are un-recorded and the response is sent without records, as
 Kafka does), every non-exempt request its handling time against ``request_percentage``. The
 largest throttle time goes into the response's ``throttle_time`` and the connection is muted
-for it (KIP-219); requests of versions older than KIP-219's have their response held back for
-that time instead (:func:`delays_response`).
+for it (KIP-219); requests of versions older than KIP-219's also have their response held back
+for that time (:func:`delays_response`), as Kafka answers clients that do not throttle
+themselves.
 """
 
 from __future__ import annotations

@@ -379,15 +379,15 @@ class Connection(asyncio.BufferedProtocol):
         except Exception:  # noqa: BLE001 - a quota failure must not lose the request
             log.exception("quota_record_failed", api_key=ctx.api_key, client_id=ctx.client_id)
             return 0
-        if throttle_ms > 0 and not quota_enforcement.delays_response(ctx.api_key, ctx.api_version):
+        if throttle_ms > 0:
             self.mute_for(throttle_ms)
         return throttle_ms
 
     async def _throttle(
         self, ctx: RequestContext, resp: dict[str, Any] | None, arrival_ms: int, start: float
     ) -> None:
-        """Client quotas after the handler: record, then mute the connection (or, for clients
-        older than KIP-219, hold the response back) for the throttle time."""
+        """Client quotas after the handler: record, then mute the connection for the throttle
+        time (clients older than KIP-219 also get the response held back that long)."""
         try:
             throttle_ms = quota_enforcement.after(
                 ctx, resp, time.perf_counter() - start, arrival_ms
@@ -397,10 +397,9 @@ class Connection(asyncio.BufferedProtocol):
             return
         if throttle_ms <= 0:
             return
+        self.mute_for(throttle_ms)  # no-op when on_arrival already muted as long
         if quota_enforcement.delays_response(ctx.api_key, ctx.api_version):
             await asyncio.sleep(throttle_ms / 1000.0)
-        else:
-            self.mute_for(throttle_ms)  # no-op when on_arrival already muted as long
 
     def _close_after_auth_failure(self, session: Session) -> None:
         """Kafka answers a failed authentication, then closes after
