@@ -1,8 +1,9 @@
 """``kafka-py configs``: kafka-configs.sh's options; each entity type in its own module
-(users: configs_users.py, clients: configs_quotas.py). ``--entity-type`` may be given twice
-(``--entity-type users --entity-name u --entity-type clients --entity-name c``, a user's
-quota for one client id), each followed by its ``--entity-name`` or ``--entity-default``:
-the pairs are in ``args.entities``; ``args.entity_type``/``entity_name`` are the first pair."""
+(users: configs_users.py, clients: configs_quotas.py; topics and brokers: configs_resources.py).
+``--entity-type`` may be given twice (``--entity-type users --entity-name u --entity-type
+clients --entity-name c``, a user's quota for one client id), each followed by its
+``--entity-name`` or ``--entity-default``: the pairs are in ``args.entities``;
+``args.entity_type``/``entity_name``/``entity_default`` are the first pair."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from services.cli import configs_quotas, configs_users
+from services.cli import configs_quotas, configs_resources, configs_users
 from services.cli.common import CliError
 
-ENTITY_TYPES = {"users": configs_users.run, "clients": configs_quotas.run}
+ENTITY_TYPES = {
+    "users": configs_users.run,
+    "clients": configs_quotas.run,
+    "topics": configs_resources.run,
+    "brokers": configs_resources.run,
+}
 
 
 class _Entity(argparse.Action):
@@ -50,7 +56,10 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES), action=_Entity)
     p.add_argument("--entity-name", metavar="NAME", action=_Entity)
     p.add_argument(
-        "--entity-default", nargs=0, action=_Entity, help="the default entity (users, clients)"
+        "--entity-default",
+        nargs=0,
+        action=_Entity,
+        help="the default entity (users, clients) or the cluster-wide default (brokers)",
     )
     p.set_defaults(entities=[], entity_default=False)
     action = p.add_mutually_exclusive_group(required=True)
@@ -58,6 +67,10 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     action.add_argument("--describe", action="store_true")
     p.add_argument("--add-config", metavar="CONFIGS")
     p.add_argument("--delete-config", metavar="NAMES")
+    p.add_argument(
+        "--all", action="store_true", help="with --describe: every config, not only overrides"
+    )
+    p.add_argument("--output", choices=("text", "json"), default="text")
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
