@@ -266,6 +266,8 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "authorizer.class.name",
         "super.users",
         "allow.everyone.if.no.acl.found",
+        "quota.window.num",
+        "quota.window.size.seconds",
         "admin.host",
         "admin.port",
         "log.format",
