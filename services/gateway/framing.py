@@ -7,7 +7,8 @@ with ``filled(n)``. Small frames are read into a reused staging buffer and copie
 batches reach the handlers (as memoryviews) without ever having been copied in this process.
 A longer frame is read into segments of that size, allocated as its bytes arrive (a size
 prefix alone never reserves more than one segment), and joined once complete. The staging
-buffer is never resized, only replaced, so views handed out earlier stay valid.
+buffer starts small (idle connections hold 4 KiB) and grows, up to 256 KiB, when a frame needs
+it; it is never resized, only replaced, so views handed out earlier stay valid.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import struct
 
 _SIZE = struct.Struct(">i")
 STAGE_BYTES = 256 * 1024
+# What a connection's staging buffer starts at: idle connections (most of them, at thousands of
+# connections) keep only this; a busy one grows its stage up to STAGE_BYTES as frames need it.
+INITIAL_STAGE_BYTES = 4 * 1024
 LARGE_FRAME = 64 * 1024
 SEGMENT_BYTES = 4 * 1024 * 1024
 
@@ -37,13 +41,15 @@ class FrameReader:
         stage_bytes: int = STAGE_BYTES,
         large: int = LARGE_FRAME,
         segment: int = SEGMENT_BYTES,
+        initial_stage: int = INITIAL_STAGE_BYTES,
     ) -> None:
         if stage_bytes < large + _SIZE.size:
             raise ValueError("the staging buffer must hold any frame smaller than `large`")
         self.max_size = max_size
         self._large = large
         self._segment = max(segment, 1)
-        self._stage = bytearray(stage_bytes)
+        self._max_stage = stage_bytes
+        self._stage = bytearray(max(_SIZE.size + 1, min(initial_stage, stage_bytes)))
         self._start = 0  # first unconsumed byte of the stage
         self._end = 0  # end of the data in the stage
         self._big: list[bytearray] = []  # segments of the large frame being read, if any
@@ -57,12 +63,12 @@ class FrameReader:
                 self._new_segment()
             return memoryview(self._big[-1])[self._big_pos :]
         stage = self._stage
-        if len(stage) - self._end < self._large and self._start:
+        if len(stage) - self._end < min(self._large, len(stage) // 2) and self._start:
             self._compact()
-        if self._end == len(stage):  # full of complete frames not taken yet (reading paused late)
-            grown = bytearray(2 * len(stage))
-            grown[: self._end] = stage
-            self._stage = stage = grown
+            stage = self._stage
+        if self._end == len(stage):  # full of frames not taken yet (reading paused late)
+            self._grow(2 * len(stage))
+            stage = self._stage
         return memoryview(stage)[self._end :]
 
     def filled(self, n: int) -> None:
@@ -105,9 +111,19 @@ class FrameReader:
                 self._big[0][:have] = view[body : self._end]
             self._big_pos = have
             self._start = self._end = 0
+        elif _SIZE.size + size > len(self._stage):  # a small frame larger than the stage
+            self._grow(min(self._max_stage, max(2 * len(self._stage), _SIZE.size + size)))
         elif len(self._stage) - start < _SIZE.size + size:
             self._compact()
         return None
+
+    def _grow(self, n: int) -> None:
+        """Replace the stage by one of ``n`` bytes holding the unconsumed data at its start."""
+        pending = self._end - self._start
+        grown = bytearray(max(n, pending + 1))
+        grown[:pending] = self._stage[self._start : self._end]
+        self._stage = grown
+        self._start, self._end = 0, pending
 
     def _new_segment(self, at_least: int = 0) -> None:
         n = min(self._big_left, max(self._segment, at_least))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.gateway.framing import FrameReader, FrameSizeError
@@ -105,3 +105,23 @@ def test_segmented_frames_any_chunking(bodies: list[bytes], cut: int) -> None:
     for segment in (50, 1200):  # 50: the staged start of a frame outgrows its first segment
         reader = FrameReader(10_000, stage_bytes=1100, large=1000, segment=segment)
         assert _feed(reader, _framed(*bodies), cut) == bodies
+
+
+@settings(deadline=None, max_examples=60)  # frames up to 70 KB: slow to draw, not to check
+@given(
+    bodies=st.lists(st.binary(max_size=3000) | st.integers(0, 70_000).map(bytes), max_size=10),
+    cut=st.integers(1, 90_000),
+)
+def test_a_small_stage_grows_to_whatever_the_frames_need(bodies: list[bytes], cut: int) -> None:
+    """The default reader starts at 4 KiB and must still give every frame of any size."""
+    reader = FrameReader(1 << 20)
+    assert _feed(reader, _framed(*bodies), cut) == bodies
+
+
+def test_idle_connections_keep_a_small_stage_busy_ones_grow_it() -> None:
+    reader = FrameReader(1 << 20)
+    assert _feed(reader, _framed(b"x" * 100, b"y" * 200), 1 << 20) == [b"x" * 100, b"y" * 200]
+    assert len(reader._stage) == 4 * 1024  # what thousands of idle connections each hold
+    frame = bytes(range(256)) * 200  # 51,200 bytes: below `large`, so staged
+    assert _feed(reader, _framed(frame), 10_000) == [frame]
+    assert 51_204 <= len(reader._stage) <= 256 * 1024
