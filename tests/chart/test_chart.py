@@ -317,23 +317,59 @@ def test_monitoring_objects_only_when_asked_or_served() -> None:
     assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
 
 
-def test_rbac_is_minimal() -> None:
-    default = render({})
-    (role,) = of_kind(default, "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
-    assert not of_kind(default, "Role")
-    docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
-    (scaler,) = of_kind(docs, "Role")
-    rules = {(r["resources"][0], tuple(r["verbs"])) for r in scaler["rules"]}
-    assert rules == {
-        ("statefulsets/scale", ("get", "patch")),
-        ("statefulsets", ("get",)),
-        ("pods", ("list",)),
-    }
-    for doc in of_kind(docs, "Role") + of_kind(docs, "ClusterRole"):
-        for rule in doc["rules"]:
-            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-    assert not of_kind(render(COMBINATIONS["locked-down"]), "ClusterRole")  # no discovery
+def _rules_of(docs: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the ServiceAccount ``account`` is granted by the release."""
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"].endswith("Role")}
+    granted: set[tuple[str, str, str]] = set()
+    for binding in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == NAMESPACE
+            for s in binding["subjects"]
+        ):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], role
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    granted |= {(group, resource, verb) for verb in rule["verbs"]}
+    return granted
+
+
+NODES = {("", "nodes", "get")}
+SCALER = {
+    ("apps", "statefulsets/scale", "get"),
+    ("apps", "statefulsets/scale", "patch"),
+    ("apps", "statefulsets", "get"),
+    ("", "pods", "list"),
+}
+
+
+def test_rbac_per_workload_is_minimal(combo: Any) -> None:
+    """What each pod's token can do: storage, gateways and coordinators only `get nodes` (and
+    nothing without zone discovery); the controller alone holds the autoscaler's statefulsets
+    and pods rights, only with the autoscaler on; ZooKeeper and the test pod mount no token."""
+    name, docs = combo
+    values = COMBINATIONS[name]
+    discovery = values.get("global", {}).get("zones", {}).get("discovery", True)
+    scaler = values.get("controller", {}).get("autoscaler", {}).get("enabled", False)
+    accounts = {d["metadata"]["name"] for d in of_kind(docs, "ServiceAccount")}
+    for doc in workloads(docs):
+        spec, what = pod_spec(doc), f"{name}: {doc['metadata']['name']}"
+        account = spec.get("serviceAccountName", "default")
+        granted = _rules_of(docs, account)
+        if component(doc) in ("zookeeper", "helm-test"):
+            assert spec["automountServiceAccountToken"] is False and not granted, what
+        elif component(doc) == "controller":
+            assert account == "kafka-py-controller" and account in accounts, what
+            assert granted == (SCALER if scaler else set()), what
+            assert spec["automountServiceAccountToken"] is scaler, what
+        else:
+            assert account == "kafka-py" and account in accounts, what
+            assert granted == (NODES if discovery else set()), what
+            assert not {g for g in granted if "statefulsets" in g[1] or g[1] == "pods"}, what
+    assert len(of_kind(docs, "Role")) == int(scaler)
+    assert len(of_kind(docs, "ClusterRole")) == int(discovery)
 
 
 def test_network_policies_cover_every_workload(combo: Any) -> None:

@@ -29,6 +29,11 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The controller's own ServiceAccount (the only one the autoscaler's Role is bound to). */}}
+{{- define "kafkapy.controllerServiceAccount" -}}
+{{- .Values.global.controllerServiceAccountName | default (printf "%s-controller" (include "kafkapy.base" .)) -}}
+{{- end -}}
+
 {{/* The kafka-py image: global.image, tag defaulting to the chart's appVersion. */}}
 {{- define "kafkapy.image" -}}
 {{- $img := .Values.global.image -}}
@@ -165,12 +170,14 @@ affinity:
 {{- end -}}
 
 {{/*
-Pod-level fields shared by every kafka-py pod (ctx, zoned, api): the service account token is
-mounted only where the Kubernetes API is read (zone discovery, the autoscaler).
+Pod-level fields shared by every kafka-py pod (ctx, zoned, api, serviceAccount): the service
+account token is mounted only where the Kubernetes API is read (zone discovery, the
+autoscaler). serviceAccount: this pod's own ServiceAccount (the controller's); default: the
+shared one that may only get nodes (global.serviceAccountName, else "<base>").
 */}}
 {{- define "kafkapy.podCommon" -}}
 {{- $g := .ctx.Values.global -}}
-serviceAccountName: {{ $g.serviceAccountName | default (include "kafkapy.base" .ctx) }}
+serviceAccountName: {{ .serviceAccount | default $g.serviceAccountName | default (include "kafkapy.base" .ctx) }}
 automountServiceAccountToken: {{ or (and .zoned $g.zones.discovery) .api | default false }}
 enableServiceLinks: false
 securityContext:
@@ -298,7 +305,7 @@ spec:
         checksum/settings: {{ include "kafkapy.settingsData" . | sha256sum }}
         {{- include "kafkapy.scrapeAnnotations" .ctx | nindent 8 }}
     spec:
-      {{- include "kafkapy.podCommon" (dict "ctx" .ctx "zoned" .zoned "api" .api) | nindent 6 }}
+      {{- include "kafkapy.podCommon" (dict "ctx" .ctx "zoned" .zoned "api" .api "serviceAccount" .serviceAccount) | nindent 6 }}
       terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
       {{- include "kafkapy.placement" . | nindent 6 }}
       containers:
