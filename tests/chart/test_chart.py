@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from chart_support import (
     KUBE_VERSIONS,
     NAMESPACE,
     ROOT,
+    TASK_KINDS,
     component,
     expand_refs,
     named,
@@ -30,8 +32,10 @@ from chart_support import (
     workloads,
 )
 
+from services.cli.configs_users import parse_add_config
 from services.common.settings import ServiceSettings
 from services.controller.settings import ControllerSettings
+from services.gateway.security import listener_security
 from services.gateway.settings import GatewaySettings
 from services.group_coordinator.settings import GroupCoordinatorSettings
 from services.storage.settings import StorageSettings
@@ -78,11 +82,55 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
             "metricsPeers": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
         },
         "gateway": {"autoscaling": {"enabled": False}, "replicas": 3},
-        "storage": {"config": {"log.retention.hours": 24, "min.insync.replicas": 2}},
+        "storage": {
+            "config": {
+                "log.retention.hours": 24,
+                "min.insync.replicas": 2,
+                "log.segment.bytes": 1073741824,  # not 1.073741824e+09 in the env
+            }
+        },
         "tests": {"enabled": False},
     },
 }
+TLS_SECRET = "kafka-py-gateway-tls"
+COMBINATIONS["security"] = {
+    "gateway": {
+        "security": {
+            "listeners": [
+                {
+                    "name": "EXTERNAL",
+                    "protocol": "SASL_SSL",
+                    "port": 9094,
+                    "advertisedHost": "kafka.example.com",
+                    "saslMechanisms": ["SCRAM-SHA-512", "PLAIN"],
+                },
+                {"name": "MTLS", "protocol": "SSL", "port": 9095, "sslClientAuth": "required"},
+            ],
+            "tls": {"secretName": TLS_SECRET, "keyPasswordKey": "key-password"},
+            "sasl": {
+                "plainUsersSecret": {"name": "kafka-py-plain-users"},
+                "scramUsers": [
+                    {"name": "alice", "passwordSecret": {"name": "alice", "key": "password"}},
+                    {
+                        "name": "bob",
+                        "mechanism": "SCRAM-SHA-256",
+                        "iterations": 4096,
+                        "passwordSecret": {"name": "bob", "key": "pw"},
+                    },
+                ],
+                "connectionsMaxReauthMs": 3600000,
+            },
+            "authorizer": {
+                "className": "kafka.security.authorizer.AclAuthorizer",
+                "superUsers": ["User:admin", "User:ANONYMOUS"],
+            },
+        }
+    }
+}
 COMBOS = list(COMBINATIONS)
+# what the Secrets hold, for loading the settings as the pod would see them
+PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="a";'
+SECRET_ENV = {"KAFKAPY_LISTENER_NAME_EXTERNAL_PLAIN_SASL_JAAS_CONFIG": PLAIN_JAAS}
 SETTINGS: dict[str, type[ServiceSettings]] = {
     "storage": StorageSettings,
     "gateway": GatewaySettings,
@@ -169,7 +217,7 @@ def test_policy(combo: Any) -> None:
             assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), what
             res = c["resources"]
             assert {"cpu", "memory"} <= set(res["requests"]) and "memory" in res["limits"], what
-            if doc["kind"] != "Pod":
+            if doc["kind"] not in TASK_KINDS:
                 assert "readinessProbe" in c and "livenessProbe" in c, what
 
 
@@ -181,6 +229,8 @@ def _settings_env(docs: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, 
     for e in c.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:
+            env[e["name"]] = SECRET_ENV.get(e["name"], "from-a-secret")
     return env
 
 
@@ -191,7 +241,7 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
     name, docs = combo
     checked = set()
     for doc in workloads(docs):
-        if doc["kind"] == "Pod" or component(doc) == "zookeeper":
+        if doc["kind"] in TASK_KINDS or component(doc) == "zookeeper":
             continue
         c = pod_spec(doc)["containers"][0]
         service, *args = c["args"]
@@ -358,7 +408,7 @@ def test_rbac_per_workload_is_minimal(combo: Any) -> None:
         spec, what = pod_spec(doc), f"{name}: {doc['metadata']['name']}"
         account = spec.get("serviceAccountName", "default")
         granted = _rules_of(docs, account)
-        if component(doc) in ("zookeeper", "helm-test"):
+        if component(doc) in ("zookeeper", "helm-test", "scram-users"):
             assert spec["automountServiceAccountToken"] is False and not granted, what
         elif component(doc) == "controller":
             assert account == "kafka-py-controller" and account in accounts, what
@@ -376,7 +426,7 @@ def test_network_policies_cover_every_workload(combo: Any) -> None:
     name, docs = combo
     policies = of_kind(docs, "NetworkPolicy")
     for doc in workloads(docs):
-        if doc["kind"] == "Pod":
+        if doc["kind"] in TASK_KINDS:
             continue
         labels = doc["spec"]["template"]["metadata"]["labels"]
         covering = [
@@ -406,6 +456,123 @@ def test_helm_test_hook_produces_and_consumes_through_the_gateway_service() -> N
     assert "console-producer" in script and "console-consumer" in script and "--acks all" in script
 
 
+def _self_signed(directory: Path, key_password: str) -> None:
+    """What the TLS Secret would hold: keystore.pem (certificate + encrypted key), ca.crt."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-keyout", str(directory / "key.pem"), "-out", str(directory / "ca.crt"),
+         "-subj", "/CN=kafka-py-gateway", "-days", "2", "-passout", f"pass:{key_password}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    keystore = (directory / "ca.crt").read_text() + (directory / "key.pem").read_text()
+    (directory / "keystore.pem").write_text(keystore)
+
+
+def test_security_values_reach_the_gateways_own_settings(tmp_path: Path) -> None:
+    """gateway.security rendered, then loaded by GatewaySettings and built into each
+    listener's TLS context and SASL config by the gateway's own code (the TLS Secret's files
+    made with openssl and put where the pod mounts them); no secret in a ConfigMap or args."""
+    docs = render(COMBINATIONS["security"])
+    gw = named(docs, "Deployment", "kafka-py-gateway")
+    c = pod_spec(gw)["containers"][0]
+    env = _settings_env(docs, gw)
+    argv = [expand_refs(a, env) for a in c["args"][1:]]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "tls"]
+    (volume,) = [v for v in pod_spec(gw)["volumes"] if v["name"] == "tls"]
+    assert mount["readOnly"] is True and volume["secret"]["secretName"] == TLS_SECRET
+    for key in ("KAFKAPY_SSL_KEYSTORE_LOCATION", "KAFKAPY_SSL_TRUSTSTORE_LOCATION"):
+        assert env[key].startswith(mount["mountPath"] + "/")
+        env[key] = env[key].replace(mount["mountPath"], str(tmp_path))  # the kubelet's mount
+    _self_signed(tmp_path, env["KAFKAPY_SSL_KEY_PASSWORD"])
+    settings = GatewaySettings.load(argv, env=env)
+
+    listeners = settings.kafka_listeners
+    assert [(x.name, x.protocol, x.port) for x in listeners] == [
+        ("INTERNAL", "PLAINTEXT", 9092),
+        ("EXTERNAL", "SASL_SSL", 9094),
+        ("MTLS", "SSL", 9095),
+    ]
+    service_ports = {p["port"] for p in named(docs, "Service", "kafka-py-gateway")["spec"]["ports"]}
+    container_ports = {p["containerPort"] for p in c["ports"]}
+    assert {x.port for x in listeners} <= service_ports & container_ports
+    advertised = {
+        a.name: (a.address.host, a.address.port) for a in settings.advertised_kafka_listeners or []
+    }
+    assert advertised["EXTERNAL"] == ("kafka.example.com", 9094)
+    assert advertised["INTERNAL"] == (f"kafka-py-gateway.{NAMESPACE}.svc.cluster.local", 9092)
+    secured = {x.name: listener_security(settings, x) for x in listeners}
+    assert secured["INTERNAL"].tls is None and secured["INTERNAL"].sasl is None
+    external = secured["EXTERNAL"]
+    assert external.tls is not None and external.sasl is not None
+    assert external.sasl.mechanisms == ("SCRAM-SHA-512", "PLAIN")
+    assert external.sasl.plain_users == {"admin": "a"} and external.sasl.max_reauth_ms == 3600000
+    mtls = secured["MTLS"]
+    assert mtls.tls is not None and mtls.tls.cfg.client_auth == "required" and mtls.sasl is None
+    assert settings.authorizer_class_name == "kafka.security.authorizer.AclAuthorizer"
+    assert settings.super_users == "User:admin;User:ANONYMOUS"
+
+    # secrets only as secretKeyRef env: never in a ConfigMap, args or a plain env value
+    for cm in of_kind(docs, "ConfigMap"):
+        assert not [k for k in cm["data"] if "JAAS" in k or "PASSWORD" in k], cm["metadata"]
+    for doc in workloads(docs):
+        for ctr in pod_spec(doc)["containers"]:
+            assert not [a for a in ctr.get("args", []) if "jaas" in a or "password" in a.lower()]
+            for e in ctr.get("env", []):
+                if "JAAS" in e["name"] or "PASSWORD" in e["name"]:
+                    assert "secretKeyRef" in e["valueFrom"], e
+
+    job = named(docs, "Job", "kafka-py-scram-users")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    script = pod_spec(job)["containers"][0]["command"][-1]
+    assert f"B=kafka-py-gateway.{NAMESPACE}.svc.cluster.local:9092" in script
+    assert 'upsert "alice" SCRAM-SHA-512 8192 /etc/kafka-py/scram/0' in script
+    assert 'upsert "bob" SCRAM-SHA-256 4096 /etc/kafka-py/scram/1' in script
+    # the --add-config the script builds is one `kafka-py configs` accepts
+    assert '--add-config "$2=[iterations=$3,password=$P]"' in script
+    assert parse_add_config("SCRAM-SHA-256=[iterations=4096,password=s3cret]") == {
+        "SCRAM-SHA-256": ("s3cret", 4096)
+    }
+    (passwords,) = [v for v in pod_spec(job)["volumes"] if v["name"] == "passwords"]
+    assert [src["secret"]["name"] for src in passwords["projected"]["sources"]] == ["alice", "bob"]
+
+
+@pytest.mark.parametrize(
+    ("security", "complaint"),
+    [
+        ({"listeners": [{"name": "TLS", "protocol": "SSL", "port": 9093}]}, "tls.secretName"),
+        (
+            {
+                "listeners": [
+                    {
+                        "name": "S",
+                        "protocol": "SASL_PLAINTEXT",
+                        "port": 9093,
+                        "saslMechanisms": ["PLAIN"],
+                    }
+                ]
+            },
+            "plainUsersSecret",
+        ),  # fmt: skip
+        (
+            {
+                "listeners": [
+                    {"name": "TLS", "protocol": "SSL", "port": 9093, "sslClientAuth": "required"}
+                ],
+                "tls": {"secretName": "gw-tls", "truststoreKey": ""},
+            },
+            "truststoreKey",
+        ),
+        ({"listeners": [{"name": "A", "protocol": "PLAINTEXT", "port": 9092}]}, "port 9092"),
+    ],
+)
+def test_security_combinations_the_schema_cannot_express_are_refused(
+    security: dict[str, Any], complaint: str
+) -> None:
+    with helm.Chart.load(CHART) as chart:
+        with pytest.raises(helm.HelmError, match=complaint):
+            chart.render(values={"gateway": {"security": security}}, name="kafka-py")
+
+
 @pytest.mark.parametrize(
     ("values", "complaint"),
     [
@@ -421,6 +588,26 @@ def test_helm_test_hook_produces_and_consumes_through_the_gateway_service() -> N
         ({"global": {"zones": {"whenUnsatisfiable": "Maybe"}}}, "whenUnsatisfiable"),
         ({"monitoring": {"podMonitor": "sometimes"}}, "podMonitor"),
         ({"stroage": {"replicas": 3}}, "stroage"),
+        (
+            {
+                "gateway": {
+                    "security": {
+                        "listeners": [{"name": "INTERNAL", "protocol": "SSL", "port": 9093}]
+                    }
+                }
+            },
+            "/gateway/security/listeners/0/name",
+        ),  # fmt: skip
+        (
+            {
+                "gateway": {
+                    "security": {"listeners": [{"name": "X", "protocol": "TLS", "port": 9093}]}
+                }
+            },
+            "/gateway/security/listeners/0/protocol",
+        ),  # fmt: skip
+        ({"gateway": {"security": {"authorizer": {"className": "acl"}}}}, "className"),
+        ({"global": {"internalTls": {"enabled": True}}}, "/global/internalTls/enabled"),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:

@@ -91,7 +91,12 @@ Settings shared by every service, as the KAFKAPY_* environment its settings load
 {{- end -}}
 {{- end -}}
 {{- range $k, $v := .config -}}
+{{- /* values arrive as float64: whole numbers as integers, never 6.048e+08 */}}
+{{- if and (kindIs "float64" $v) (eq $v (floor $v)) -}}
+{{- $_ := set $s $k (printf "%.0f" $v) -}}
+{{- else -}}
 {{- $_ := set $s $k (toString $v) -}}
+{{- end -}}
 {{- end -}}
 {{- range $k, $v := $s }}
 {{ printf "KAFKAPY_%s" ($k | upper | replace "." "_" | replace "-" "_") }}: {{ $v | quote }}
@@ -274,8 +279,9 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
 
 {{/*
 A Deployment of one service with a generated node id (ctx, component, command, values, port,
-idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels). Replicas are omitted when an HPA
-owns them (values.autoscaling.enabled).
+idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels; optional: listeners and advertised
+(default: one listener on port, advertised as the pod IP), extraPorts, extraEnv, mounts,
+volumes). Replicas are omitted when an HPA owns them (values.autoscaling.enabled).
 */}}
 {{- define "kafkapy.deployment" -}}
 {{- $v := .values -}}
@@ -309,9 +315,23 @@ spec:
       terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
       {{- include "kafkapy.placement" . | nindent 6 }}
       containers:
-        {{- $args := list .idFlag "-1" "--listeners" (printf "0.0.0.0:%d" (int .port.port)) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
+        {{- $args := list .idFlag "-1" "--listeners" (.listeners | default (printf "0.0.0.0:%d" (int .port.port))) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
         {{- $args = concat $args (.extraArgs | default list) -}}
-        {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" (list .port) "resources" $v.resources "lifecycle" .lifecycle) | nindent 8 }}
+        {{- $ports := concat (list .port) (.extraPorts | default list) -}}
+        {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" $ports "resources" $v.resources "lifecycle" .lifecycle "extraEnv" .extraEnv "mounts" .mounts) | nindent 8 }}
       volumes:
         {{- include "kafkapy.tmpVolume" . | nindent 8 }}
+        {{- with .volumes }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+{{- end -}}
+
+{{/*
+Internal mutual TLS (issue 17 §5: `kafka-py certs init`, per-service certificates, the
+internal.ssl.* settings) is being built on another branch. This is where it plugs in: the
+KAFKAPY_INTERNAL_SSL_* settings and the per-service certificate Secret's volume/mount will be
+rendered from global.internalTls here, for every kafka-py container. Until those settings are
+on main, values.schema.json keeps global.internalTls.enabled false and this renders nothing.
+*/}}
+{{- define "kafkapy.internalTls" -}}
 {{- end -}}
