@@ -8,12 +8,14 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 from chart_support import (
     CHART,
     CRD_KINDS,
@@ -67,7 +69,11 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
                 "loadBalancerSourceRanges": ["10.0.0.0/8"],
             }
         },
-        "monitoring": {"podMonitor": True, "prometheusRule": True},
+        "monitoring": {
+            "podMonitor": True,
+            "prometheusRule": True,
+            "grafanaDashboards": {"enabled": True, "folder": "kafka-py"},
+        },
         "controller": {"autoscaler": {"enabled": True, "minReplicas": 3, "maxReplicas": 9}},
     },
     "external-zookeeper-transactions": {
@@ -358,13 +364,50 @@ def test_monitoring_objects_only_when_asked_or_served() -> None:
     docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
     pm = named(docs, "PodMonitor", "kafka-py")
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
-    rules = named(docs, "PrometheusRule", "kafka-py")["spec"]["groups"][0]["rules"]
-    assert {r["alert"] for r in rules} >= {
-        "KafkaPyUnderReplicatedPartitions",
-        "KafkaPyNoActiveController",
-    }
+    # the rule file itself, not a copy: same groups, Prometheus' {{ $value }} left as is
+    shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "kafka-py-rules.yml").read_text())
+    rule = named(docs, "PrometheusRule", "kafka-py")
+    assert rule["spec"]["groups"] == shipped["groups"]
+    assert "{{ $value }}" in str(rule["spec"])
     sts = named(docs, "StatefulSet", "kafka-py-storage")
     assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+
+
+def _dashboards(docs: list[dict[str, Any]]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for cm in of_kind(docs, "ConfigMap"):
+        if cm["metadata"]["labels"].get("grafana_dashboard") == "1":
+            assert cm["metadata"]["annotations"] == {"grafana_folder": "kafka-py"}
+            found.update(cm["data"])
+    return found
+
+
+def test_grafana_dashboards_are_the_files_of_deploy_grafana(tmp_path: Path) -> None:
+    """Every deploy/grafana/*.json ships byte for byte in a sidecar-labelled ConfigMap (the
+    chart's files/grafana is a symlink), only when enabled; `helm package` follows the
+    symlinks. A copy of the chart with a dashboard full of template-like text proves the
+    content is not templated."""
+    values = COMBINATIONS["loadbalancer-monitoring-autoscaler"]
+    assert not _dashboards(render({}))
+    on_disk = {p.name: p.read_text() for p in (ROOT / "deploy" / "grafana").glob("*.json")}
+    assert _dashboards(render(values)) == on_disk
+
+    chart = tmp_path / "helm"
+    shutil.copytree(CHART, chart, symlinks=False)  # packed subcharts included
+    tricky = '{"title": "Lag {{ $labels.x }}", "expr": "a<b && c>d", "u": "\\u00e9 é"}\n'
+    (chart / "files" / "grafana" / "Cluster Overview.json").write_text(tricky)
+    docs = render(values, chart=chart)
+    assert _dashboards(docs)["Cluster Overview.json"] == tricky
+    assert named(docs, "ConfigMap", "kafka-py-dashboard-cluster-overview")
+    for doc in of_kind(docs, "ConfigMap"):
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[-1], strict=True)
+
+    packed = helm.package(CHART, destination=tmp_path / "pkg")
+    with tarfile.open(packed) as tar:
+        names = set(tar.getnames())
+    assert "kafka-py/files/prometheus/kafka-py-rules.yml" in names
+    assert {f"kafka-py/files/grafana/{n}" for n in on_disk} <= names
+    assert "kafka-py/files/prometheus/kafka-py-rules.test.yml" not in names
 
 
 def _rules_of(docs: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
