@@ -25,6 +25,7 @@ from chart_support import (
     TASK_KINDS,
     component,
     expand_refs,
+    merge,
     named,
     notes,
     of_kind,
@@ -35,6 +36,7 @@ from chart_support import (
 )
 
 from services.cli.configs_users import parse_add_config
+from services.cli.main import build_parser
 from services.common.settings import ServiceSettings
 from services.controller.settings import ControllerSettings
 from services.gateway.security import listener_security
@@ -80,6 +82,15 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         "zookeeper": {"enabled": False},
         "global": {"zookeeper": {"connect": "zk-0.zk:2181,zk-1.zk:2181,zk-2.zk:2181/kafka"}},
         "transactionCoordinator": {"enabled": True},
+        "spark": {
+            "pipelines": [
+                {
+                    "pipeline": "wordcount",
+                    "args": ["--window", "1 minute"],
+                    "checkpointClaim": "spark-checkpoints",
+                }
+            ]
+        },
     },
     "locked-down": {
         "global": {"zones": {"discovery": False}, "metrics": {"scrapeAnnotations": False}},
@@ -99,7 +110,7 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     },
 }
 TLS_SECRET = "kafka-py-gateway-tls"
-COMBINATIONS["security"] = {
+SECURITY = {
     "gateway": {
         "security": {
             "listeners": [
@@ -133,6 +144,9 @@ COMBINATIONS["security"] = {
         }
     }
 }
+# gateway.security rides on the LoadBalancer combination (one combination less to validate)
+SECURE = "loadbalancer-monitoring-autoscaler-security"
+COMBINATIONS[SECURE] = merge(COMBINATIONS.pop("loadbalancer-monitoring-autoscaler"), SECURITY)
 COMBOS = list(COMBINATIONS)
 # what the Secrets hold, for loading the settings as the pod would see them
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="a";'
@@ -204,11 +218,13 @@ def test_policy(combo: Any) -> None:
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             assert not spec.get(key), what
         assert not [v for v in spec.get("volumes", []) if "hostPath" in v], what
-        reads_api = any(
-            e["name"] == "NODE_NAME" for c in spec["containers"] for e in c.get("env", [])
-        ) and (
-            component(doc) in ("storage", "gateway", "group-coordinator", "transaction-coordinator")
-            or "autoscaler" in name
+        reads_api = component(doc) == "spark-driver" or (
+            any(e["name"] == "NODE_NAME" for c in spec["containers"] for e in c.get("env", []))
+            and (
+                component(doc)
+                in ("storage", "gateway", "group-coordinator", "transaction-coordinator")
+                or "autoscaler" in name
+            )
         )
         assert spec.get("automountServiceAccountToken") in (False, True), what
         if spec["automountServiceAccountToken"]:
@@ -344,12 +360,22 @@ def test_gateway_service_modes() -> None:
         assert named(docs, "HorizontalPodAutoscaler", d["metadata"]["name"])
     assert "kafka-py.io/zone" not in named(docs, "Service", "kafka-py-gateway")["spec"]["selector"]
 
-    lb = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    lb = render(COMBINATIONS[SECURE])
     svc = named(lb, "Service", "kafka-py-gateway")
     assert svc["spec"]["type"] == "LoadBalancer"
     args = pod_spec(named(lb, "Deployment", "kafka-py-gateway"))["containers"][0]["args"]
-    assert "kafka.example.com:9092" in args
-    assert "kafka.example.com:9092" in notes(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    internal = f"kafka-py-gateway-internal.{NAMESPACE}.svc.cluster.local:9092"
+    assert args[args.index("--advertised.listeners") + 1].split(",") == [
+        f"INTERNAL://{internal}",
+        "EXTERNAL://kafka.example.com:9094",
+        "MTLS://kafka.example.com:9095",
+    ]
+    # the PLAINTEXT listener stays off the LoadBalancer: its own ClusterIP Service
+    assert {p["port"] for p in svc["spec"]["ports"]} == {9094, 9095}
+    inner = named(lb, "Service", "kafka-py-gateway-internal")
+    assert inner["spec"]["type"] == "ClusterIP" and inner["spec"]["ports"][0]["port"] == 9092
+    text = notes(COMBINATIONS[SECURE])
+    assert "EXTERNAL (SASL_SSL): kafka.example.com:9094" in text and internal in text
 
     default = render({})
     assert named(default, "Service", "kafka-py-gateway")["spec"]["type"] == "ClusterIP"
@@ -361,7 +387,7 @@ def test_gateway_service_modes() -> None:
 
 def test_monitoring_objects_only_when_asked_or_served() -> None:
     assert not [d for d in render({}) if d["kind"] in CRD_KINDS]  # no CRDs in an offline render
-    docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    docs = render(COMBINATIONS[SECURE])
     pm = named(docs, "PodMonitor", "kafka-py")
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
     # the rule file itself, not a copy: same groups, Prometheus' {{ $value }} left as is
@@ -387,7 +413,7 @@ def test_grafana_dashboards_are_the_files_of_deploy_grafana(tmp_path: Path) -> N
     chart's files/grafana is a symlink), only when enabled; `helm package` follows the
     symlinks. A copy of the chart with a dashboard full of template-like text proves the
     content is not templated."""
-    values = COMBINATIONS["loadbalancer-monitoring-autoscaler"]
+    values = COMBINATIONS[SECURE]
     assert not _dashboards(render({}))
     on_disk = {p.name: p.read_text() for p in (ROOT / "deploy" / "grafana").glob("*.json")}
     assert _dashboards(render(values)) == on_disk
@@ -438,6 +464,17 @@ SCALER = {
 }
 
 
+SPARK_DRIVER = {
+    ("", resource, verb)
+    for resource, verbs in (
+        ("pods", ("create", "delete", "deletecollection", "get", "list", "watch")),
+        ("services", ("create", "delete", "deletecollection", "get", "list")),
+        ("configmaps", ("create", "delete", "deletecollection", "get", "list")),
+    )
+    for verb in verbs
+}
+
+
 def test_rbac_per_workload_is_minimal(combo: Any) -> None:
     """What each pod's token can do: storage, gateways and coordinators only `get nodes` (and
     nothing without zone discovery); the controller alone holds the autoscaler's statefulsets
@@ -453,6 +490,8 @@ def test_rbac_per_workload_is_minimal(combo: Any) -> None:
         granted = _rules_of(docs, account)
         if component(doc) in ("zookeeper", "helm-test", "scram-users"):
             assert spec["automountServiceAccountToken"] is False and not granted, what
+        elif component(doc) == "spark-driver":
+            assert account == "kafka-py-spark" and granted == SPARK_DRIVER, what
         elif component(doc) == "controller":
             assert account == "kafka-py-controller" and account in accounts, what
             assert granted == (SCALER if scaler else set()), what
@@ -461,7 +500,9 @@ def test_rbac_per_workload_is_minimal(combo: Any) -> None:
             assert account == "kafka-py" and account in accounts, what
             assert granted == (NODES if discovery else set()), what
             assert not {g for g in granted if "statefulsets" in g[1] or g[1] == "pods"}, what
-    assert len(of_kind(docs, "Role")) == int(scaler)
+    spark = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == "kafka-py-spark-driver"]
+    assert len(spark) == int("spark" in values)
+    assert len(of_kind(docs, "Role")) == int(scaler) + len(spark)
     assert len(of_kind(docs, "ClusterRole")) == int(discovery)
 
 
@@ -515,7 +556,7 @@ def test_security_values_reach_the_gateways_own_settings(tmp_path: Path) -> None
     """gateway.security rendered, then loaded by GatewaySettings and built into each
     listener's TLS context and SASL config by the gateway's own code (the TLS Secret's files
     made with openssl and put where the pod mounts them); no secret in a ConfigMap or args."""
-    docs = render(COMBINATIONS["security"])
+    docs = render(COMBINATIONS[SECURE])
     gw = named(docs, "Deployment", "kafka-py-gateway")
     c = pod_spec(gw)["containers"][0]
     env = _settings_env(docs, gw)
@@ -535,14 +576,21 @@ def test_security_values_reach_the_gateways_own_settings(tmp_path: Path) -> None
         ("EXTERNAL", "SASL_SSL", 9094),
         ("MTLS", "SSL", 9095),
     ]
-    service_ports = {p["port"] for p in named(docs, "Service", "kafka-py-gateway")["spec"]["ports"]}
+    service_ports = {
+        p["port"]
+        for svc in ("kafka-py-gateway", "kafka-py-gateway-internal")
+        for p in named(docs, "Service", svc)["spec"]["ports"]
+    }
     container_ports = {p["containerPort"] for p in c["ports"]}
     assert {x.port for x in listeners} <= service_ports & container_ports
     advertised = {
         a.name: (a.address.host, a.address.port) for a in settings.advertised_kafka_listeners or []
     }
     assert advertised["EXTERNAL"] == ("kafka.example.com", 9094)
-    assert advertised["INTERNAL"] == (f"kafka-py-gateway.{NAMESPACE}.svc.cluster.local", 9092)
+    assert advertised["INTERNAL"] == (
+        f"kafka-py-gateway-internal.{NAMESPACE}.svc.cluster.local",
+        9092,
+    )
     secured = {x.name: listener_security(settings, x) for x in listeners}
     assert secured["INTERNAL"].tls is None and secured["INTERNAL"].sasl is None
     external = secured["EXTERNAL"]
@@ -567,7 +615,7 @@ def test_security_values_reach_the_gateways_own_settings(tmp_path: Path) -> None
     job = named(docs, "Job", "kafka-py-scram-users")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     script = pod_spec(job)["containers"][0]["command"][-1]
-    assert f"B=kafka-py-gateway.{NAMESPACE}.svc.cluster.local:9092" in script
+    assert f"B=kafka-py-gateway-internal.{NAMESPACE}.svc.cluster.local:9092" in script
     assert 'upsert "alice" SCRAM-SHA-512 8192 /etc/kafka-py/scram/0' in script
     assert 'upsert "bob" SCRAM-SHA-256 4096 /etc/kafka-py/scram/1' in script
     # the --add-config the script builds is one `kafka-py configs` accepts
@@ -577,6 +625,60 @@ def test_security_values_reach_the_gateways_own_settings(tmp_path: Path) -> None
     }
     (passwords,) = [v for v in pod_spec(job)["volumes"] if v["name"] == "passwords"]
     assert [src["secret"]["name"] for src in passwords["projected"]["sources"]] == ["alice", "bob"]
+
+
+def test_spark_pipeline_job_runs_the_cli_as_a_k8s_driver() -> None:
+    """spark.pipelines: a Job whose args `kafka-py`'s own parser accepts (pipeline run NAME with
+    master k8s://), its Spark settings and executor pod template in a ConfigMap (the template a
+    valid, locked-down Pod), the checkpoint claim mounted in the driver and the executors."""
+    docs = render(COMBINATIONS["external-zookeeper-transactions"])
+    job = named(docs, "Job", "kafka-py-spark-wordcount")
+    spec = pod_spec(job)
+    (driver,) = spec["containers"]
+    args = build_parser().parse_args(driver["args"])
+    assert (args.command, args.name) == ("pipeline", "wordcount")
+    assert args.master == "k8s://https://kubernetes.default.svc"
+    assert args.bootstrap_server == f"kafka-py-gateway.{NAMESPACE}.svc.cluster.local:9092"
+    assert args.window == "1 minute"
+    mounts = {m["name"]: m for m in driver["volumeMounts"]}
+    assert args.checkpoint.startswith(mounts["checkpoints"]["mountPath"] + "/")
+    claims = {v["name"]: v for v in spec["volumes"]}
+    assert claims["checkpoints"]["persistentVolumeClaim"]["claimName"] == "spark-checkpoints"
+    env = {e["name"]: e.get("value") for e in driver["env"]}
+    assert env["PYSPARK_SUBMIT_ARGS"].endswith(" pyspark-shell")
+    assert "spark.driver.host=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]
+    assert [e["name"] for e in driver["env"]].index("POD_IP") < list(env).index("SPARK_LOCAL_IP")
+
+    cm = named(docs, "ConfigMap", claims["conf"]["configMap"]["name"])
+    conf = dict(
+        line.split(" ", 1) for line in cm["data"]["spark-defaults.conf"].splitlines() if line
+    )
+    assert env["SPARK_CONF_DIR"] == mounts["conf"]["mountPath"]
+    assert conf["spark.kubernetes.container.image"] == "ghcr.io/kafka-py/kafka-py-spark:0.1.0"
+    assert (
+        conf["spark.kubernetes.authenticate.driver.serviceAccountName"]
+        == spec["serviceAccountName"]
+    )
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == (
+        f"{mounts['conf']['mountPath']}/executor-pod.yaml"
+    )
+    assert conf["spark.driver.port"] == "7078" and conf["spark.blockManager.port"] == "7079"
+    executor = yaml.safe_load(cm["data"]["executor-pod.yaml"])
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(
+            {**executor, "metadata": {"name": "x", **executor["metadata"]}}, version, strict=True
+        )
+    (ctr,) = executor["spec"]["containers"]
+    assert ctr["name"] == conf["spark.kubernetes.executor.podTemplateContainerName"]
+    assert executor["spec"]["automountServiceAccountToken"] is False
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "KubernetesExecutorBackend" in ctr["command"][-1]
+    (claim,) = [v for v in executor["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claim["persistentVolumeClaim"]["claimName"] == "spark-checkpoints"
+    assert {"name": claim["name"], "mountPath": mounts["checkpoints"]["mountPath"]} in ctr[
+        "volumeMounts"
+    ]
+    assert not [d for d in render({}) if "spark" in d["metadata"]["name"]]
 
 
 @pytest.mark.parametrize(

@@ -7,3 +7,10 @@
 {{- printf "%s.%s.svc.%s:%d" (include "kafkapy.name" (dict "ctx" . "component" "gateway")) .Release.Namespace .Values.global.clusterDomain (int $gw.port) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The gateway Service by its in-cluster name (the INTERNAL listener): helm test and hooks. */}}
+{{- define "kafkapy.internalBootstrap" -}}
+{{- $gw := .Values.gateway -}}
+{{- $suffix := ternary "-internal" "" (and (eq $gw.service.mode "LoadBalancer") (not (empty $gw.security.listeners))) -}}
+{{- printf "%s%s.%s.svc.%s:%d" (include "kafkapy.name" (dict "ctx" . "component" "gateway")) $suffix .Release.Namespace .Values.global.clusterDomain (int $gw.port) -}}
+{{- end -}}
