@@ -376,6 +376,7 @@ def test_gateway_service_modes() -> None:
     assert inner["spec"]["type"] == "ClusterIP" and inner["spec"]["ports"][0]["port"] == 9092
     text = notes(COMBINATIONS[SECURE])
     assert "EXTERNAL (SASL_SSL): kafka.example.com:9094" in text and internal in text
+    assert "Bootstrap address" in text and "kafka.example.com:9092" not in text
 
     default = render({})
     assert named(default, "Service", "kafka-py-gateway")["spec"]["type"] == "ClusterIP"
