@@ -93,7 +93,11 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "locked-down": {
-        "global": {"zones": {"discovery": False}, "metrics": {"scrapeAnnotations": False}},
+        "global": {
+            "zones": {"discovery": False},
+            "metrics": {"scrapeAnnotations": False},
+            "zookeeper": {"acl": {"enabled": True, "digestSecret": {"name": "zk-digest"}}},
+        },
         "networkPolicy": {
             "clientPeers": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
             "metricsPeers": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
@@ -283,6 +287,13 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
         listen = settings.listener  # type: ignore[attr-defined]
         assert listen.port in [p["containerPort"] for p in c["ports"]], (service, listen)
         assert settings.log_format == "json"
+        zk_acl = COMBINATIONS[name].get("global", {}).get("zookeeper", {}).get("acl", {})
+        assert settings.zookeeper_set_acl is zk_acl.get("enabled", False)
+        if settings.zookeeper_set_acl:  # the digest file comes from the Secret, read-only
+            (mount,) = [m for m in c["volumeMounts"] if m["name"] == "zookeeper-digest"]
+            (vol,) = [v for v in pod_spec(doc)["volumes"] if v["name"] == "zookeeper-digest"]
+            assert mount["readOnly"] is True and vol["secret"]["secretName"] == "zk-digest"
+            assert str(settings.zookeeper_digest_auth_file).startswith(mount["mountPath"] + "/")
         if service == "storage":
             assert settings.broker_id == 1
             assert settings.advertised_listeners.endswith(  # type: ignore[attr-defined]
@@ -754,6 +765,7 @@ def test_security_combinations_the_schema_cannot_express_are_refused(
         ),  # fmt: skip
         ({"gateway": {"security": {"authorizer": {"className": "acl"}}}}, "className"),
         ({"global": {"internalTls": {"enabled": True}}}, "/global/internalTls/enabled"),
+        ({"global": {"zookeeper": {"acl": {"enabled": True}}}}, "digestSecret"),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:

@@ -82,6 +82,12 @@ Settings shared by every service, as the KAFKAPY_* environment its settings load
 {{- define "kafkapy.settingsData" -}}
 {{- $g := .ctx.Values.global -}}
 {{- $s := dict "zookeeper.connect" (include "kafkapy.zookeeperConnect" .ctx) "admin.host" "0.0.0.0" "admin.port" (toString $g.ports.admin) "log.format" "json" "log.level" $g.logLevel -}}
+{{- with $g.zookeeper.acl -}}
+{{- if .enabled -}}
+{{- $_ := set $s "zookeeper.set.acl" "true" -}}
+{{- $_ := set $s "zookeeper.digest.auth.file" (printf "%s/%s" (include "kafkapy.zkDigestDir" .) .digestSecret.key) -}}
+{{- end -}}
+{{- end -}}
 {{- if .zoned -}}
 {{- if $g.zones.discovery -}}
 {{- $_ := set $s "kafkapy.rack.discovery" "kubernetes" -}}
@@ -219,6 +225,28 @@ spec:
       {{- include "kafkapy.selectorLabels" . | nindent 6 }}
 {{- end -}}
 
+{{/*
+ZooKeeper digest authentication and znode ACLs (global.zookeeper.acl: zookeeper.set.acl,
+zookeeper.digest.auth.file): the Secret holding user:password, mounted read-only into every
+kafka-py service (the file, never the password, is in the ConfigMap).
+*/}}
+{{- define "kafkapy.zkDigestDir" -}}/etc/kafka-py/zookeeper{{- end -}}
+{{- define "kafkapy.zkDigestVolume" -}}
+{{- with .Values.global.zookeeper.acl }}{{ if .enabled -}}
+- name: zookeeper-digest
+  secret:
+    secretName: {{ .digestSecret.name }}
+    defaultMode: 288
+{{- end }}{{ end }}
+{{- end -}}
+{{- define "kafkapy.zkDigestMount" -}}
+{{- with .Values.global.zookeeper.acl }}{{ if .enabled -}}
+- name: zookeeper-digest
+  mountPath: {{ include "kafkapy.zkDigestDir" . }}
+  readOnly: true
+{{- end }}{{ end }}
+{{- end -}}
+
 {{/* Scratch space for a read-only root filesystem. */}}
 {{- define "kafkapy.tmpVolume" -}}
 - name: tmp
@@ -272,6 +300,7 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
   {{- end }}
   volumeMounts:
     {{- include "kafkapy.tmpMount" . | nindent 4 }}
+    {{- include "kafkapy.zkDigestMount" .ctx | nindent 4 }}
     {{- with .mounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -321,17 +350,20 @@ spec:
         {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" $ports "resources" $v.resources "lifecycle" .lifecycle "extraEnv" .extraEnv "mounts" .mounts) | nindent 8 }}
       volumes:
         {{- include "kafkapy.tmpVolume" . | nindent 8 }}
+        {{- include "kafkapy.zkDigestVolume" .ctx | nindent 8 }}
         {{- with .volumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
 {{- end -}}
 
 {{/*
-Internal mutual TLS (issue 17 §5: `kafka-py certs init`, per-service certificates, the
-internal.ssl.* settings) is being built on another branch. This is where it plugs in: the
-KAFKAPY_INTERNAL_SSL_* settings and the per-service certificate Secret's volume/mount will be
-rendered from global.internalTls here, for every kafka-py container. Until those settings are
-on main, values.schema.json keeps global.internalTls.enabled false and this renders nothing.
+Internal mutual TLS (issue 17 §5: `kafka-py certs init`, internal.ssl.* settings) plugs in here:
+the internal.ssl.* settings and the per-service certificate Secret's volume/mount, rendered
+from global.internalTls for every kafka-py container. Not wired yet: channels verify the
+server's name against the address dialled, and the controller and coordinators (Deployments)
+advertise their pod IP, which no certificate `certs init` issues names. Until they advertise a
+name a certificate can carry, values.schema.json keeps global.internalTls.enabled false and
+this renders nothing.
 */}}
 {{- define "kafkapy.internalTls" -}}
 {{- end -}}
