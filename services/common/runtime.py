@@ -17,6 +17,7 @@ import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common import internal_tls, loop_lag
+from services.common.profiling import profiled
 from services.common.settings import ConfigError
 
 GRPC_OPTIONS = [
@@ -169,7 +170,8 @@ def run(main: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
     tune_malloc()
     code: int | None
     try:
-        code = uvloop.run(_watching_loop_lag(main()))
+        with profiled():
+            code = uvloop.run(_watching_loop_lag(main()))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

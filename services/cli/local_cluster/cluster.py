@@ -9,7 +9,8 @@ are stable (the process with index i has node id i; storage i keeps its log in
 
 This class only sequences; the jobs live beside it: ``layout`` (roles, process slots, ports),
 ``flags`` (each role's command line), ``processes`` (spawn, terminate, pid file, data-dir lock),
-``readiness`` (when a service counts as up) and ``zookeeper``. Starting or stopping one node by
+``readiness`` (when a service counts as up), ``zookeeper`` and ``prometheus`` (an optional real
+Prometheus scraping every service through file-based discovery kept in step with the processes). Starting or stopping one node by
 role and ordinal (``start_process`` / ``kill``) is the seam a node provisioner drives.
 """
 
@@ -40,6 +41,7 @@ from services.cli.local_cluster.layout import (
     save_state,
     slot,
 )
+from services.cli.local_cluster.prometheus import LocalPrometheus, PrometheusOptions
 from services.cli.local_cluster.readiness import wait_ready
 from services.cli.local_cluster.security import SecureLayout, secure_layout
 from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper
@@ -86,6 +88,7 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         log_dirs_per_node: int = 1,
         secure: bool = False,
+        prometheus: PrometheusOptions | None = None,
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one gateway, storage node and controller")
@@ -118,6 +121,7 @@ class LocalCluster:
         self._requested = {"gateway": gateway_port, ZOOKEEPER: zk_port}
         self._services: dict[str, list[Service]] = {role: [] for role in ROLES}
         self._zk: ZooKeeperProcess | None = None
+        self._prometheus = LocalPrometheus(self.data_dir, host, prometheus) if prometheus else None
         self._lock = processes.DataDirLock(self.data_dir)
         self._interrupted = False
         self._hurry = False
@@ -197,6 +201,9 @@ class LocalCluster:
             for svc in self._all():
                 self._spawn(svc)
             self._wait_ready(list(self._all()), deadline, timeout)
+            if self._prometheus is not None:
+                self._prometheus.start(self.processes(), processes.child_env(self.env), deadline)
+                self._save_pids()
         except BaseException:
             self.stop()
             raise
@@ -207,6 +214,8 @@ class LocalCluster:
 
         Idempotent; no process of the cluster is left when it returns.
         """
+        if self._prometheus is not None:
+            self._prometheus.stop(timeout)
         for role in reversed(ROLES):
             for svc in reversed(self._services[role]):
                 if svc.proc is not None:
@@ -248,6 +257,7 @@ class LocalCluster:
         if proc is None or proc.poll() is not None:
             raise LocalClusterError(f"{process_name(role, index)} is not running")
         processes.signal_group(proc, sig)
+        self.sync_monitoring()
 
     def wait_exit(self, role: str, index: int = 0, timeout: float = 10.0) -> int:
         """Wait for one process to exit; returns its exit code (negative = killed by signal)."""
@@ -362,6 +372,18 @@ class LocalCluster:
     def admin_url(self, role: str, index: int = 0) -> str:
         return f"http://{self.host}:{self._service(role, index).admin_port}"
 
+    @property
+    def prometheus_url(self) -> str | None:
+        """The cluster's Prometheus (``prometheus=`` given and started), else None."""
+        p = self._prometheus
+        return p.url if p is not None and p.running() else None
+
+    def sync_monitoring(self) -> None:
+        """Bring Prometheus's targets file in step with the running services (called on every
+        start and stop the cluster makes; ``cluster up`` also calls it each tick, for crashes)."""
+        if self._prometheus is not None and self._started:
+            self._prometheus.sync(self.processes())
+
     def active_controller_id(self, timeout: float = 5.0) -> int | None:
         """``brokerid`` in ZooKeeper's ``/controller``, or None when no controller is active."""
         return active_controller_id(self.zk_connect, timeout)
@@ -460,6 +482,8 @@ class LocalCluster:
         processes.terminate(proc, timeout, lambda: self._hurry)
 
     def _save_pids(self) -> None:
-        processes.save_pids(
-            self.data_dir, {p.name: p.pid for p in self.processes() if p.pid is not None}
-        )
+        pids = {p.name: p.pid for p in self.processes() if p.pid is not None}
+        if self._prometheus is not None and self._prometheus.proc is not None:
+            pids["prometheus"] = self._prometheus.proc.pid
+        processes.save_pids(self.data_dir, pids)
+        self.sync_monitoring()
