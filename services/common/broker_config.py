@@ -262,7 +262,7 @@ READ_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
         "sasl.enabled.mechanisms",
         "connections.max.reauth.ms",
         "connection.failed.authentication.delay.ms",
-        "listener.name.*",  # per-listener settings (flags only; see docs/operations.md)
+        "listener.name.*",  # per-listener settings (flags or KAFKAPY_LISTENER_NAME_* env)
         "authorizer.class.name",
         "super.users",
         "allow.everyone.if.no.acl.found",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
@@ -10,7 +11,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 from services.common.broker_config import parse_ip_overrides
 from services.common.listeners import ListenerAddress, ListenerSettings
 from services.common.listeners import parse_listener as _parse_listener
-from services.common.settings import ConfigError, ServiceSettings, kafka_prop
+from services.common.settings import ENV_PREFIX, ConfigError, ServiceSettings, kafka_prop
 from services.common.zone import RackDiscoverySettings
 from services.gateway.authorizer import AUTHORIZER_CLASSES
 from services.gateway.listeners import (
@@ -39,6 +40,35 @@ _PER_LISTENER = {
 
 def parse_listener(value: str, prop: str = "listeners") -> ListenerAddress:
     return _parse_listener(value, prop, LISTENER_SCHEMES)
+
+
+# KAFKAPY_LISTENER_NAME_<LISTENER>_<PROP>: the property part is matched longest first, so
+# listener names may contain "_" (SASL_SSL_PLAIN_SASL_JAAS_CONFIG -> sasl_ssl + plain.sasl...)
+_LISTENER_ENV = ENV_PREFIX + "LISTENER_NAME_"
+_ENV_PROPS = sorted(
+    ((p.upper().replace(".", "_").replace("-", "_"), p) for p in (
+        *_PER_LISTENER, *(f"{m.lower()}.sasl.jaas.config" for m in SASL_MECHANISMS)
+    )),
+    key=lambda item: -len(item[0]),
+)  # fmt: skip
+
+
+def listener_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``listener.name.<l>.<prop>`` settings given as ``KAFKAPY_LISTENER_NAME_<L>_<PROP>``
+    environment variables (so secrets such as PLAIN users' JAAS lines can come from a
+    Kubernetes Secret instead of the command line)."""
+    out: dict[str, str] = {}
+    for var, value in env.items():
+        if not var.startswith(_LISTENER_ENV):
+            continue
+        rest = var[len(_LISTENER_ENV) :]
+        for suffix, prop in _ENV_PROPS:
+            if rest.endswith("_" + suffix) and len(rest) > len(suffix) + 1:
+                out[f"{LISTENER_PREFIX}{rest[: -len(suffix) - 1].lower()}.{prop}"] = value
+                break
+        else:
+            raise ConfigError(f"unknown setting {var}")
+    return out
 
 
 def _check_listener_key(key: str) -> None:
@@ -203,14 +233,25 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     )
 
     @classmethod
-    def load(cls, *args: Any, **kwargs: Any) -> Self:
+    def load(
+        cls,
+        argv: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Self:
+        env = os.environ if env is None else env
+        from_env = listener_env(env)
         try:
-            return super().load(*args, **kwargs)
+            settings = super().load(argv, env, **overrides)
         except ConfigError as exc:  # a model-level check: its own message names the setting
             msg = str(exc)
             if msg.startswith("invalid setting ?: Value error, "):
                 raise ConfigError(msg.removeprefix("invalid setting ?: Value error, ")) from None
             raise
+        if not from_env:
+            return settings
+        merged = {**from_env, **settings.listener_name_configs}  # flags win, as for the rest
+        return settings.model_copy(update={"listener_name_configs": merged})
 
     @classmethod
     def _parse_flags(cls, argv: Sequence[str], props: Mapping[str, str]) -> dict[str, Any]:

@@ -17,7 +17,9 @@ CHART = ROOT / "deploy" / "helm"
 RELEASE = "kafka-py"
 NAMESPACE = "kafka"
 KUBE_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0")
-WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Pod")
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Pod", "Job")
+# run-to-completion pods (helm test, hooks): no probes, no NetworkPolicy, no settings class
+TASK_KINDS = ("Pod", "Job")
 # Prometheus operator CRDs: not in the Kubernetes schemas (checked by shape in the tests).
 CRD_KINDS = ("PodMonitor", "PrometheusRule")
 

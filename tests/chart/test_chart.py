@@ -7,20 +7,25 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 from chart_support import (
     CHART,
     CRD_KINDS,
     KUBE_VERSIONS,
     NAMESPACE,
     ROOT,
+    TASK_KINDS,
     component,
     expand_refs,
+    merge,
     named,
     notes,
     of_kind,
@@ -30,8 +35,11 @@ from chart_support import (
     workloads,
 )
 
+from services.cli.configs_users import parse_add_config
+from services.cli.main import build_parser
 from services.common.settings import ServiceSettings
 from services.controller.settings import ControllerSettings
+from services.gateway.security import listener_security
 from services.gateway.settings import GatewaySettings
 from services.group_coordinator.settings import GroupCoordinatorSettings
 from services.storage.settings import StorageSettings
@@ -63,26 +71,90 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
                 "loadBalancerSourceRanges": ["10.0.0.0/8"],
             }
         },
-        "monitoring": {"podMonitor": True, "prometheusRule": True},
+        "monitoring": {
+            "podMonitor": True,
+            "prometheusRule": True,
+            "grafanaDashboards": {"enabled": True, "folder": "kafka-py"},
+        },
         "controller": {"autoscaler": {"enabled": True, "minReplicas": 3, "maxReplicas": 9}},
     },
     "external-zookeeper-transactions": {
         "zookeeper": {"enabled": False},
         "global": {"zookeeper": {"connect": "zk-0.zk:2181,zk-1.zk:2181,zk-2.zk:2181/kafka"}},
         "transactionCoordinator": {"enabled": True},
+        "spark": {
+            "pipelines": [
+                {
+                    "pipeline": "wordcount",
+                    "args": ["--window", "1 minute"],
+                    "checkpointClaim": "spark-checkpoints",
+                }
+            ]
+        },
     },
     "locked-down": {
-        "global": {"zones": {"discovery": False}, "metrics": {"scrapeAnnotations": False}},
+        "global": {
+            "zones": {"discovery": False},
+            "metrics": {"scrapeAnnotations": False},
+            "zookeeper": {"acl": {"enabled": True, "digestSecret": {"name": "zk-digest"}}},
+        },
         "networkPolicy": {
             "clientPeers": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
             "metricsPeers": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
         },
         "gateway": {"autoscaling": {"enabled": False}, "replicas": 3},
-        "storage": {"config": {"log.retention.hours": 24, "min.insync.replicas": 2}},
+        "storage": {
+            "config": {
+                "log.retention.hours": 24,
+                "min.insync.replicas": 2,
+                "log.segment.bytes": 1073741824,  # not 1.073741824e+09 in the env
+            }
+        },
         "tests": {"enabled": False},
     },
 }
+TLS_SECRET = "kafka-py-gateway-tls"
+SECURITY = {
+    "gateway": {
+        "security": {
+            "listeners": [
+                {
+                    "name": "EXTERNAL",
+                    "protocol": "SASL_SSL",
+                    "port": 9094,
+                    "advertisedHost": "kafka.example.com",
+                    "saslMechanisms": ["SCRAM-SHA-512", "PLAIN"],
+                },
+                {"name": "MTLS", "protocol": "SSL", "port": 9095, "sslClientAuth": "required"},
+            ],
+            "tls": {"secretName": TLS_SECRET, "keyPasswordKey": "key-password"},
+            "sasl": {
+                "plainUsersSecret": {"name": "kafka-py-plain-users"},
+                "scramUsers": [
+                    {"name": "alice", "passwordSecret": {"name": "alice", "key": "password"}},
+                    {
+                        "name": "bob",
+                        "mechanism": "SCRAM-SHA-256",
+                        "iterations": 4096,
+                        "passwordSecret": {"name": "bob", "key": "pw"},
+                    },
+                ],
+                "connectionsMaxReauthMs": 3600000,
+            },
+            "authorizer": {
+                "className": "kafka.security.authorizer.AclAuthorizer",
+                "superUsers": ["User:admin", "User:ANONYMOUS"],
+            },
+        }
+    }
+}
+# gateway.security rides on the LoadBalancer combination (one combination less to validate)
+SECURE = "loadbalancer-monitoring-autoscaler-security"
+COMBINATIONS[SECURE] = merge(COMBINATIONS.pop("loadbalancer-monitoring-autoscaler"), SECURITY)
 COMBOS = list(COMBINATIONS)
+# what the Secrets hold, for loading the settings as the pod would see them
+PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="a";'
+SECRET_ENV = {"KAFKAPY_LISTENER_NAME_EXTERNAL_PLAIN_SASL_JAAS_CONFIG": PLAIN_JAAS}
 SETTINGS: dict[str, type[ServiceSettings]] = {
     "storage": StorageSettings,
     "gateway": GatewaySettings,
@@ -150,11 +222,13 @@ def test_policy(combo: Any) -> None:
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             assert not spec.get(key), what
         assert not [v for v in spec.get("volumes", []) if "hostPath" in v], what
-        reads_api = any(
-            e["name"] == "NODE_NAME" for c in spec["containers"] for e in c.get("env", [])
-        ) and (
-            component(doc) in ("storage", "gateway", "group-coordinator", "transaction-coordinator")
-            or "autoscaler" in name
+        reads_api = component(doc) == "spark-driver" or (
+            any(e["name"] == "NODE_NAME" for c in spec["containers"] for e in c.get("env", []))
+            and (
+                component(doc)
+                in ("storage", "gateway", "group-coordinator", "transaction-coordinator")
+                or "autoscaler" in name
+            )
         )
         assert spec.get("automountServiceAccountToken") in (False, True), what
         if spec["automountServiceAccountToken"]:
@@ -169,7 +243,7 @@ def test_policy(combo: Any) -> None:
             assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), what
             res = c["resources"]
             assert {"cpu", "memory"} <= set(res["requests"]) and "memory" in res["limits"], what
-            if doc["kind"] != "Pod":
+            if doc["kind"] not in TASK_KINDS:
                 assert "readinessProbe" in c and "livenessProbe" in c, what
 
 
@@ -181,6 +255,8 @@ def _settings_env(docs: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, 
     for e in c.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:
+            env[e["name"]] = SECRET_ENV.get(e["name"], "from-a-secret")
     return env
 
 
@@ -191,7 +267,7 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
     name, docs = combo
     checked = set()
     for doc in workloads(docs):
-        if doc["kind"] == "Pod" or component(doc) == "zookeeper":
+        if doc["kind"] in TASK_KINDS or component(doc) == "zookeeper":
             continue
         c = pod_spec(doc)["containers"][0]
         service, *args = c["args"]
@@ -211,6 +287,13 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
         listen = settings.listener  # type: ignore[attr-defined]
         assert listen.port in [p["containerPort"] for p in c["ports"]], (service, listen)
         assert settings.log_format == "json"
+        zk_acl = COMBINATIONS[name].get("global", {}).get("zookeeper", {}).get("acl", {})
+        assert settings.zookeeper_set_acl is zk_acl.get("enabled", False)
+        if settings.zookeeper_set_acl:  # the digest file comes from the Secret, read-only
+            (mount,) = [m for m in c["volumeMounts"] if m["name"] == "zookeeper-digest"]
+            (vol,) = [v for v in pod_spec(doc)["volumes"] if v["name"] == "zookeeper-digest"]
+            assert mount["readOnly"] is True and vol["secret"]["secretName"] == "zk-digest"
+            assert str(settings.zookeeper_digest_auth_file).startswith(mount["mountPath"] + "/")
         if service == "storage":
             assert settings.broker_id == 1
             assert settings.advertised_listeners.endswith(  # type: ignore[attr-defined]
@@ -288,12 +371,23 @@ def test_gateway_service_modes() -> None:
         assert named(docs, "HorizontalPodAutoscaler", d["metadata"]["name"])
     assert "kafka-py.io/zone" not in named(docs, "Service", "kafka-py-gateway")["spec"]["selector"]
 
-    lb = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    lb = render(COMBINATIONS[SECURE])
     svc = named(lb, "Service", "kafka-py-gateway")
     assert svc["spec"]["type"] == "LoadBalancer"
     args = pod_spec(named(lb, "Deployment", "kafka-py-gateway"))["containers"][0]["args"]
-    assert "kafka.example.com:9092" in args
-    assert "kafka.example.com:9092" in notes(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    internal = f"kafka-py-gateway-internal.{NAMESPACE}.svc.cluster.local:9092"
+    assert args[args.index("--advertised.listeners") + 1].split(",") == [
+        f"INTERNAL://{internal}",
+        "EXTERNAL://kafka.example.com:9094",
+        "MTLS://kafka.example.com:9095",
+    ]
+    # the PLAINTEXT listener stays off the LoadBalancer: its own ClusterIP Service
+    assert {p["port"] for p in svc["spec"]["ports"]} == {9094, 9095}
+    inner = named(lb, "Service", "kafka-py-gateway-internal")
+    assert inner["spec"]["type"] == "ClusterIP" and inner["spec"]["ports"][0]["port"] == 9092
+    text = notes(COMBINATIONS[SECURE])
+    assert "EXTERNAL (SASL_SSL): kafka.example.com:9094" in text and internal in text
+    assert "Bootstrap address" in text and "kafka.example.com:9092" not in text
 
     default = render({})
     assert named(default, "Service", "kafka-py-gateway")["spec"]["type"] == "ClusterIP"
@@ -305,42 +399,130 @@ def test_gateway_service_modes() -> None:
 
 def test_monitoring_objects_only_when_asked_or_served() -> None:
     assert not [d for d in render({}) if d["kind"] in CRD_KINDS]  # no CRDs in an offline render
-    docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
+    docs = render(COMBINATIONS[SECURE])
     pm = named(docs, "PodMonitor", "kafka-py")
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
-    rules = named(docs, "PrometheusRule", "kafka-py")["spec"]["groups"][0]["rules"]
-    assert {r["alert"] for r in rules} >= {
-        "KafkaPyUnderReplicatedPartitions",
-        "KafkaPyNoActiveController",
-    }
+    # the rule file itself, not a copy: same groups, Prometheus' {{ $value }} left as is
+    shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "kafka-py-rules.yml").read_text())
+    rule = named(docs, "PrometheusRule", "kafka-py")
+    assert rule["spec"]["groups"] == shipped["groups"]
+    assert "{{ $value }}" in str(rule["spec"])
     sts = named(docs, "StatefulSet", "kafka-py-storage")
     assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
 
 
-def test_rbac_is_minimal() -> None:
-    default = render({})
-    (role,) = of_kind(default, "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
-    assert not of_kind(default, "Role")
-    docs = render(COMBINATIONS["loadbalancer-monitoring-autoscaler"])
-    (scaler,) = of_kind(docs, "Role")
-    rules = {(r["resources"][0], tuple(r["verbs"])) for r in scaler["rules"]}
-    assert rules == {
-        ("statefulsets/scale", ("get", "patch")),
-        ("statefulsets", ("get",)),
-        ("pods", ("list",)),
-    }
-    for doc in of_kind(docs, "Role") + of_kind(docs, "ClusterRole"):
-        for rule in doc["rules"]:
-            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-    assert not of_kind(render(COMBINATIONS["locked-down"]), "ClusterRole")  # no discovery
+def _dashboards(docs: list[dict[str, Any]]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for cm in of_kind(docs, "ConfigMap"):
+        if cm["metadata"]["labels"].get("grafana_dashboard") == "1":
+            assert cm["metadata"]["annotations"] == {"grafana_folder": "kafka-py"}
+            found.update(cm["data"])
+    return found
+
+
+def test_grafana_dashboards_are_the_files_of_deploy_grafana(tmp_path: Path) -> None:
+    """Every deploy/grafana/*.json ships byte for byte in a sidecar-labelled ConfigMap (the
+    chart's files/grafana is a symlink), only when enabled; `helm package` follows the
+    symlinks. A copy of the chart with a dashboard full of template-like text proves the
+    content is not templated."""
+    values = COMBINATIONS[SECURE]
+    assert not _dashboards(render({}))
+    on_disk = {p.name: p.read_text() for p in (ROOT / "deploy" / "grafana").glob("*.json")}
+    assert _dashboards(render(values)) == on_disk
+
+    chart = tmp_path / "helm"
+    shutil.copytree(CHART, chart, symlinks=False)  # packed subcharts included
+    tricky = '{"title": "Lag {{ $labels.x }}", "expr": "a<b && c>d", "u": "\\u00e9 é"}\n'
+    (chart / "files" / "grafana" / "Cluster Overview.json").write_text(tricky)
+    docs = render(values, chart=chart)
+    assert _dashboards(docs)["Cluster Overview.json"] == tricky
+    assert named(docs, "ConfigMap", "kafka-py-dashboard-cluster-overview")
+    for doc in of_kind(docs, "ConfigMap"):
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[-1], strict=True)
+
+    packed = helm.package(CHART, destination=tmp_path / "pkg")
+    with tarfile.open(packed) as tar:
+        names = set(tar.getnames())
+    assert "kafka-py/files/prometheus/kafka-py-rules.yml" in names
+    assert {f"kafka-py/files/grafana/{n}" for n in on_disk} <= names
+    assert "kafka-py/files/prometheus/kafka-py-rules.test.yml" not in names
+
+
+def _rules_of(docs: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the ServiceAccount ``account`` is granted by the release."""
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"].endswith("Role")}
+    granted: set[tuple[str, str, str]] = set()
+    for binding in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == NAMESPACE
+            for s in binding["subjects"]
+        ):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], role
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    granted |= {(group, resource, verb) for verb in rule["verbs"]}
+    return granted
+
+
+NODES = {("", "nodes", "get")}
+SCALER = {
+    ("apps", "statefulsets/scale", "get"),
+    ("apps", "statefulsets/scale", "patch"),
+    ("apps", "statefulsets", "get"),
+    ("", "pods", "list"),
+}
+
+
+SPARK_DRIVER = {
+    ("", resource, verb)
+    for resource, verbs in (
+        ("pods", ("create", "delete", "deletecollection", "get", "list", "watch")),
+        ("services", ("create", "delete", "deletecollection", "get", "list")),
+        ("configmaps", ("create", "delete", "deletecollection", "get", "list")),
+    )
+    for verb in verbs
+}
+
+
+def test_rbac_per_workload_is_minimal(combo: Any) -> None:
+    """What each pod's token can do: storage, gateways and coordinators only `get nodes` (and
+    nothing without zone discovery); the controller alone holds the autoscaler's statefulsets
+    and pods rights, only with the autoscaler on; ZooKeeper and the test pod mount no token."""
+    name, docs = combo
+    values = COMBINATIONS[name]
+    discovery = values.get("global", {}).get("zones", {}).get("discovery", True)
+    scaler = values.get("controller", {}).get("autoscaler", {}).get("enabled", False)
+    accounts = {d["metadata"]["name"] for d in of_kind(docs, "ServiceAccount")}
+    for doc in workloads(docs):
+        spec, what = pod_spec(doc), f"{name}: {doc['metadata']['name']}"
+        account = spec.get("serviceAccountName", "default")
+        granted = _rules_of(docs, account)
+        if component(doc) in ("zookeeper", "helm-test", "scram-users"):
+            assert spec["automountServiceAccountToken"] is False and not granted, what
+        elif component(doc) == "spark-driver":
+            assert account == "kafka-py-spark" and granted == SPARK_DRIVER, what
+        elif component(doc) == "controller":
+            assert account == "kafka-py-controller" and account in accounts, what
+            assert granted == (SCALER if scaler else set()), what
+            assert spec["automountServiceAccountToken"] is scaler, what
+        else:
+            assert account == "kafka-py" and account in accounts, what
+            assert granted == (NODES if discovery else set()), what
+            assert not {g for g in granted if "statefulsets" in g[1] or g[1] == "pods"}, what
+    spark = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == "kafka-py-spark-driver"]
+    assert len(spark) == int("spark" in values)
+    assert len(of_kind(docs, "Role")) == int(scaler) + len(spark)
+    assert len(of_kind(docs, "ClusterRole")) == int(discovery)
 
 
 def test_network_policies_cover_every_workload(combo: Any) -> None:
     name, docs = combo
     policies = of_kind(docs, "NetworkPolicy")
     for doc in workloads(docs):
-        if doc["kind"] == "Pod":
+        if doc["kind"] in TASK_KINDS:
             continue
         labels = doc["spec"]["template"]["metadata"]["labels"]
         covering = [
@@ -370,6 +552,184 @@ def test_helm_test_hook_produces_and_consumes_through_the_gateway_service() -> N
     assert "console-producer" in script and "console-consumer" in script and "--acks all" in script
 
 
+def _self_signed(directory: Path, key_password: str) -> None:
+    """What the TLS Secret would hold: keystore.pem (certificate + encrypted key), ca.crt."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-keyout", str(directory / "key.pem"), "-out", str(directory / "ca.crt"),
+         "-subj", "/CN=kafka-py-gateway", "-days", "2", "-passout", f"pass:{key_password}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    keystore = (directory / "ca.crt").read_text() + (directory / "key.pem").read_text()
+    (directory / "keystore.pem").write_text(keystore)
+
+
+def test_security_values_reach_the_gateways_own_settings(tmp_path: Path) -> None:
+    """gateway.security rendered, then loaded by GatewaySettings and built into each
+    listener's TLS context and SASL config by the gateway's own code (the TLS Secret's files
+    made with openssl and put where the pod mounts them); no secret in a ConfigMap or args."""
+    docs = render(COMBINATIONS[SECURE])
+    gw = named(docs, "Deployment", "kafka-py-gateway")
+    c = pod_spec(gw)["containers"][0]
+    env = _settings_env(docs, gw)
+    argv = [expand_refs(a, env) for a in c["args"][1:]]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "tls"]
+    (volume,) = [v for v in pod_spec(gw)["volumes"] if v["name"] == "tls"]
+    assert mount["readOnly"] is True and volume["secret"]["secretName"] == TLS_SECRET
+    for key in ("KAFKAPY_SSL_KEYSTORE_LOCATION", "KAFKAPY_SSL_TRUSTSTORE_LOCATION"):
+        assert env[key].startswith(mount["mountPath"] + "/")
+        env[key] = env[key].replace(mount["mountPath"], str(tmp_path))  # the kubelet's mount
+    _self_signed(tmp_path, env["KAFKAPY_SSL_KEY_PASSWORD"])
+    settings = GatewaySettings.load(argv, env=env)
+
+    listeners = settings.kafka_listeners
+    assert [(x.name, x.protocol, x.port) for x in listeners] == [
+        ("INTERNAL", "PLAINTEXT", 9092),
+        ("EXTERNAL", "SASL_SSL", 9094),
+        ("MTLS", "SSL", 9095),
+    ]
+    service_ports = {
+        p["port"]
+        for svc in ("kafka-py-gateway", "kafka-py-gateway-internal")
+        for p in named(docs, "Service", svc)["spec"]["ports"]
+    }
+    container_ports = {p["containerPort"] for p in c["ports"]}
+    assert {x.port for x in listeners} <= service_ports & container_ports
+    advertised = {
+        a.name: (a.address.host, a.address.port) for a in settings.advertised_kafka_listeners or []
+    }
+    assert advertised["EXTERNAL"] == ("kafka.example.com", 9094)
+    assert advertised["INTERNAL"] == (
+        f"kafka-py-gateway-internal.{NAMESPACE}.svc.cluster.local",
+        9092,
+    )
+    secured = {x.name: listener_security(settings, x) for x in listeners}
+    assert secured["INTERNAL"].tls is None and secured["INTERNAL"].sasl is None
+    external = secured["EXTERNAL"]
+    assert external.tls is not None and external.sasl is not None
+    assert external.sasl.mechanisms == ("SCRAM-SHA-512", "PLAIN")
+    assert external.sasl.plain_users == {"admin": "a"} and external.sasl.max_reauth_ms == 3600000
+    mtls = secured["MTLS"]
+    assert mtls.tls is not None and mtls.tls.cfg.client_auth == "required" and mtls.sasl is None
+    assert settings.authorizer_class_name == "kafka.security.authorizer.AclAuthorizer"
+    assert settings.super_users == "User:admin;User:ANONYMOUS"
+
+    # secrets only as secretKeyRef env: never in a ConfigMap, args or a plain env value
+    for cm in of_kind(docs, "ConfigMap"):
+        assert not [k for k in cm["data"] if "JAAS" in k or "PASSWORD" in k], cm["metadata"]
+    for doc in workloads(docs):
+        for ctr in pod_spec(doc)["containers"]:
+            assert not [a for a in ctr.get("args", []) if "jaas" in a or "password" in a.lower()]
+            for e in ctr.get("env", []):
+                if "JAAS" in e["name"] or "PASSWORD" in e["name"]:
+                    assert "secretKeyRef" in e["valueFrom"], e
+
+    job = named(docs, "Job", "kafka-py-scram-users")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    script = pod_spec(job)["containers"][0]["command"][-1]
+    assert f"B=kafka-py-gateway-internal.{NAMESPACE}.svc.cluster.local:9092" in script
+    assert 'upsert "alice" SCRAM-SHA-512 8192 /etc/kafka-py/scram/0' in script
+    assert 'upsert "bob" SCRAM-SHA-256 4096 /etc/kafka-py/scram/1' in script
+    # the --add-config the script builds is one `kafka-py configs` accepts
+    assert '--add-config "$2=[iterations=$3,password=$P]"' in script
+    assert parse_add_config("SCRAM-SHA-256=[iterations=4096,password=s3cret]") == {
+        "SCRAM-SHA-256": ("s3cret", 4096)
+    }
+    (passwords,) = [v for v in pod_spec(job)["volumes"] if v["name"] == "passwords"]
+    assert [src["secret"]["name"] for src in passwords["projected"]["sources"]] == ["alice", "bob"]
+
+
+def test_spark_pipeline_job_runs_the_cli_as_a_k8s_driver() -> None:
+    """spark.pipelines: a Job whose args `kafka-py`'s own parser accepts (pipeline run NAME with
+    master k8s://), its Spark settings and executor pod template in a ConfigMap (the template a
+    valid, locked-down Pod), the checkpoint claim mounted in the driver and the executors."""
+    docs = render(COMBINATIONS["external-zookeeper-transactions"])
+    job = named(docs, "Job", "kafka-py-spark-wordcount")
+    spec = pod_spec(job)
+    (driver,) = spec["containers"]
+    args = build_parser().parse_args(driver["args"])
+    assert (args.command, args.name) == ("pipeline", "wordcount")
+    assert args.master == "k8s://https://kubernetes.default.svc"
+    assert args.bootstrap_server == f"kafka-py-gateway.{NAMESPACE}.svc.cluster.local:9092"
+    assert args.window == "1 minute"
+    mounts = {m["name"]: m for m in driver["volumeMounts"]}
+    assert args.checkpoint.startswith(mounts["checkpoints"]["mountPath"] + "/")
+    claims = {v["name"]: v for v in spec["volumes"]}
+    assert claims["checkpoints"]["persistentVolumeClaim"]["claimName"] == "spark-checkpoints"
+    env = {e["name"]: e.get("value") for e in driver["env"]}
+    assert env["PYSPARK_SUBMIT_ARGS"].endswith(" pyspark-shell")
+    assert "spark.driver.host=$(POD_IP)" in env["PYSPARK_SUBMIT_ARGS"]
+    assert [e["name"] for e in driver["env"]].index("POD_IP") < list(env).index("SPARK_LOCAL_IP")
+
+    cm = named(docs, "ConfigMap", claims["conf"]["configMap"]["name"])
+    conf = dict(
+        line.split(" ", 1) for line in cm["data"]["spark-defaults.conf"].splitlines() if line
+    )
+    assert env["SPARK_CONF_DIR"] == mounts["conf"]["mountPath"]
+    assert conf["spark.kubernetes.container.image"] == "ghcr.io/kafka-py/kafka-py-spark:0.1.0"
+    assert (
+        conf["spark.kubernetes.authenticate.driver.serviceAccountName"]
+        == spec["serviceAccountName"]
+    )
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == (
+        f"{mounts['conf']['mountPath']}/executor-pod.yaml"
+    )
+    assert conf["spark.driver.port"] == "7078" and conf["spark.blockManager.port"] == "7079"
+    executor = yaml.safe_load(cm["data"]["executor-pod.yaml"])
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(
+            {**executor, "metadata": {"name": "x", **executor["metadata"]}}, version, strict=True
+        )
+    (ctr,) = executor["spec"]["containers"]
+    assert ctr["name"] == conf["spark.kubernetes.executor.podTemplateContainerName"]
+    assert executor["spec"]["automountServiceAccountToken"] is False
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "KubernetesExecutorBackend" in ctr["command"][-1]
+    (claim,) = [v for v in executor["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claim["persistentVolumeClaim"]["claimName"] == "spark-checkpoints"
+    assert {"name": claim["name"], "mountPath": mounts["checkpoints"]["mountPath"]} in ctr[
+        "volumeMounts"
+    ]
+    assert not [d for d in render({}) if "spark" in d["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(
+    ("security", "complaint"),
+    [
+        ({"listeners": [{"name": "TLS", "protocol": "SSL", "port": 9093}]}, "tls.secretName"),
+        (
+            {
+                "listeners": [
+                    {
+                        "name": "S",
+                        "protocol": "SASL_PLAINTEXT",
+                        "port": 9093,
+                        "saslMechanisms": ["PLAIN"],
+                    }
+                ]
+            },
+            "plainUsersSecret",
+        ),  # fmt: skip
+        (
+            {
+                "listeners": [
+                    {"name": "TLS", "protocol": "SSL", "port": 9093, "sslClientAuth": "required"}
+                ],
+                "tls": {"secretName": "gw-tls", "truststoreKey": ""},
+            },
+            "truststoreKey",
+        ),
+        ({"listeners": [{"name": "A", "protocol": "PLAINTEXT", "port": 9092}]}, "port 9092"),
+    ],
+)
+def test_security_combinations_the_schema_cannot_express_are_refused(
+    security: dict[str, Any], complaint: str
+) -> None:
+    with helm.Chart.load(CHART) as chart:
+        with pytest.raises(helm.HelmError, match=complaint):
+            chart.render(values={"gateway": {"security": security}}, name="kafka-py")
+
+
 @pytest.mark.parametrize(
     ("values", "complaint"),
     [
@@ -385,6 +745,27 @@ def test_helm_test_hook_produces_and_consumes_through_the_gateway_service() -> N
         ({"global": {"zones": {"whenUnsatisfiable": "Maybe"}}}, "whenUnsatisfiable"),
         ({"monitoring": {"podMonitor": "sometimes"}}, "podMonitor"),
         ({"stroage": {"replicas": 3}}, "stroage"),
+        (
+            {
+                "gateway": {
+                    "security": {
+                        "listeners": [{"name": "INTERNAL", "protocol": "SSL", "port": 9093}]
+                    }
+                }
+            },
+            "/gateway/security/listeners/0/name",
+        ),  # fmt: skip
+        (
+            {
+                "gateway": {
+                    "security": {"listeners": [{"name": "X", "protocol": "TLS", "port": 9093}]}
+                }
+            },
+            "/gateway/security/listeners/0/protocol",
+        ),  # fmt: skip
+        ({"gateway": {"security": {"authorizer": {"className": "acl"}}}}, "className"),
+        ({"global": {"internalTls": {"enabled": True}}}, "/global/internalTls/enabled"),
+        ({"global": {"zookeeper": {"acl": {"enabled": True}}}}, "digestSecret"),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:

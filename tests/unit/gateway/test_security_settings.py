@@ -32,6 +32,29 @@ def test_several_listeners_with_a_protocol_map_and_per_listener_settings() -> No
     assert st.listener_config("PLAINTEXT", "ssl.client.auth") == "none"
 
 
+def test_per_listener_settings_from_the_environment() -> None:
+    """KAFKAPY_LISTENER_NAME_<L>_<PROP> (how the chart passes Secrets); flags still win."""
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="pw";'
+    env = {
+        "KAFKAPY_LISTENERS": "INTERNAL://:9092,SASL_SSL://:9094",
+        "KAFKAPY_LISTENER_SECURITY_PROTOCOL_MAP": "INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "KAFKAPY_LISTENER_NAME_SASL_SSL_PLAIN_SASL_JAAS_CONFIG": jaas,
+        "KAFKAPY_LISTENER_NAME_SASL_SSL_SCRAM_SHA_512_SASL_JAAS_CONFIG": "x",
+        "KAFKAPY_LISTENER_NAME_SASL_SSL_SSL_CLIENT_AUTH": "requested",
+        "KAFKAPY_LISTENER_NAME_INTERNAL_SASL_ENABLED_MECHANISMS": "PLAIN",
+    }
+    st = GatewaySettings.load(
+        ["--node.id", "1", "--listener.name.internal.sasl.enabled.mechanisms", "SCRAM-SHA-256"],
+        env=env,
+    )
+    assert st.listener_config("SASL_SSL", "plain.sasl.jaas.config") == jaas
+    assert st.listener_config("SASL_SSL", "scram-sha-512.sasl.jaas.config") == "x"
+    assert st.listener_config("SASL_SSL", "ssl.client.auth") == "requested"
+    assert st.listener_config("INTERNAL", "sasl.enabled.mechanisms") == "SCRAM-SHA-256"
+    with pytest.raises(ConfigError, match="unknown setting KAFKAPY_LISTENER_NAME_X_SSL_FOO"):
+        GatewaySettings.load(["--node.id", "1"], env={"KAFKAPY_LISTENER_NAME_X_SSL_FOO": "1"})
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -29,6 +29,11 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The controller's own ServiceAccount (the only one the autoscaler's Role is bound to). */}}
+{{- define "kafkapy.controllerServiceAccount" -}}
+{{- .Values.global.controllerServiceAccountName | default (printf "%s-controller" (include "kafkapy.base" .)) -}}
+{{- end -}}
+
 {{/* The kafka-py image: global.image, tag defaulting to the chart's appVersion. */}}
 {{- define "kafkapy.image" -}}
 {{- $img := .Values.global.image -}}
@@ -77,6 +82,12 @@ Settings shared by every service, as the KAFKAPY_* environment its settings load
 {{- define "kafkapy.settingsData" -}}
 {{- $g := .ctx.Values.global -}}
 {{- $s := dict "zookeeper.connect" (include "kafkapy.zookeeperConnect" .ctx) "admin.host" "0.0.0.0" "admin.port" (toString $g.ports.admin) "log.format" "json" "log.level" $g.logLevel -}}
+{{- with $g.zookeeper.acl -}}
+{{- if .enabled -}}
+{{- $_ := set $s "zookeeper.set.acl" "true" -}}
+{{- $_ := set $s "zookeeper.digest.auth.file" (printf "%s/%s" (include "kafkapy.zkDigestDir" .) .digestSecret.key) -}}
+{{- end -}}
+{{- end -}}
 {{- if .zoned -}}
 {{- if $g.zones.discovery -}}
 {{- $_ := set $s "kafkapy.rack.discovery" "kubernetes" -}}
@@ -86,7 +97,12 @@ Settings shared by every service, as the KAFKAPY_* environment its settings load
 {{- end -}}
 {{- end -}}
 {{- range $k, $v := .config -}}
+{{- /* values arrive as float64: whole numbers as integers, never 6.048e+08 */}}
+{{- if and (kindIs "float64" $v) (eq $v (floor $v)) -}}
+{{- $_ := set $s $k (printf "%.0f" $v) -}}
+{{- else -}}
 {{- $_ := set $s $k (toString $v) -}}
+{{- end -}}
 {{- end -}}
 {{- range $k, $v := $s }}
 {{ printf "KAFKAPY_%s" ($k | upper | replace "." "_" | replace "-" "_") }}: {{ $v | quote }}
@@ -165,12 +181,14 @@ affinity:
 {{- end -}}
 
 {{/*
-Pod-level fields shared by every kafka-py pod (ctx, zoned, api): the service account token is
-mounted only where the Kubernetes API is read (zone discovery, the autoscaler).
+Pod-level fields shared by every kafka-py pod (ctx, zoned, api, serviceAccount): the service
+account token is mounted only where the Kubernetes API is read (zone discovery, the
+autoscaler). serviceAccount: this pod's own ServiceAccount (the controller's); default: the
+shared one that may only get nodes (global.serviceAccountName, else "<base>").
 */}}
 {{- define "kafkapy.podCommon" -}}
 {{- $g := .ctx.Values.global -}}
-serviceAccountName: {{ $g.serviceAccountName | default (include "kafkapy.base" .ctx) }}
+serviceAccountName: {{ .serviceAccount | default $g.serviceAccountName | default (include "kafkapy.base" .ctx) }}
 automountServiceAccountToken: {{ or (and .zoned $g.zones.discovery) .api | default false }}
 enableServiceLinks: false
 securityContext:
@@ -205,6 +223,28 @@ spec:
   selector:
     matchLabels:
       {{- include "kafkapy.selectorLabels" . | nindent 6 }}
+{{- end -}}
+
+{{/*
+ZooKeeper digest authentication and znode ACLs (global.zookeeper.acl: zookeeper.set.acl,
+zookeeper.digest.auth.file): the Secret holding user:password, mounted read-only into every
+kafka-py service (the file, never the password, is in the ConfigMap).
+*/}}
+{{- define "kafkapy.zkDigestDir" -}}/etc/kafka-py/zookeeper{{- end -}}
+{{- define "kafkapy.zkDigestVolume" -}}
+{{- with .Values.global.zookeeper.acl }}{{ if .enabled -}}
+- name: zookeeper-digest
+  secret:
+    secretName: {{ .digestSecret.name }}
+    defaultMode: 288
+{{- end }}{{ end }}
+{{- end -}}
+{{- define "kafkapy.zkDigestMount" -}}
+{{- with .Values.global.zookeeper.acl }}{{ if .enabled -}}
+- name: zookeeper-digest
+  mountPath: {{ include "kafkapy.zkDigestDir" . }}
+  readOnly: true
+{{- end }}{{ end }}
 {{- end -}}
 
 {{/* Scratch space for a read-only root filesystem. */}}
@@ -260,6 +300,7 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
   {{- end }}
   volumeMounts:
     {{- include "kafkapy.tmpMount" . | nindent 4 }}
+    {{- include "kafkapy.zkDigestMount" .ctx | nindent 4 }}
     {{- with .mounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -267,8 +308,9 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
 
 {{/*
 A Deployment of one service with a generated node id (ctx, component, command, values, port,
-idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels). Replicas are omitted when an HPA
-owns them (values.autoscaling.enabled).
+idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels; optional: listeners and advertised
+(default: one listener on port, advertised as the pod IP), extraPorts, extraEnv, mounts,
+volumes). Replicas are omitted when an HPA owns them (values.autoscaling.enabled).
 */}}
 {{- define "kafkapy.deployment" -}}
 {{- $v := .values -}}
@@ -298,13 +340,30 @@ spec:
         checksum/settings: {{ include "kafkapy.settingsData" . | sha256sum }}
         {{- include "kafkapy.scrapeAnnotations" .ctx | nindent 8 }}
     spec:
-      {{- include "kafkapy.podCommon" (dict "ctx" .ctx "zoned" .zoned "api" .api) | nindent 6 }}
+      {{- include "kafkapy.podCommon" (dict "ctx" .ctx "zoned" .zoned "api" .api "serviceAccount" .serviceAccount) | nindent 6 }}
       terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
       {{- include "kafkapy.placement" . | nindent 6 }}
       containers:
-        {{- $args := list .idFlag "-1" "--listeners" (printf "0.0.0.0:%d" (int .port.port)) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
+        {{- $args := list .idFlag "-1" "--listeners" (.listeners | default (printf "0.0.0.0:%d" (int .port.port))) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
         {{- $args = concat $args (.extraArgs | default list) -}}
-        {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" (list .port) "resources" $v.resources "lifecycle" .lifecycle) | nindent 8 }}
+        {{- $ports := concat (list .port) (.extraPorts | default list) -}}
+        {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" $ports "resources" $v.resources "lifecycle" .lifecycle "extraEnv" .extraEnv "mounts" .mounts) | nindent 8 }}
       volumes:
         {{- include "kafkapy.tmpVolume" . | nindent 8 }}
+        {{- include "kafkapy.zkDigestVolume" .ctx | nindent 8 }}
+        {{- with .volumes }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+{{- end -}}
+
+{{/*
+Internal mutual TLS (issue 17 §5: `kafka-py certs init`, internal.ssl.* settings) plugs in here:
+the internal.ssl.* settings and the per-service certificate Secret's volume/mount, rendered
+from global.internalTls for every kafka-py container. Not wired yet: channels verify the
+server's name against the address dialled, and the controller and coordinators (Deployments)
+advertise their pod IP, which no certificate `certs init` issues names. Until they advertise a
+name a certificate can carry, values.schema.json keeps global.internalTls.enabled false and
+this renders nothing.
+*/}}
+{{- define "kafkapy.internalTls" -}}
 {{- end -}}
