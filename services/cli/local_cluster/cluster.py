@@ -46,6 +46,14 @@ from services.cli.local_cluster.rebind import REBIND_ATTEMPTS, bind_lost, log_si
 from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper, zk_log_path
 from services.common.zk.server import ZooKeeperProcess
 
+#: how ``stop()`` goes: the roles of one step stop together, the steps one after the other (a
+#: role missing here stops first)
+STOP_STEPS = (
+    ("gateway", "transaction_coordinator", "group_coordinator"),
+    ("storage",),
+    ("controller",),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
@@ -196,12 +204,24 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM every process in reverse start order (ZooKeeper last), SIGKILL after ``timeout``.
 
-        Idempotent; no process of the cluster is left when it returns.
+        Stopped in steps, each waited for before the next: gateways and coordinators together,
+        then the storage nodes one at a time (each one's controlled shutdown moves leadership to
+        nodes still running), then the controllers together, then ZooKeeper. Idempotent; no
+        process of the cluster is left when it returns.
         """
-        for role in reversed(ROLES):
-            for svc in reversed(self._services[role]):
-                if svc.proc is not None:
-                    self._terminate(svc.proc, timeout)
+        unplanned = tuple(r for r in reversed(ROLES) if not any(r in step for step in STOP_STEPS))
+        for step in (unplanned, *STOP_STEPS):
+            procs = [
+                svc.proc
+                for role in step
+                for svc in reversed(self._services[role])
+                if svc.proc is not None
+            ]
+            if step == ("storage",):
+                for proc in procs:
+                    self._terminate(proc, timeout)
+            else:
+                processes.terminate_all(procs, timeout, lambda: self._hurry)
         if self._zk is not None and self._zk.proc is not None:
             self._terminate(self._zk.proc, timeout)
         self._lock.release()
