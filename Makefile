@@ -29,8 +29,9 @@ $(RPC_STAMP): $(PROTOS) $(STAMP)
 	touch services/common/rpc/kafkapy/__init__.py $(RPC_OUT)/__init__.py
 	touch $@
 
+# `make run SECURE=1`: internal mutual TLS and ZooKeeper ACLs (cluster up --secure)
 run: install
-	$(VENV)/bin/kafka-py cluster up
+	$(VENV)/bin/kafka-py cluster up $(if $(SECURE),--secure)
 
 # The kube-sim tier's images (minutes on a fresh machine: debootstrap, pip, apt) are built in the
 # background while the chart and unit tiers run first (tests/conftest.py orders the tiers); the

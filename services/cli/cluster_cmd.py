@@ -14,6 +14,8 @@ from typing import Any, TextIO
 from services.cli import elastic_cmd
 from services.cli.cluster_control import ControlServer
 from services.cli.common import CliError, UsageError
+from services.cli.console_process import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
+from services.cli.console_process import LocalConsole
 from services.cli.local_cluster import (
     LocalCluster,
     LocalClusterError,
@@ -82,6 +84,19 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         help="let the controller add and remove storage nodes (kafkapy.autoscaler.enable); "
         "decommission and rebalancing work without it",
     )
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="mutual TLS between the services (a CA and certificates made in <data-dir>/certs "
+        "by 'certs init') and ZooKeeper digest auth with znode ACLs; default plaintext",
+    )
+    p.add_argument(
+        "--console-port",
+        type=int,
+        default=DEFAULT_CONSOLE_PORT,
+        help=f"port of the web console (default {DEFAULT_CONSOLE_PORT}, any free one when busy)",
+    )
+    p.add_argument("--no-console", action="store_true", help="do not start the web console")
     p.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS")
     p.add_argument(
         "--max-restarts",
@@ -200,8 +215,10 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         zk_port=args.zk_port,
         host=args.host,
         extra={"controller": controller_flags},
+        secure=args.secure,
     )
     stopping = False
+    console: LocalConsole | None = None
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
@@ -229,9 +246,22 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"kafka-py cluster ready: bootstrap {cluster.bootstrap}", file=out)
         print(f"data dir: {data_dir}", file=out)
         print(f"zookeeper: {cluster.zk_connect}", file=out)
+        if cluster.security is not None:
+            print(f"internal mTLS certificates: {cluster.security.certs_dir}", file=out)
         print("processes:", file=out)
         for line in process_table(cluster.processes(), args.host):
             print(line, file=out)
+        if not args.no_console:
+            console = LocalConsole(
+                cluster.bootstrap,
+                cluster.zk_connect,
+                args.host,
+                args.console_port,
+                cluster.logs_dir / "console.log",
+            )
+            ready = console.wait_ready(args.start_timeout)
+            state = "" if ready else f" (not answering yet: see {cluster.logs_dir}/console.log)"
+            print(f"console: {console.url}{state}", file=out)
         print("Press Ctrl-C to stop.", file=out, flush=True)
         supervisor = Supervisor(
             cluster, say, max_restarts=args.max_restarts, ready_timeout=args.start_timeout
@@ -250,6 +280,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         scaler.close()
         say("stopping")
     finally:
+        if console is not None:
+            console.stop()
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

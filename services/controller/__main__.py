@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 
 import services.entry_point  # noqa: F401 - first: see there
+from services.common import internal_tls
 from services.common.logging import configure_logging
 from services.common.node_ids import with_generated_id
 from services.common.runtime import run, serve_until_signalled
@@ -16,6 +17,7 @@ from services.controller.settings import ControllerSettings
 async def main(argv: Sequence[str]) -> int:
     settings = ControllerSettings.load(argv)
     configure_logging("controller", settings.controller_id, settings.log_format, settings.log_level)
+    internal_tls.configure(settings)  # ConfigError (exit 2) on unusable certificates
     settings = await with_generated_id(settings, "controller_id")
     return await serve_until_signalled(ControllerApp(settings))
 

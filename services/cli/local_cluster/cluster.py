@@ -43,7 +43,9 @@ from services.cli.local_cluster.layout import (
 )
 from services.cli.local_cluster.readiness import wait_ready
 from services.cli.local_cluster.rebind import REBIND_ATTEMPTS, bind_lost, log_size, repick
+from services.cli.local_cluster.security import SecureLayout, secure_layout
 from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper, zk_log_path
+from services.common.zk.security import NO_SECURITY, ZkSecurity
 from services.common.zk.server import ZooKeeperProcess
 
 #: how ``stop()`` goes: the roles of one step stop together, the steps one after the other (a
@@ -93,6 +95,7 @@ class LocalCluster:
         extra: Mapping[str, Sequence[str]] | None = None,
         env: Mapping[str, str] | None = None,
         log_dirs_per_node: int = 1,
+        secure: bool = False,
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one gateway, storage node and controller")
@@ -112,6 +115,9 @@ class LocalCluster:
         self.log_dirs_per_node = log_dirs_per_node
         self.extra = {role: list((extra or {}).get(role, ())) for role in ROLES}
         self.env = dict(env or {})
+        #: internal mTLS + ZooKeeper ACLs (security.py); made at start()
+        self.secure = secure
+        self.security: SecureLayout | None = None
         self._counts = {
             "controller": controllers,
             "storage": storage_nodes,
@@ -145,6 +151,11 @@ class LocalCluster:
     @property
     def zk_connect(self) -> str:
         return self.zookeeper.connect
+
+    @property
+    def zk_security(self) -> ZkSecurity:
+        """What a ZooKeeper client of this cluster authenticates with (secure clusters)."""
+        return self.security.zk_security if self.security is not None else NO_SECURITY
 
     @property
     def gateway_ports(self) -> list[int]:
@@ -189,6 +200,8 @@ class LocalCluster:
         atexit.register(self.stop)
         try:
             processes.reap_leftovers(self.data_dir)
+            if self.secure:
+                self.security = secure_layout(self.data_dir)
             self._layout()
             self._start_zookeeper_rebinding(deadline)
             # Launched in dependency order, but without waiting between tiers: every service
@@ -454,7 +467,8 @@ class LocalCluster:
             storage_nodes=self._counts["storage"],
             storage_dirs=self.storage_dirs,
         )
-        return service_flags(svc, shape, self.extra[svc.role])
+        secure = self.security.flags(svc.role) if self.security is not None else []
+        return service_flags(svc, shape, [*secure, *self.extra[svc.role]])
 
     def _spawn(self, svc: Service) -> None:
         if svc.role == "storage":
