@@ -7,6 +7,13 @@
 #   CA_BUNDLE   CA bundle mounted for pip (TLS-intercepting proxies; default: the host's, if any)
 # Prints the build time and the image size.
 set -euo pipefail
+# One build at a time on a machine: `make test` starts one in the background and the kube-sim
+# tier's fixture runs this again; the second waits here, then finds the images cached. (flock -o:
+# the lock is the flock process's, never inherited by what podman leaves running.)
+if [ -z "${KAFKAPY_IMAGE_BUILD_LOCKED:-}" ]; then
+  export KAFKAPY_IMAGE_BUILD_LOCKED=1
+  exec flock -o "${TMPDIR:-/tmp}/kafka-py-image-build.lock" "$0" "$@"
+fi
 cd "$(dirname "$0")/.."
 
 ENGINE=${CONTAINER_ENGINE:-$(command -v podman >/dev/null && echo podman || echo docker)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+import services.entry_point  # noqa: F401 - first: see there
 from services.common import internal_tls
 from services.common.logging import configure_logging
 from services.common.node_ids import with_generated_id

@@ -11,6 +11,7 @@ import sys
 
 from prometheus_client import REGISTRY
 
+import services.entry_point  # noqa: F401 - first: see there
 from services.common import internal_tls
 from services.common.logging import configure_logging
 from services.common.runtime import run, stop_event_on_signals

@@ -120,6 +120,77 @@ def test_second_start_reuses_ports_and_data(tmp_path: Path) -> None:
         assert (second.storage_dir(0) / "fake-starts").read_text() == "xx"
 
 
+def test_ports_taken_between_choosing_and_binding_are_chosen_again(tmp_path: Path) -> None:
+    """Another program takes ZooKeeper's and the gateway's saved ports after the second start
+    chose them and before the processes bind them: both come up on new free ports, cluster.json
+    and the bootstrap say so, the data dir is the same."""
+    import socket
+    import threading
+
+    with _small(tmp_path) as first:
+        zk_port = first.zookeeper.port
+        gw_port = first.gateway_ports[0]
+        others = {p.name: (p.port, p.admin_port) for p in first.processes()[1:-1]}
+    state = tmp_path / "data" / "cluster.json"
+    # Bound (SO_REUSEADDR, not listening) looks free to the port check; listening takes it.
+    thieves = []
+    for port in (zk_port, gw_port):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        thieves.append(s)
+    before = state.stat().st_ino
+
+    def steal_once_chosen() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if state.exists() and state.stat().st_ino != before:  # the layout was saved
+                for s in thieves:
+                    s.listen()
+                return
+            time.sleep(0.001)
+
+    thief = threading.Thread(target=steal_once_chosen)
+    thief.start()
+    try:
+        with _small(tmp_path) as second:
+            thief.join()
+            assert second.zookeeper.port != zk_port and second.gateway_ports[0] != gw_port
+            host, port = second.bootstrap.split(":")
+            assert kafka_answers(host, int(port))
+            assert {p.name: (p.port, p.admin_port) for p in second.processes()[1:-1]} == others
+            saved = json.loads(state.read_text())
+            assert saved["zookeeper"]["port"] == second.zookeeper.port
+            assert saved["gateway"]["0"]["port"] == int(port)
+            assert (second.storage_dir(0) / "fake-starts").read_text() == "xx"
+        assert "Address already in use" in second.log_path("gateway").read_text()
+        assert "Address already in use" in second.log_path("zookeeper").read_text()
+    finally:
+        thief.join()
+        for s in thieves:
+            s.close()
+
+
+def test_failed_process_start_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """start_process() that does not get ready stops what it started (children included), and
+    the process shows as exited, so a supervisor tries again."""
+    with _small(tmp_path) as cluster:
+        cluster.kill("storage", 1)
+        monkeypatch.setenv("FAKESVC_NEVER_READY", "storage-1")
+        monkeypatch.setenv("FAKESVC_CHILD", "1")
+        with pytest.raises(LocalClusterError, match="storage-1 not ready within 2s"):
+            cluster.start_process("storage", 1, timeout=2)
+        (info,) = [p for p in cluster.processes() if p.name == "storage-1"]
+        assert info.pid is not None and not info.running
+        assert _group_members({info.pid}) == []
+        assert "storage-1" in cluster.exited()
+        monkeypatch.delenv("FAKESVC_NEVER_READY")
+        cluster.start_process("storage", 1)
+        assert cluster.exited() == {}
+
+
 def test_data_dir_is_locked_while_running(tmp_path: Path) -> None:
     with _small(tmp_path):
         with pytest.raises(LocalClusterError, match="in use by another kafka-py cluster"):

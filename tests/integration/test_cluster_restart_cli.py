@@ -51,7 +51,7 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalClu
     finally:
         done.set()
         thread.join(30)
-        cluster.stop()
+        cluster.stop(timeout=2)  # storage-2 ignores SIGTERM: SIGKILL after 2 s, not the default 10
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import signal
 import subprocess
 import time
@@ -43,10 +44,19 @@ from services.cli.local_cluster.layout import (
 )
 from services.cli.local_cluster.prometheus import LocalPrometheus, PrometheusOptions
 from services.cli.local_cluster.readiness import wait_ready
+from services.cli.local_cluster.rebind import REBIND_ATTEMPTS, bind_lost, log_size, repick
 from services.cli.local_cluster.security import SecureLayout, secure_layout
-from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper
+from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper, zk_log_path
 from services.common.zk.security import NO_SECURITY, ZkSecurity
 from services.common.zk.server import ZooKeeperProcess
+
+#: how ``stop()`` goes: the roles of one step stop together, the steps one after the other (a
+#: role missing here stops first)
+STOP_STEPS = (
+    ("gateway", "transaction_coordinator", "group_coordinator"),
+    ("storage",),
+    ("controller",),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +188,9 @@ class LocalCluster:
     def start(self, timeout: float = 60.0) -> Self:
         """Start ZooKeeper, then launch controllers, storage nodes, group and transaction
         coordinators and gateways (in that order) and wait until every one is ready; on failure everything
-        started is stopped again."""
+        started is stopped again. A process that finds one of its ports taken by another program
+        (between choosing and binding it) is started again on new free ports (``rebind``), so
+        ``bootstrap`` and ``cluster.json`` are read after ``start()`` returns."""
         if self._started:
             raise LocalClusterError("the cluster is already started")
         if self._interrupted:  # interrupt() came before start(): honour it
@@ -195,12 +207,12 @@ class LocalCluster:
             if self.secure:
                 self.security = secure_layout(self.data_dir)
             self._layout()
-            self._start_zookeeper(deadline)
+            self._start_zookeeper_rebinding(deadline)
             # Launched in dependency order, but without waiting between tiers: every service
             # only needs ZooKeeper to come up, and their start-ups overlap.
             for svc in self._all():
                 self._spawn(svc)
-            self._wait_ready(list(self._all()), deadline, timeout)
+            self._wait_ready_rebinding(list(self._all()), deadline, timeout)
             if self._prometheus is not None:
                 self._prometheus.start(self.processes(), processes.child_env(self.env), deadline)
                 self._save_pids()
@@ -212,14 +224,26 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM every process in reverse start order (ZooKeeper last), SIGKILL after ``timeout``.
 
-        Idempotent; no process of the cluster is left when it returns.
+        Stopped in steps, each waited for before the next: gateways and coordinators together,
+        then the storage nodes one at a time (each one's controlled shutdown moves leadership to
+        nodes still running), then the controllers together, then ZooKeeper. Idempotent; no
+        process of the cluster is left when it returns.
         """
         if self._prometheus is not None:
             self._prometheus.stop(timeout)
-        for role in reversed(ROLES):
-            for svc in reversed(self._services[role]):
-                if svc.proc is not None:
-                    self._terminate(svc.proc, timeout)
+        unplanned = tuple(r for r in reversed(ROLES) if not any(r in step for step in STOP_STEPS))
+        for step in (unplanned, *STOP_STEPS):
+            procs = [
+                svc.proc
+                for role in step
+                for svc in reversed(self._services[role])
+                if svc.proc is not None
+            ]
+            if step == ("storage",):
+                for proc in procs:
+                    self._terminate(proc, timeout)
+            else:
+                processes.terminate_all(procs, timeout, lambda: self._hurry)
         if self._zk is not None and self._zk.proc is not None:
             self._terminate(self._zk.proc, timeout)
         self._lock.release()
@@ -274,7 +298,9 @@ class LocalCluster:
     def start_process(
         self, role: str, index: int = 0, *, timeout: float = 60.0, wait: bool = True
     ) -> None:
-        """(Re)start one process with its id, ports and data dir; by default wait until ready."""
+        """(Re)start one process with its id, ports and data dir; by default wait until ready.
+        When it does not get ready (it exits, the timeout passes, ``interrupt()``), it is
+        stopped again before the error is raised: a failed start leaves nothing running."""
         if not self._started:
             raise LocalClusterError("the cluster has not been started")
         proc = self._proc(role, index)
@@ -287,7 +313,13 @@ class LocalCluster:
         svc = self._service(role, index)
         self._spawn(svc)
         if wait:
-            self._wait_ready([svc], deadline, timeout)
+            try:
+                self._wait_ready([svc], deadline, timeout)
+            except BaseException:
+                assert svc.proc is not None
+                self._terminate(svc.proc, 10.0)
+                self._save_pids()
+                raise
 
     def add_storage_slot(self) -> int:
         """One more storage ordinal (ports, the next zone in turn, its own data dir), as a
@@ -465,6 +497,7 @@ class LocalCluster:
             self.storage_dir(svc.index).mkdir(parents=True, exist_ok=True)
         argv = service_argv(self.SERVICE_PACKAGE, svc.role, self._flags(svc))
         env = processes.child_env(self.env)
+        svc.log_start = log_size(svc.log_path)
         svc.proc = processes.spawn(argv, svc.log_path, cwd=self.data_dir, env=env)
         svc.starts += 1
         self._save_pids()
@@ -474,6 +507,61 @@ class LocalCluster:
             start_zookeeper(self.zookeeper, deadline)
         finally:
             self._save_pids()
+
+    def _start_zookeeper_rebinding(self, deadline: float) -> None:
+        """Start ZooKeeper; when its port was taken since it was chosen, on a new free port
+        (not when the user asked for that port)."""
+        for attempt in itertools.count():
+            log = zk_log_path(self.zookeeper)
+            since = log_size(log)
+            try:
+                self._start_zookeeper(deadline)
+                return
+            except LocalClusterError:
+                if attempt >= REBIND_ATTEMPTS or not bind_lost(log, since):
+                    raise
+                fixed = {"port"} if self._requested[ZOOKEEPER] > 0 else set()
+                ports = {"port": self.zookeeper.port}
+                port = repick(self.host, ZOOKEEPER, ports, fixed, self._ports_taken())["port"]
+                self._zk = ZooKeeperProcess(self.data_dir / ZOOKEEPER, port=port, host=self.host)
+                self._save_state()
+
+    def _wait_ready_rebinding(
+        self, batch: Sequence[Service], deadline: float, timeout: float
+    ) -> None:
+        """``_wait_ready``, starting a process that exited because one of its ports was taken
+        again on new free ports (a gateway's requested port is never changed)."""
+        for attempt in itertools.count():
+            try:
+                self._wait_ready(batch, deadline, timeout)
+                return
+            except LocalClusterInterrupted:
+                raise
+            except LocalClusterError as exc:
+                svc = next((s for s in batch if s.name == exc.process), None)
+                if (
+                    svc is None
+                    or svc.running()
+                    or attempt >= REBIND_ATTEMPTS
+                    or not bind_lost(svc.log_path, svc.log_start)
+                ):
+                    raise
+                fixed = {"port"} if svc.role == "gateway" and self._requested["gateway"] else set()
+                ports = {"port": svc.port, "admin_port": svc.admin_port}
+                new = repick(self.host, svc.name, ports, fixed, self._ports_taken())
+                svc.port, svc.admin_port = new["port"], new["admin_port"]
+                self._save_state()
+                self._spawn(svc)
+
+    def _ports_taken(self) -> set[int]:
+        taken = {self.zookeeper.port}
+        for svc in self._all():
+            taken.update((svc.port, svc.admin_port))
+        return taken
+
+    def _save_state(self) -> None:
+        book = PortBook.load(self.data_dir / STATE_FILE)
+        save_state(self.data_dir, self.host, self.zookeeper.port, book, self._all())
 
     def _wait_ready(self, batch: Sequence[Service], deadline: float, timeout: float) -> None:
         wait_ready(self.host, batch, deadline, timeout, lambda: self._interrupted)

@@ -39,6 +39,8 @@ class Service:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: size of ``log_path`` when the process was last spawned: where its output of this start begins
+    log_start: int = 0
 
     @property
     def name(self) -> str:

@@ -68,18 +68,29 @@ def terminate(
 ) -> None:
     """SIGTERM (and SIGCONT, in case it is stopped) the group, then SIGKILL after ``timeout``
     or as soon as ``hurry()`` says so; reap."""
-    pgid = proc.pid
-    if proc.poll() is None:
+    terminate_all([proc], timeout, hurry)
+
+
+def terminate_all(
+    procs: Sequence[subprocess.Popen[bytes]],
+    timeout: float,
+    hurry: Callable[[], bool] = lambda: False,
+) -> None:
+    """``terminate`` for several groups at once: all are signalled, then waited for together
+    (one ``timeout`` for all), so their shutdowns overlap."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
         for sig in (signal.SIGTERM, signal.SIGCONT):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, sig)
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None and time.monotonic() < deadline and not hurry():
-            time.sleep(POLL_S)
-    # Whatever is left of the group (the leader or children it spawned) goes now.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    proc.wait()
+                os.killpg(proc.pid, sig)
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in running) and time.monotonic() < deadline and not hurry():
+        time.sleep(POLL_S)
+    for proc in procs:
+        # Whatever is left of the group (the leader or children it spawned) goes now.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 # ---- leftovers of a supervisor that died ----------------------------------------------------
