@@ -21,6 +21,7 @@ from services.common.admin_http import AdminServer, QuietServer
 from services.common.logging import configure_logging, get_logger
 from services.common.runtime import run, serve_until_signalled
 from services.common.settings import ConfigError
+from services.common.zk.security import zk_security
 from services.console.api import ConsoleState, install_error_handler, router
 from services.console.cluster_admin import ConsoleAdmin
 from services.console.lag_history import LagHistory
@@ -45,7 +46,7 @@ def client_conf(settings: ConsoleSettings) -> dict[str, Any]:
 def build_state(settings: ConsoleSettings) -> ConsoleState:
     conf = client_conf(settings)
     timeout = settings.request_timeout_ms / 1000
-    admin = ConsoleAdmin(conf, settings.zookeeper_connect, timeout)
+    admin = ConsoleAdmin(conf, settings.zookeeper_connect, timeout, zk_security(settings))
     return ConsoleState(
         admin=admin,
         reader=RecordReader(conf, admin.groups, timeout),

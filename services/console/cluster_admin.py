@@ -30,15 +30,23 @@ from services.cli.group_admin import GroupAdmin
 from services.cli.topics import INTERNAL_TOPICS
 from services.cli.zk_view import ClusterState, NodesView, PartitionState, read_nodes, read_state
 from services.common.zk import layout
+from services.common.zk.security import NO_SECURITY, ZkSecurity, kazoo_client
 
 
 class ConsoleAdmin:
-    def __init__(self, conf: Mapping[str, Any], zk_connect: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        conf: Mapping[str, Any],
+        zk_connect: str,
+        timeout_s: float,
+        zk_security: ZkSecurity = NO_SECURITY,
+    ) -> None:
         self.conf = dict(conf)
         self.timeout = timeout_s
         self.admin = AdminClient(self.conf)
         self.groups = GroupAdmin(self.admin, timeout_s)
         self._zk_connect = zk_connect
+        self._zk_security = zk_security  # digest login as every service (zookeeper.digest.*)
         self._zk: KazooClient | None = None
         self._zk_lock = threading.Lock()
 
@@ -49,8 +57,9 @@ class ConsoleAdmin:
                 if self._zk is not None:
                     self._zk.stop()
                     self._zk.close()
-                client = KazooClient(
-                    hosts=self._zk_connect,
+                client = kazoo_client(
+                    self._zk_connect,
+                    self._zk_security,
                     timeout=self.timeout,
                     read_only=True,
                     logger=client_logger(False),

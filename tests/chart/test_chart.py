@@ -38,6 +38,7 @@ from chart_support import (
 from services.cli.configs_users import parse_add_config
 from services.cli.main import build_parser
 from services.common.settings import ServiceSettings
+from services.console.settings import ConsoleSettings
 from services.controller.settings import ControllerSettings
 from services.gateway.security import listener_security
 from services.gateway.settings import GatewaySettings
@@ -51,6 +52,9 @@ DEV = {
     "gateway": {"replicas": 1, "autoscaling": {"enabled": False}},
     "groupCoordinator": {"replicas": 1},
     "zookeeper": {"persistence": {"size": "1Gi"}},
+    # the console's objects vary little between combinations and each costs schema validation
+    # time: on where its settings change (default, locked-down, security, external ZooKeeper)
+    "console": {"enabled": False},
 }
 COMBINATIONS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -62,6 +66,7 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         },
         "storage": {"replicas": 6},
         "gateway": {"service": {"mode": "perZone"}, "zones": ["zone-a", "zone-b", "zone-c"]},
+        "console": {"enabled": False},
     },
     "loadbalancer-monitoring-autoscaler": {
         "gateway": {
@@ -101,7 +106,9 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         "networkPolicy": {
             "clientPeers": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
             "metricsPeers": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+            "consolePeers": [{"podSelector": {"matchLabels": {"app": "ingress-nginx"}}}],
         },
+        "console": {"readOnly": True},
         "gateway": {"autoscaling": {"enabled": False}, "replicas": 3},
         "storage": {
             "config": {
@@ -160,6 +167,7 @@ SETTINGS: dict[str, type[ServiceSettings]] = {
     "gateway": GatewaySettings,
     "controller": ControllerSettings,
     "group-coordinator": GroupCoordinatorSettings,
+    "console": ConsoleSettings,
 }
 ELASTIC = importlib.util.find_spec("services.controller.elastic_settings") is not None
 POD_ENV = {  # what the downward API gives a pod
@@ -266,6 +274,7 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
     must be one the service accepts; probes and ports match the admin port it will serve."""
     name, docs = combo
     checked = set()
+    zk_connects = set()
     for doc in workloads(docs):
         if doc["kind"] in TASK_KINDS or component(doc) == "zookeeper":
             continue
@@ -284,8 +293,6 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
         assert settings.admin_port == admin and settings.admin_host == "0.0.0.0"
         assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
         assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
-        listen = settings.listener  # type: ignore[attr-defined]
-        assert listen.port in [p["containerPort"] for p in c["ports"]], (service, listen)
         assert settings.log_format == "json"
         zk_acl = COMBINATIONS[name].get("global", {}).get("zookeeper", {}).get("acl", {})
         assert settings.zookeeper_set_acl is zk_acl.get("enabled", False)
@@ -294,6 +301,12 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
             (vol,) = [v for v in pod_spec(doc)["volumes"] if v["name"] == "zookeeper-digest"]
             assert mount["readOnly"] is True and vol["secret"]["secretName"] == "zk-digest"
             assert str(settings.zookeeper_digest_auth_file).startswith(mount["mountPath"] + "/")
+        zk_connects.add(settings.zookeeper_connect)
+        if isinstance(settings, ConsoleSettings):
+            _console_is_a_client_of_this_release(name, docs, c, settings)
+            continue
+        listen = settings.listener  # type: ignore[attr-defined]
+        assert listen.port in [p["containerPort"] for p in c["ports"]], (service, listen)
         if service == "storage":
             assert settings.broker_id == 1
             assert settings.advertised_listeners.endswith(  # type: ignore[attr-defined]
@@ -309,6 +322,40 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
             want = "kubernetes" if zones.get("discovery", True) else "none"
             assert settings.rack_discovery == want  # type: ignore[attr-defined]
     assert {"storage", "gateway", "group-coordinator"} <= checked
+    assert ("console" in checked) is COMBINATIONS[name].get("console", {}).get("enabled", True)
+    assert len(zk_connects) == 1  # the console reads the cluster's own ZooKeeper
+
+
+def _console_is_a_client_of_this_release(
+    name: str, docs: list[dict[str, Any]], c: dict[str, Any], settings: ConsoleSettings
+) -> None:
+    """The console's settings: the gateway Service's INTERNAL (PLAINTEXT) port, its HTTP port
+    behind the console Service, read-only as the values say."""
+    host, port = settings.bootstrap_servers.rsplit(":", 1)
+    service, namespace = host.split(".")[:2]
+    assert namespace == NAMESPACE and host.endswith(".svc.cluster.local")
+    gw = named(docs, "Service", service)
+    assert {"name": "kafka", "port": int(port), "targetPort": "kafka", "protocol": "TCP"} in gw[
+        "spec"
+    ]["ports"]  # the gateway's first listener (INTERNAL, PLAINTEXT)
+    assert gw["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
+    assert settings.console_host == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert settings.console_port == ports["http"] != settings.admin_port
+    svc = named(docs, "Service", "kafka-py-console")
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    ]
+    want = COMBINATIONS[name].get("console", {}).get("readOnly", False)
+    assert settings.console_read_only is want
+
+
+def test_console_off_and_how_to_reach_it() -> None:
+    assert not [d for d in render(DEV) if "console" in d["metadata"]["name"]]
+    assert f"kubectl -n {NAMESPACE} port-forward svc/kafka-py-console 8080" in notes({})
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmError, match="admin port"):
+        chart.render(values={"console": {"port": 8080}}, name="kafka-py")
 
 
 @pytest.mark.parametrize(
@@ -504,6 +551,9 @@ def test_rbac_per_workload_is_minimal(combo: Any) -> None:
             assert spec["automountServiceAccountToken"] is False and not granted, what
         elif component(doc) == "spark-driver":
             assert account == "kafka-py-spark" and granted == SPARK_DRIVER, what
+        elif component(doc) == "console":  # no Kubernetes API at all
+            assert account == "kafka-py-console" and account in accounts, what
+            assert spec["automountServiceAccountToken"] is False and not granted, what
         elif component(doc) == "controller":
             assert account == "kafka-py-controller" and account in accounts, what
             assert granted == (SCALER if scaler else set()), what
@@ -537,9 +587,26 @@ def test_network_policies_cover_every_workload(combo: Any) -> None:
                 assert (
                     peer["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "kafka-py"
                 )
+    peers = COMBINATIONS[name].get("networkPolicy", {})
     gw = named(docs, "NetworkPolicy", "kafka-py-gateway")
     kafka_rule = next(r for r in gw["spec"]["ingress"] if r["ports"][0]["port"] == "kafka")
-    assert kafka_rule.get("from") == COMBINATIONS[name].get("networkPolicy", {}).get("clientPeers")
+    release = {"app.kubernetes.io/instance": "kafka-py", "app.kubernetes.io/name": "kafka-py"}
+    if "clientPeers" in peers:  # those, and this release's own clients (the console, hooks)
+        assert kafka_rule["from"] == [
+            *peers["clientPeers"],
+            {"podSelector": {"matchLabels": release}},
+        ]
+    else:
+        assert "from" not in kafka_rule
+    # the console's HTTP port: only consolePeers (none by default: kubectl port-forward)
+    if not COMBINATIONS[name].get("console", {}).get("enabled", True):
+        return
+    console = named(docs, "NetworkPolicy", "kafka-py-console")
+    http = [r for r in console["spec"]["ingress"] if r["ports"][0]["port"] == "http"]
+    assert [r["from"] for r in http] == ([peers["consolePeers"]] if "consolePeers" in peers else [])
+    assert [r["ports"][0]["port"] for r in console["spec"]["ingress"]] == ["http"] * len(http) + [
+        "admin"
+    ]
 
 
 def test_helm_test_hook_produces_and_consumes_through_the_gateway_service() -> None:
@@ -766,6 +833,7 @@ def test_security_combinations_the_schema_cannot_express_are_refused(
         ({"gateway": {"security": {"authorizer": {"className": "acl"}}}}, "className"),
         ({"global": {"internalTls": {"enabled": True}}}, "/global/internalTls/enabled"),
         ({"global": {"zookeeper": {"acl": {"enabled": True}}}}, "digestSecret"),
+        ({"console": {"readOnly": "yes"}}, "/console/readOnly"),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:

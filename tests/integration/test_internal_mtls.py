@@ -44,6 +44,8 @@ from services.common.records.record import Record, build_batch
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.common.zk.security import kazoo_client
+from services.console.app import build_state
+from services.console.settings import ConsoleSettings
 from tests.integration.kafka_support import (
     commit_retrying,
     consume_confluent,
@@ -317,3 +319,27 @@ def test_zookeeper_acls_keep_credentials_and_acls_from_unauthenticated_clients(
         for zk in (stranger, member):
             zk.stop()
             zk.close()
+
+
+def test_console_logs_in_to_zookeeper_with_the_digest_file(secure_cluster: LocalCluster) -> None:
+    """The console's ZooKeeper session authenticates as every service does when
+    zookeeper.digest.auth.file is set: it may list /kafka-acl (creator-only under
+    zookeeper.set.acl), which a console without the file may not; both read the cluster."""
+    cluster = secure_cluster
+    assert cluster.security is not None
+    common = ["--bootstrap.servers", cluster.bootstrap, "--zookeeper.connect", cluster.zk_connect]
+    digest = ["--zookeeper.digest.auth.file", str(cluster.security.digest_file)]
+    consoles = {
+        secured: build_state(ConsoleSettings.load(common + (digest if secured else [])))
+        for secured in (True, False)
+    }
+    try:
+        for state in consoles.values():
+            assert len(state.admin.overview()["storage_nodes"]) == 3
+        consoles[True].admin._zk_client().get_children("/kafka-acl")
+        with pytest.raises(NoAuthError):
+            consoles[False].admin._zk_client().get_children("/kafka-acl")
+    finally:
+        for state in consoles.values():
+            state.producer.close()
+            state.admin.close()

@@ -145,6 +145,10 @@ def sim(images: None, kube_api: KubeApi) -> Iterator[tuple[Simulation, int]]:
             "autoscaling": {"enabled": False},
             "service": {"mode": "LoadBalancer", "advertisedHost": "127.0.0.1"},
         },
+        # a client of the cluster, not part of it: its rendered settings are loaded by
+        # ConsoleSettings in tests/chart, its behaviour tested in tests/integration/test_console.py;
+        # one more pod here would only slow the tier's start on two cores
+        "console": {"enabled": False},
     }
     s = Simulation(
         render(values), prefix, subnets, ZONES, namespace=NAMESPACE,

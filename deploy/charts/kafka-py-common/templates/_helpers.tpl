@@ -310,7 +310,8 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
 A Deployment of one service with a generated node id (ctx, component, command, values, port,
 idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels; optional: listeners and advertised
 (default: one listener on port, advertised as the pod IP), extraPorts, extraEnv, mounts,
-volumes). Replicas are omitted when an HPA owns them (values.autoscaling.enabled).
+volumes, serviceAccount, config (the settings, for the checksum)). Without idFlag: no node id
+and no listener flags (a client of the cluster, such as the console). Replicas are omitted when an HPA owns them (values.autoscaling.enabled).
 */}}
 {{- define "kafkapy.deployment" -}}
 {{- $v := .values -}}
@@ -344,7 +345,10 @@ spec:
       terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
       {{- include "kafkapy.placement" . | nindent 6 }}
       containers:
-        {{- $args := list .idFlag "-1" "--listeners" (.listeners | default (printf "0.0.0.0:%d" (int .port.port))) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
+        {{- $args := list -}}
+        {{- if .idFlag -}}
+        {{- $args = list .idFlag "-1" "--listeners" (.listeners | default (printf "0.0.0.0:%d" (int .port.port))) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
+        {{- end -}}
         {{- $args = concat $args (.extraArgs | default list) -}}
         {{- $ports := concat (list .port) (.extraPorts | default list) -}}
         {{- include "kafkapy.container" (dict "ctx" .ctx "component" .component "command" .command "args" $args "ports" $ports "resources" $v.resources "lifecycle" .lifecycle "extraEnv" .extraEnv "mounts" .mounts) | nindent 8 }}
