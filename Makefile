@@ -29,8 +29,9 @@ $(RPC_STAMP): $(PROTOS) $(STAMP)
 	touch services/common/rpc/kafkapy/__init__.py $(RPC_OUT)/__init__.py
 	touch $@
 
+# `make run SECURE=1`: internal mutual TLS and ZooKeeper ACLs (cluster up --secure)
 run: install
-	$(VENV)/bin/kafka-py cluster up
+	$(VENV)/bin/kafka-py cluster up $(if $(SECURE),--secure)
 
 test: install chart-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)

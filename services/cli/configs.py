@@ -1,5 +1,5 @@
 """``kafka-py configs``: kafka-configs.sh's options; each entity type in its own module
-(users: configs_users.py)."""
+(users: configs_users.py; topics and brokers: configs_resources.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from services.cli import configs_users
+from services.cli import configs_resources, configs_users
 from services.cli.common import CliError
 
-ENTITY_TYPES = {"users": configs_users.run}
+ENTITY_TYPES = {
+    "users": configs_users.run,
+    "topics": configs_resources.run,
+    "brokers": configs_resources.run,
+}
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -23,11 +27,20 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     common(p, False)
     p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
     p.add_argument("--entity-name", metavar="NAME")
+    p.add_argument(
+        "--entity-default",
+        action="store_true",
+        help="the cluster-wide default (brokers)",
+    )
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--alter", action="store_true")
     action.add_argument("--describe", action="store_true")
     p.add_argument("--add-config", metavar="CONFIGS")
     p.add_argument("--delete-config", metavar="NAMES")
+    p.add_argument(
+        "--all", action="store_true", help="with --describe: every config, not only overrides"
+    )
+    p.add_argument("--output", choices=("text", "json"), default="text")
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:

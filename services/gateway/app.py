@@ -17,7 +17,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from services.common import protocol
+from services.common import internal_tls, protocol
 from services.common.admin_http import AdminServer
 from services.common.coordinator.clients import CoordinatorClients
 from services.common.logging import configure_logging, get_logger
@@ -49,7 +49,7 @@ log = get_logger("gateway")
 class Gateway:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.cache = MetadataCache()
         self.sync = ZkMetadataSync(self.zk, self.cache)
         listener = settings.listener
@@ -188,6 +188,7 @@ class Gateway:
 async def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.load(sys.argv[1:] if argv is None else argv)
     configure_logging("gateway", settings.node_id, settings.log_format, settings.log_level)
+    internal_tls.configure(settings)  # ConfigError (exit 2) on unusable certificates
     settings = await with_generated_id(settings, "node_id")
     settings = await with_discovered_rack(settings)
     return await serve_until_signalled(Gateway(settings))

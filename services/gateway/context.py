@@ -24,6 +24,7 @@ from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.produce_order import ProduceOrder
 from services.gateway.sasl import Session
 from services.gateway.settings import GatewaySettings
+from services.gateway.txn_verify_batch import VerificationBatcher
 
 log = get_logger("gateway")
 
@@ -38,6 +39,7 @@ class GatewayServices:
     offsets: OffsetsCache
     coordinators: CoordinatorClients | None = None
     txn_coordinators: CoordinatorClients | None = None
+    txn_verifier: VerificationBatcher | None = None  # made on first use (txn_verification)
     producer_ids: ProducerIdManager | None = None
     zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
     # /config/brokers/* as ZooKeeper holds them (dynamic broker configs of every broker id)
