@@ -30,6 +30,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import LONG_MAX, effective_config
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
 from services.storage.delayed import DelayedOperations
+from services.storage.epoch_checkpoints import write_checkpoints
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.files import parse_partition_dir, partition_dir_name
 from services.storage.log_dirs import LogDirs
@@ -37,6 +38,7 @@ from services.storage.metrics import PartitionGauges, ReplicaGauges, StorageMetr
 from services.storage.partition import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,
+    EpochCacheLike,
     Partition,
     PartitionOrder,
     Role,
@@ -356,9 +358,14 @@ class ReplicaManager:
             if self._fenced_controller(req.controller_epoch, req.controller_id, "UpdatePartitions"):
                 return pb.UpdatePartitionsResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
             errors: list[pb.PartitionError] = []
+            unwritten: list[EpochCacheLike] = []
+            owner: list[int] = []  # index in ``errors`` of each unwritten cache's partition
             for state in req.partitions:
+                before = len(unwritten)
                 try:
-                    code = await self._apply_state(state, req.controller_id, req.controller_epoch)
+                    code = await self._apply_state(
+                        state, req.controller_id, req.controller_epoch, unwritten
+                    )
                 except KafkaError as exc:
                     log.warning(
                         "partition state rejected",
@@ -375,14 +382,31 @@ class ReplicaManager:
                         partition=state.partition,
                     )
                     code = ErrorCode.UNKNOWN_SERVER_ERROR
+                owner += [len(errors)] * (len(unwritten) - before)
                 errors.append(
                     pb.PartitionError(topic=state.topic, partition=state.partition, error_code=code)
                 )
+            for i, err in enumerate(await write_checkpoints(unwritten)):
+                if err is not None:
+                    failed = errors[owner[i]]
+                    log.error(
+                        "failed to apply partition state",
+                        topic=failed.topic,
+                        partition=failed.partition,
+                        error=repr(err),
+                    )
+                    failed.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
             return pb.UpdatePartitionsResponse(error_code=ErrorCode.NONE, partitions=errors)
 
     async def _apply_state(
-        self, state: pb.PartitionState, controller_id: int, controller_epoch: int
+        self,
+        state: pb.PartitionState,
+        controller_id: int,
+        controller_epoch: int,
+        unwritten: list[EpochCacheLike],
     ) -> ErrorCode:
+        """Apply one partition's order; leader-epoch caches whose file must be written before
+        the answer are appended to ``unwritten``."""
         key = (state.topic, state.partition)
         if self.broker_id not in state.replicas:
             log.warning(
@@ -445,7 +469,7 @@ class ReplicaManager:
             was = p.role
             if self.fetchers is not None:
                 self.fetchers.unfollow([key])  # stop fetching before taking over
-            if p.make_leader(order, self.clock()):
+            if p.make_leader(order, self.clock(), unwritten):
                 self.on_high_watermark(p)
             if was is not Role.LEADER:
                 log.info(
