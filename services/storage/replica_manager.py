@@ -18,6 +18,7 @@ engine serialises a log's mutations with its own lock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,9 +29,9 @@ from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import LONG_MAX, effective_config
+from services.storage import order_io
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
 from services.storage.delayed import DelayedOperations
-from services.storage.epoch_checkpoints import write_checkpoints
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.files import parse_partition_dir, partition_dir_name
 from services.storage.log_dirs import LogDirs
@@ -357,6 +358,7 @@ class ReplicaManager:
         async with self._orders_lock:
             if self._fenced_controller(req.controller_epoch, req.controller_id, "UpdatePartitions"):
                 return pb.UpdatePartitionsResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+            await self._create_new_logs(req.partitions)
             errors: list[pb.PartitionError] = []
             unwritten: list[EpochCacheLike] = []
             owner: list[int] = []  # index in ``errors`` of each unwritten cache's partition
@@ -386,7 +388,7 @@ class ReplicaManager:
                 errors.append(
                     pb.PartitionError(topic=state.topic, partition=state.partition, error_code=code)
                 )
-            for i, err in enumerate(await write_checkpoints(unwritten)):
+            for i, err in enumerate(await order_io.write_checkpoints(unwritten)):
                 if err is not None:
                     failed = errors[owner[i]]
                     log.error(
@@ -397,6 +399,31 @@ class ReplicaManager:
                     )
                     failed.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
             return pb.UpdatePartitionsResponse(error_code=ErrorCode.NONE, partitions=errors)
+
+    async def _create_new_logs(self, states: Sequence[pb.PartitionState]) -> None:
+        """Create the logs this order adds to the node, all at once (their files are written on
+        worker threads together). One that fails is left to ``_apply_state``, which tries
+        again and answers its error."""
+        todo: dict[TopicPartition, pb.PartitionState] = {}
+        for state in states:
+            key = (state.topic, state.partition)
+            if self.broker_id in state.replicas and key not in self.hosted:
+                todo.setdefault(key, state)
+        if len(todo) < 2:
+            return
+
+        async def create(st: pb.PartitionState) -> Hosted:
+            config = effective_config(dict(st.config), self.broker_defaults)
+            return await self._create(
+                st.topic, st.partition, config, bytes(st.topic_id) or None, st.is_new
+            )
+
+        results = await asyncio.gather(
+            *(create(st) for st in todo.values()), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, Exception):
+                raise r  # cancellation: not a partition's failure
 
     async def _apply_state(
         self,
@@ -506,25 +533,33 @@ class ReplicaManager:
         topic_id: bytes | None,
         is_new: bool = True,
     ) -> Hosted:
-        log_dir = self._dir_for_new_replica((topic, partition), is_new)
+        key = (topic, partition)
+        log_dir = self._dir_for_new_replica(key, is_new)
+        # the dir is taken now: logs of one order created concurrently spread as if one by one
+        self.log_dirs.assign(key, log_dir)
         try:
-            opened = await asyncio.to_thread(
-                self.backend.open,
-                log_dir / partition_dir_name(topic, partition),
-                topic,
-                partition,
-                config,
-                topic_id=topic_id,
-                recovery_point=0,
-                clean_shutdown=False,
-                log_start_offset=None,
+            opened = await order_io.run(
+                functools.partial(
+                    self.backend.open,
+                    log_dir / partition_dir_name(topic, partition),
+                    topic,
+                    partition,
+                    config,
+                    topic_id=topic_id,
+                    recovery_point=0,
+                    clean_shutdown=False,
+                    log_start_offset=None,
+                )
             )
         except OSError as exc:
+            self.log_dirs.forget(key)
             self.handle_log_dir_failure(log_dir, f"cannot create {topic}-{partition}: {exc}")
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"
             ) from None
-        self.log_dirs.assign((topic, partition), log_dir)
+        except BaseException:
+            self.log_dirs.forget(key)
+            raise
         p = self._new_partition(
             topic, partition, opened, config, self.backend.topic_id(opened) or topic_id
         )

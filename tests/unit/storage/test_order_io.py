@@ -1,5 +1,6 @@
-"""Leader-epoch checkpoints of one UpdatePartitions order: written off the event loop, all of
-them on disk when the order is answered, a failed write answered for its own partition."""
+"""The files of one UpdatePartitions order (new logs, leader-epoch checkpoints): written off the
+event loop, all of them on disk when the order is answered, a failed write answered for its own
+partition."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def order(partitions: range, leader: int, epoch: int) -> pb.UpdatePartitionsRequ
                 isr=[ME, 2],
                 replicas=[ME, 2],
                 is_new=True,
+                topic_id=bytes(range(16)),
             )
             for p in partitions
         ],
@@ -58,6 +60,7 @@ async def test_every_new_epoch_is_on_disk_when_answered_and_written_off_the_loop
     resp = await rm.update_partitions(order(range(40), ME, 3))
     assert [e.error_code for e in resp.partitions] == [0] * 40
     assert all(epochs(tmp_path, p) == [(3, 0)] for p in range(40))
+    assert all((tmp_path / f"t-{p}" / "partition.metadata").exists() for p in range(40))
     assert len(writers) == 40
     assert threading.main_thread().name not in writers
     # a new epoch for some; the same epoch again writes nothing
