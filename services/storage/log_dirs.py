@@ -38,6 +38,8 @@ class LogDirs:
         online = self.online
         if not online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir of this node is offline")
+        if len(online) == 1:
+            return online[0]  # the usual case, without counting every partition per new one
         counts = Counter(self.dir_of.values())
         return min(online, key=lambda d: (counts[d], online.index(d)))
 

@@ -53,6 +53,10 @@ class EpochCacheLike(Protocol):
 
     def assign(self, epoch: int, start_offset: int) -> None: ...
 
+    def assign_unwritten(self, epoch: int, start_offset: int) -> bool: ...
+
+    def write(self) -> None: ...
+
     def epoch_for_offset(self, offset: int) -> int | None: ...
 
     def end_offset_for(
@@ -262,11 +266,18 @@ class Partition:
         self.replicas = tuple(order.replicas)
         return new_epoch
 
-    def make_leader(self, order: PartitionOrder, now_ms: int) -> bool:
+    def make_leader(
+        self,
+        order: PartitionOrder,
+        now_ms: int,
+        unwritten: list[EpochCacheLike] | None = None,
+    ) -> bool:
         """Become (or stay) leader. Returns True if the high watermark moved.
 
         At a new epoch the epoch starts at this replica's own LEO (written to the epoch cache,
         so followers truncating with OffsetForLeaderEpoch find where the old epoch ended).
+        With ``unwritten`` the checkpoint file is not written here: its cache is appended for
+        the caller to write (with the other partitions of the same order, off the event loop).
         """
         was_leader = self.is_leader
         new_epoch = self._apply_order(order)
@@ -277,7 +288,11 @@ class Partition:
         if new_epoch or not was_leader:
             leo = self.log.log_end_offset
             if order.leader_epoch >= 0:
-                self.log.leader_epoch_cache.assign(order.leader_epoch, leo)
+                cache = self.log.leader_epoch_cache
+                if unwritten is None:
+                    cache.assign(order.leader_epoch, leo)
+                elif cache.assign_unwritten(order.leader_epoch, leo):
+                    unwritten.append(cache)
             self.leader_epoch_start_offset = leo
             for b, replica in self.remote.items():
                 replica.reset(now_ms, in_sync=b in self.isr, forget_position=not was_leader)

@@ -18,6 +18,7 @@ engine serialises a log's mutations with its own lock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import LONG_MAX, effective_config
+from services.storage import order_io
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
 from services.storage.delayed import DelayedOperations
 from services.storage.log import checkpoint as ckpt
@@ -37,6 +39,7 @@ from services.storage.metrics import PartitionGauges, ReplicaGauges, StorageMetr
 from services.storage.partition import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,
+    EpochCacheLike,
     Partition,
     PartitionOrder,
     Role,
@@ -355,10 +358,16 @@ class ReplicaManager:
         async with self._orders_lock:
             if self._fenced_controller(req.controller_epoch, req.controller_id, "UpdatePartitions"):
                 return pb.UpdatePartitionsResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+            await self._create_new_logs(req.partitions)
             errors: list[pb.PartitionError] = []
+            unwritten: list[EpochCacheLike] = []
+            owner: list[int] = []  # index in ``errors`` of each unwritten cache's partition
             for state in req.partitions:
+                before = len(unwritten)
                 try:
-                    code = await self._apply_state(state, req.controller_id, req.controller_epoch)
+                    code = await self._apply_state(
+                        state, req.controller_id, req.controller_epoch, unwritten
+                    )
                 except KafkaError as exc:
                     log.warning(
                         "partition state rejected",
@@ -375,14 +384,56 @@ class ReplicaManager:
                         partition=state.partition,
                     )
                     code = ErrorCode.UNKNOWN_SERVER_ERROR
+                owner += [len(errors)] * (len(unwritten) - before)
                 errors.append(
                     pb.PartitionError(topic=state.topic, partition=state.partition, error_code=code)
                 )
+            for i, err in enumerate(await order_io.write_checkpoints(unwritten)):
+                if err is not None:
+                    failed = errors[owner[i]]
+                    log.error(
+                        "failed to apply partition state",
+                        topic=failed.topic,
+                        partition=failed.partition,
+                        error=repr(err),
+                    )
+                    failed.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
             return pb.UpdatePartitionsResponse(error_code=ErrorCode.NONE, partitions=errors)
 
+    async def _create_new_logs(self, states: Sequence[pb.PartitionState]) -> None:
+        """Create the logs this order adds to the node, all at once (their files are written on
+        worker threads together). One that fails is left to ``_apply_state``, which tries
+        again and answers its error."""
+        todo: dict[TopicPartition, pb.PartitionState] = {}
+        for state in states:
+            key = (state.topic, state.partition)
+            if self.broker_id in state.replicas and key not in self.hosted:
+                todo.setdefault(key, state)
+        if len(todo) < 2:
+            return
+
+        async def create(st: pb.PartitionState) -> Hosted:
+            config = effective_config(dict(st.config), self.broker_defaults)
+            return await self._create(
+                st.topic, st.partition, config, bytes(st.topic_id) or None, st.is_new
+            )
+
+        results = await asyncio.gather(
+            *(create(st) for st in todo.values()), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, Exception):
+                raise r  # cancellation: not a partition's failure
+
     async def _apply_state(
-        self, state: pb.PartitionState, controller_id: int, controller_epoch: int
+        self,
+        state: pb.PartitionState,
+        controller_id: int,
+        controller_epoch: int,
+        unwritten: list[EpochCacheLike],
     ) -> ErrorCode:
+        """Apply one partition's order; leader-epoch caches whose file must be written before
+        the answer are appended to ``unwritten``."""
         key = (state.topic, state.partition)
         if self.broker_id not in state.replicas:
             log.warning(
@@ -445,7 +496,7 @@ class ReplicaManager:
             was = p.role
             if self.fetchers is not None:
                 self.fetchers.unfollow([key])  # stop fetching before taking over
-            if p.make_leader(order, self.clock()):
+            if p.make_leader(order, self.clock(), unwritten):
                 self.on_high_watermark(p)
             if was is not Role.LEADER:
                 log.info(
@@ -482,25 +533,33 @@ class ReplicaManager:
         topic_id: bytes | None,
         is_new: bool = True,
     ) -> Hosted:
-        log_dir = self._dir_for_new_replica((topic, partition), is_new)
+        key = (topic, partition)
+        log_dir = self._dir_for_new_replica(key, is_new)
+        # the dir is taken now: logs of one order created concurrently spread as if one by one
+        self.log_dirs.assign(key, log_dir)
         try:
-            opened = await asyncio.to_thread(
-                self.backend.open,
-                log_dir / partition_dir_name(topic, partition),
-                topic,
-                partition,
-                config,
-                topic_id=topic_id,
-                recovery_point=0,
-                clean_shutdown=False,
-                log_start_offset=None,
+            opened = await order_io.run(
+                functools.partial(
+                    self.backend.open,
+                    log_dir / partition_dir_name(topic, partition),
+                    topic,
+                    partition,
+                    config,
+                    topic_id=topic_id,
+                    recovery_point=0,
+                    clean_shutdown=False,
+                    log_start_offset=None,
+                )
             )
         except OSError as exc:
+            self.log_dirs.forget(key)
             self.handle_log_dir_failure(log_dir, f"cannot create {topic}-{partition}: {exc}")
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"
             ) from None
-        self.log_dirs.assign((topic, partition), log_dir)
+        except BaseException:
+            self.log_dirs.forget(key)
+            raise
         p = self._new_partition(
             topic, partition, opened, config, self.backend.topic_id(opened) or topic_id
         )

@@ -107,6 +107,18 @@ class LeaderEpochCache:
             if self._assign(EpochEntry(epoch, start_offset)):
                 self._write()
 
+    def assign_unwritten(self, epoch: int, start_offset: int) -> bool:
+        """``assign`` in memory only; True if the checkpoint file must now be written (by
+        ``write``, which the caller runs before it acknowledges the change)."""
+        with self._lock:
+            return self._assign(EpochEntry(epoch, start_offset))
+
+    def write(self) -> None:
+        """Write the checkpoint file with the current entries (thread-safe: it may run on a
+        worker thread while the event loop reads the entries)."""
+        with self._lock:
+            self._write()
+
     def _assign(self, entry: EpochEntry) -> bool:
         if entry.epoch < 0 or entry.start_offset < 0:
             raise ValueError(f"invalid leader epoch entry {entry}")

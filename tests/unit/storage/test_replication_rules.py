@@ -98,6 +98,14 @@ class EpochCache:
         if not self.entries or epoch > self.entries[-1][0]:
             self.entries.append((epoch, start_offset))
 
+    def assign_unwritten(self, epoch: int, start_offset: int) -> bool:
+        before = len(self.entries)
+        self.assign(epoch, start_offset)
+        return len(self.entries) != before
+
+    def write(self) -> None:
+        pass
+
     def epoch_for_offset(self, offset: int) -> int | None:
         return None
 
