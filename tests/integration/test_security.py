@@ -21,6 +21,7 @@ import struct
 import subprocess
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -516,14 +517,18 @@ def test_kafkajs_produces_and_consumes_on_every_secure_listener(
     secure: Secure, kafkajs_cases: KafkaJSCases, tmp_path: Path
 ) -> None:
     """kafkajs's idempotent producer then its group consumer, per listener/mechanism; the four
-    run side by side (each group waits out group.initial.rebalance.delay.ms)."""
+    run side by side (each group waits out group.initial.rebalance.delay.ms). On the
+    SASL_PLAINTEXT listener (3 s session lifetime, KIP-368) kafkajs re-authenticates on its
+    open connections."""
     from test_clients_kafkajs import js_messages, js_read_records, run_node
 
     cases = kafkajs_cases  # the module's listener/authentication pairs
+    topics = {name: _topic(secure, f"sec-kafkajs-{name}") for name in cases}
+    log_start = len(secure.gateway_log())
 
     def round_trip(name: str) -> tuple[list[Rec], dict[str, Any], dict[str, Any]]:
         listener, auth = cases[name]
-        topic = _topic(secure, f"sec-kafkajs-{name}")
+        topic = topics[name]
         records = make_records(name, 30, partitions=1, null_header_values=False)
         work = tmp_path / name
         work.mkdir()
@@ -548,8 +553,19 @@ def test_kafkajs_produces_and_consumes_on_every_secure_listener(
         ((send,),) = produced["result"]
         assert send["errorCode"] == 0 and int(send["baseOffset"]) == 0, (name, send)
         assert_partition_logs(records, js_read_records(consumed["result"]))
+    log = secure.gateway_log()[log_start:]
     # the SSL listener's principal comes from the kafkajs client certificate's subject
-    assert "User:kafkajs" in secure.gateway_log()
+    assert "User:kafkajs" in log
+    # KIP-368: successful authentications per connection on SASL_PLAINTEXT (kafkajs
+    # re-authenticates when less than its reauthenticationThreshold, 10 s, of the session is
+    # left, so with a 3 s lifetime before each request)
+    per_connection = Counter(
+        (e["peer"], e["mechanism"])
+        for e in map(json.loads, (line for line in log.splitlines() if line.startswith("{")))
+        if e.get("event") == "sasl_authenticated" and e["listener"] == "SASL_PLAINTEXT"
+    )
+    reauthenticated = {mech for (_, mech), n in per_connection.items() if n > 1}
+    assert reauthenticated == {"PLAIN", "SCRAM-SHA-256"}, per_connection
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
