@@ -66,6 +66,37 @@ def _unb64(v: str | None) -> bytes | None:
     return None if v is None else base64.b64decode(v)
 
 
+def js_messages(records: list[Rec]) -> list[dict[str, Any]]:
+    """Records as produce.js takes them (bytes as base64)."""
+    return [
+        {
+            "partition": r.partition,
+            "key": _b64(r.key),
+            "value": _b64(r.value),
+            "headers": [[k, _b64(v)] for k, v in r.headers],
+            "timestamp": r.timestamp,
+        }
+        for r in records
+    ]
+
+
+def js_read_records(result: list[dict[str, Any]]) -> dict[int, list[ReadRecord]]:
+    """consume.js's result as partition -> records in offset order."""
+    got: dict[int, list[ReadRecord]] = {}
+    for m in result:
+        rec = Rec(
+            m["partition"],
+            _unb64(m["key"]),
+            _unb64(m["value"]),
+            tuple((k, _unb64(v)) for k, v in m["headers"]),
+            m["timestamp"],
+        )
+        got.setdefault(m["partition"], []).append(ReadRecord(m["offset"], 0, rec))
+    for rs in got.values():
+        rs.sort(key=lambda r: r.offset)
+    return got
+
+
 def run_node(
     script: str, spec: dict[str, Any], tmp_path: Path, timeout: float = 120.0
 ) -> dict[str, Any]:
@@ -100,16 +131,7 @@ def test_kafkajs_idempotent_producer(
         "topic": name,
         "compression": codec,
         "chunk": 500,
-        "messages": [
-            {
-                "partition": r.partition,
-                "key": _b64(r.key),
-                "value": _b64(r.value),
-                "headers": [[k, _b64(v)] for k, v in r.headers],
-                "timestamp": r.timestamp,
-            }
-            for r in records
-        ],
+        "messages": js_messages(records),
     }
     with api_usage.record("kafkajs"):
         res = run_node("produce.js", spec, tmp_path)
@@ -155,19 +177,7 @@ def test_kafkajs_group_consumer(
         if missing:
             raise GroupApisMissing(f"gateway does not advertise {missing}; kafkajs: {res['error']}")
         raise AssertionError(f"kafkajs consumer failed: {res['error']}\n{res['stderr'][-3000:]}")
-    got: dict[int, list[ReadRecord]] = {}
-    for m in res["result"]:
-        rec = Rec(
-            m["partition"],
-            _unb64(m["key"]),
-            _unb64(m["value"]),
-            tuple((k, _unb64(v)) for k, v in m["headers"]),
-            m["timestamp"],
-        )
-        got.setdefault(m["partition"], []).append(ReadRecord(m["offset"], 0, rec))
-    for rs in got.values():
-        rs.sort(key=lambda r: r.offset)
-    assert_partition_logs(records, got)
+    assert_partition_logs(records, js_read_records(res["result"]))
 
 
 def test_kafkajs_admin(

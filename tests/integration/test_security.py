@@ -21,7 +21,9 @@ import struct
 import subprocess
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_support import (
     ApiUsage,
+    Rec,
+    assert_partition_logs,
     cli_ok,
     kafka_py,
+    make_records,
     one_line,
     read_frame,
     wait_for_topic,
@@ -478,36 +483,189 @@ def test_kcat_sasl_plaintext_plain_and_sasl_ssl(secure: Secure) -> None:
     assert bad.returncode != 0 and b"Authentication failed" in bad.stderr
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_kafkajs_sasl_ssl_scram_sha_256(secure: Secure, tmp_path: Path) -> None:
-    from test_clients_kafkajs import run_node
+KafkaJSCases = dict[str, tuple[str, dict[str, Any]]]
 
-    topic = _topic(secure, "sec-kafkajs")
-    spec = {
-        "brokers": [secure.addr("SASL_SSL")],
-        "topic": topic,
-        "compression": "none",
-        "ssl": {"ca": str(secure.pki.ca)},
-        "sasl": {"mechanism": "scram-sha-256", "username": ALICE, "password": ALICE_PW},
-        "messages": [
+
+@pytest.fixture(scope="module")
+def kafkajs_cases(secure: Secure) -> KafkaJSCases:
+    """The listener/authentication pairs of issue 17 as kafkajs options: name -> (listener,
+    spec fields)."""
+    cert, key = secure.pki.client("kafkajs-client", "/O=kafkapy/OU=clients/CN=KafkaJS")
+    ca = str(secure.pki.ca)
+    return {
+        "sasl-ssl-scram-512": (
+            "SASL_SSL",
             {
-                "partition": 0,
-                "key": None,
-                "value": "anM=",
-                "headers": [],
-                "timestamp": str(int(time.time() * 1000)),
-            }
-        ],
+                "ssl": {"ca": ca},
+                "sasl": {"mechanism": "scram-sha-512", "username": ALICE, "password": ALICE_PW},
+            },
+        ),
+        "sasl-plaintext-plain": (
+            "SASL_PLAINTEXT",
+            {"sasl": {"mechanism": "plain", "username": "carol", "password": "carol-secret"}},
+        ),
+        "sasl-plaintext-scram-256": (
+            "SASL_PLAINTEXT",
+            {"sasl": {"mechanism": "scram-sha-256", "username": ALICE, "password": ALICE_PW}},
+        ),
+        "ssl-client-cert": ("SSL", {"ssl": {"ca": ca, "cert": str(cert), "key": str(key)}}),
     }
-    with secure.usage.record("kafkajs"):
-        res = run_node("produce.js", spec, tmp_path)
-    assert res["ok"], res
-    bad = run_node(
-        "produce.js",
-        spec | {"sasl": {"mechanism": "scram-sha-256", "username": ALICE, "password": "no"}},
-        tmp_path,
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_kafkajs_produces_and_consumes_on_every_secure_listener(
+    secure: Secure, kafkajs_cases: KafkaJSCases, tmp_path: Path
+) -> None:
+    """kafkajs's idempotent producer then its group consumer, per listener/mechanism; the four
+    run side by side (each group waits out group.initial.rebalance.delay.ms). On the
+    SASL_PLAINTEXT listener (3 s session lifetime, KIP-368) kafkajs re-authenticates on its
+    open connections."""
+    from test_clients_kafkajs import js_messages, js_read_records, run_node
+
+    cases = kafkajs_cases  # the module's listener/authentication pairs
+    topics = {name: _topic(secure, f"sec-kafkajs-{name}") for name in cases}
+    log_start = len(secure.gateway_log())
+
+    def round_trip(name: str) -> tuple[list[Rec], dict[str, Any], dict[str, Any]]:
+        listener, auth = cases[name]
+        topic = topics[name]
+        records = make_records(name, 30, partitions=1, null_header_values=False)
+        work = tmp_path / name
+        work.mkdir()
+        base = {"brokers": [secure.addr(listener)], "topic": topic, **auth}
+        produced = run_node(
+            "produce.js", base | {"compression": "none", "messages": js_messages(records)}, work
+        )
+        if not produced["ok"]:
+            return records, produced, {}
+        consumed = run_node(
+            "consume.js",
+            base | {"groupId": f"g-{topic}", "expected": len(records), "timeoutMs": 30_000},
+            work,
+        )
+        return records, produced, consumed
+
+    with secure.usage.record("kafkajs"), ThreadPoolExecutor(len(cases)) as pool:
+        results = dict(zip(cases, pool.map(round_trip, cases), strict=True))
+    for name, (records, produced, consumed) in results.items():
+        assert produced["ok"], (name, produced["error"], produced["stderr"][-2000:])
+        assert consumed["ok"], (name, consumed["error"], consumed["stderr"][-2000:])
+        ((send,),) = produced["result"]
+        assert send["errorCode"] == 0 and int(send["baseOffset"]) == 0, (name, send)
+        assert_partition_logs(records, js_read_records(consumed["result"]))
+    log = secure.gateway_log()[log_start:]
+    # the SSL listener's principal comes from the kafkajs client certificate's subject
+    assert "User:kafkajs" in log
+    # KIP-368: successful authentications per connection on SASL_PLAINTEXT (kafkajs
+    # re-authenticates when less than its reauthenticationThreshold, 10 s, of the session is
+    # left, so with a 3 s lifetime before each request)
+    per_connection = Counter(
+        (e["peer"], e["mechanism"])
+        for e in map(json.loads, (line for line in log.splitlines() if line.startswith("{")))
+        if e.get("event") == "sasl_authenticated" and e["listener"] == "SASL_PLAINTEXT"
     )
-    assert not bad["ok"] and "SASL" in json.dumps(bad["error"]), bad["error"]
+    reauthenticated = {mech for (_, mech), n in per_connection.items() if n > 1}
+    assert reauthenticated == {"PLAIN", "SCRAM-SHA-256"}, per_connection
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_kafkajs_bad_credentials_refused_and_gateway_serves_others(
+    secure: Secure, kafkajs_cases: KafkaJSCases, tmp_path: Path
+) -> None:
+    """Wrong SCRAM and PLAIN passwords and an unknown user fail with kafkajs's SASL
+    authentication error, a mechanism the listener does not enable with
+    UNSUPPORTED_SASL_MECHANISM, an expired or missing client certificate and a plaintext client
+    on the TLS port with the connection closed; afterwards a kafkajs producer with the right
+    password is served on the same listener."""
+    from test_clients_kafkajs import js_messages, run_node
+
+    cases = kafkajs_cases  # the module's listener/authentication pairs
+    topic = _topic(secure, "sec-kafkajs-refused")
+
+    def spec(name: str, **change: Any) -> dict[str, Any]:
+        listener, auth = cases[name]
+        return {
+            "brokers": [secure.addr(listener)],
+            "topic": topic,
+            "compression": "none",
+            "messages": js_messages(make_records("refused", 1, partitions=1)),
+            **auth,
+            **change,
+        }
+
+    def sasl(name: str, **change: str) -> dict[str, Any]:
+        return spec(name, sasl=cases[name][1]["sasl"] | change)
+
+    old_cert, old_key = secure.pki.client("kafkajs-expired", "/OU=clients/CN=OldJS", days=-1)
+    ca = str(secure.pki.ca)
+    bad = {
+        "wrong-scram-512": sasl("sasl-ssl-scram-512", password="nope"),
+        "wrong-scram-256": sasl("sasl-plaintext-scram-256", password="nope"),
+        "wrong-plain": sasl("sasl-plaintext-plain", password="nope"),
+        "unknown-user": sasl("sasl-plaintext-plain", username="mallory"),
+        "unknown-mechanism": sasl("sasl-ssl-scram-512", mechanism="plain"),
+        # refused at the TLS layer: kafkajs sees the connection closed (one retry, not five)
+        "expired-cert": spec(
+            "ssl-client-cert",
+            ssl={"ca": ca, "cert": str(old_cert), "key": str(old_key)},
+            retries=1,
+        ),
+        "no-cert": spec("ssl-client-cert", ssl={"ca": ca}, retries=1),
+        "plaintext-on-tls": spec("sasl-ssl-scram-512", ssl=None, retries=1),
+    }
+    before = _failed_authentications(secure)
+
+    def attempt(name: str) -> dict[str, Any]:
+        work = tmp_path / name
+        work.mkdir()
+        return run_node("produce.js", bad[name], work, timeout=60)
+
+    with ThreadPoolExecutor(len(bad)) as pool:
+        got = dict(zip(bad, pool.map(attempt, bad), strict=True))
+    for name, res in got.items():
+        assert not res["ok"], name
+    for name in ("wrong-scram-512", "wrong-scram-256", "wrong-plain", "unknown-user"):
+        assert got[name]["error"]["name"] == "KafkaJSSASLAuthenticationError", got[name]["error"]
+    assert "Invalid user credentials" in got["wrong-scram-512"]["error"]["message"]
+    assert "Invalid user credentials" in got["wrong-scram-256"]["error"]["message"]
+    assert "Invalid username or password" in got["wrong-plain"]["error"]["message"]
+    assert "Invalid username or password" in got["unknown-user"]["error"]["message"]
+    # SaslHandshake answers UNSUPPORTED_SASL_MECHANISM (33), as Kafka does
+    assert got["unknown-mechanism"]["error"]["type"] == "UNSUPPORTED_SASL_MECHANISM"
+    for name in ("expired-cert", "no-cert", "plaintext-on-tls"):
+        error = got[name]["error"]
+        assert error["name"] == "KafkaJSNumberOfRetriesExceeded", (name, error)
+        assert error["message"] == "Closed connection", (name, error)
+    assert "User:oldjs" not in secure.gateway_log()
+    after = _failed_authentications(secure)
+    failed = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    assert failed == {
+        ("SASL_SSL", "SCRAM-SHA-512"): 1,
+        ("SASL_PLAINTEXT", "SCRAM-SHA-256"): 1,
+        ("SASL_PLAINTEXT", "PLAIN"): 2,
+    }
+    assert "nope" not in secure.gateway_log()
+    # the gateway keeps serving: the right password on the same listener
+    ok = run_node("produce.js", spec("sasl-ssl-scram-512"), tmp_path)
+    assert ok["ok"], (ok["error"], ok["stderr"][-2000:])
+
+
+def _failed_authentications(sec: Secure) -> dict[tuple[str, str], float]:
+    """The gateway's failed-authentication counters by (listener, mechanism)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = sec.cluster.admin_url("gateway", 0) + "/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    name = "kafka_server_socket_server_metrics_failed_authentication_total"
+    return {
+        (s.labels["listener"], s.labels["mechanism"]): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name
+    }
 
 
 def test_certificate_reload_without_restart(secure: Secure) -> None:

@@ -25,13 +25,25 @@ function makeKafka (spec) {
     brokers: spec.brokers,
     logLevel: spec.debug ? logLevel.DEBUG : logLevel.WARN,
     logCreator: stderrLogCreator,
-    retry: { retries: 5, initialRetryTime: 100 },
+    // spec.retries: fewer for connections that are expected to be refused
+    retry: { retries: spec.retries ?? 5, initialRetryTime: 100 },
     connectionTimeout: 5000,
     requestTimeout: 30000,
-    // spec.ssl: {ca: <PEM file>} (TLS listener); spec.sasl: kafkajs's sasl option as is
-    ssl: spec.ssl ? { ca: [fs.readFileSync(spec.ssl.ca, 'utf8')] } : undefined,
+    ssl: tlsOptions(spec.ssl),
+    // kafkajs's sasl option as is ({mechanism: 'plain'|'scram-sha-256'|'scram-sha-512', ...})
     sasl: spec.sasl || undefined
   })
+}
+
+// spec.ssl: {ca: <PEM file>, cert?: <PEM file>, key?: <PEM file>} (TLS listener; cert and key
+// make a client certificate for listeners with ssl.client.auth=required)
+function tlsOptions (ssl) {
+  if (!ssl) return undefined
+  const read = path => fs.readFileSync(path, 'utf8')
+  const opts = { ca: [read(ssl.ca)] }
+  if (ssl.cert) opts.cert = read(ssl.cert)
+  if (ssl.key) opts.key = read(ssl.key)
+  return opts
 }
 
 const b64 = v => (v === null || v === undefined ? null : Buffer.from(v, 'base64'))
