@@ -6,8 +6,8 @@ timestamp's UTC date, whatever the session time zone). Key and value stay binary
 in JSON, as Spark writes binary).
 
 Exactly-once: Spark's file sink lists the files of every committed micro-batch in
-`<out-dir>/_spark_metadata`, and a batch replayed after a crash rewrites that batch's entry
-only. Readers that use the log (Spark: `spark.read.parquet(out_dir)`) see every record once;
+`<out-dir>/_spark_metadata`; a batch replayed after a crash is skipped if it was committed, else
+written anew and only that attempt's files are listed. Readers that use the log (Spark: `spark.read.parquet(out_dir)`) see every record once;
 a reader listing the files directly may also see files of an interrupted attempt.
 """
 
