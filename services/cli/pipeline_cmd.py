@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from services.cli import pipeline_files
-from services.cli.common import CliError
+from services.cli.common import CliError, UsageError
 
 PIPELINES = ("wordcount", *pipeline_files.NAMES)
 
@@ -29,25 +29,21 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         help=f"run a pipeline ({', '.join(PIPELINES)})",
         description="Run a pipeline with Spark (local[*] by default); Ctrl-C stops it.",
     )
-    names = r.add_subparsers(dest="name", metavar="{" + ",".join(PIPELINES) + "}")
-    names.required = True
-    w = names.add_parser("wordcount", help="Kafka Streams' word count into a compacted topic")
-    common(w, False)
-    w.add_argument("--input", default="streams-plaintext-input", help="topic of text lines")
-    w.add_argument("--output", default="streams-wordcount-output", help="compacted topic of counts")
-    w.add_argument("--checkpoint", required=True, metavar="DIR", help="Spark checkpoint dir")
-    w.add_argument("--window", metavar="DURATION", help="windowed counts, e.g. '1 minute'")
-    _spark_args(w)
-    pipeline_files.add_parsers(names, common, _spark_args)
-
-
-def _spark_args(r: argparse.ArgumentParser) -> None:
+    common(r, False)
+    r.add_argument("name", choices=PIPELINES)
+    r.add_argument("--input", default="streams-plaintext-input", help="topic of text lines")
+    r.add_argument("--output", default="streams-wordcount-output", help="compacted topic of counts")
+    r.add_argument(
+        "--checkpoint", metavar="DIR", help="Spark checkpoint dir (required by wordcount)"
+    )
+    r.add_argument("--window", metavar="DURATION", help="windowed counts, e.g. '1 minute'")
     r.add_argument(
         "--available-now",
         action="store_true",
         help="process what is there now, then stop (default: run until Ctrl-C)",
     )
     r.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    pipeline_files.add_arguments(r)
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
@@ -62,6 +58,8 @@ def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
     timeout_s = args.request_timeout_ms / 1000.0
     if args.name in pipeline_files.NAMES:
         pipeline_files.prepare(args, conf, timeout_s)
+    elif args.checkpoint is None:
+        raise UsageError(f"{args.name} needs --checkpoint DIR")
     else:
         wordcount.ensure_output_topic(conf, args.output, timeout_s)
     spark = (

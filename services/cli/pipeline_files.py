@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 from typing import Any
 
 from services.cli.common import CliError, UsageError
@@ -15,54 +14,29 @@ IMPORT_FORMATS = ("text", "json", "csv", "parquet")  # file_import.FORMATS (no P
 EXPORT_FORMATS = ("parquet", "json")  # file_export.FORMATS
 
 
-def add_parsers(
-    names: Any,
-    common: Callable[[argparse.ArgumentParser, bool], None],
-    spark_args: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    imp = names.add_parser(
-        "file-import",
-        help="watch a directory of text/json/csv/parquet files into a topic",
-        description="Spark's file streaming source into a topic: text lines as values; "
-        "JSON/CSV/Parquet rows as JSON values, the key from a column. Files are imported once "
-        "per checkpoint.",
+def add_arguments(r: argparse.ArgumentParser) -> None:
+    """The flags of both pipelines, as a group of `pipeline run` (checked per pipeline by
+    prepare())."""
+    g = r.add_argument_group(
+        "file-import, file-export",
+        "file-import: a directory of text/json/csv/parquet files into --topic; file-export: "
+        "--topic into parquet/json files under date=YYYY-MM-DD/. --checkpoint defaults to "
+        ".DIRNAME-PIPELINE-checkpoint beside the directory.",
     )
-    common(imp, False)
-    imp.add_argument("--source-dir", required=True, metavar="DIR", help="directory watched")
-    imp.add_argument("--format", required=True, choices=IMPORT_FORMATS)
-    imp.add_argument("--topic", required=True, help="topic written (must exist)")
-    imp.add_argument("--key-column", metavar="C", help="column whose value is the record key")
-    imp.add_argument(
-        "--schema", metavar="DDL", help="row schema, e.g. 'id INT, name STRING' (default: "
-        "inferred from the files present at start; CSV columns as strings)"
+    g.add_argument("--source-dir", metavar="DIR", help="file-import: directory watched")
+    g.add_argument("--out-dir", metavar="DIR", help="file-export: directory written")
+    g.add_argument(
+        "--format",
+        choices=sorted({*IMPORT_FORMATS, *EXPORT_FORMATS}),
+        help="file-import: text, json, csv, parquet; file-export: parquet, json",
+    )
+    g.add_argument("--topic", help="topic written (file-import) or read (file-export)")
+    g.add_argument("--key-column", metavar="C", help="file-import: column giving the record key")
+    g.add_argument(
+        "--schema", metavar="DDL", help="file-import: row schema, e.g. 'id INT, name STRING' "
+        "(default: inferred from the files present at start; CSV columns as strings)"
     )  # fmt: skip
-    imp.add_argument("--max-files-per-trigger", type=int, metavar="N")
-    _checkpoint_arg(imp)
-    spark_args(imp)
-
-    exp = names.add_parser(
-        "file-export",
-        help="a topic into parquet/json files partitioned by date",
-        description="A topic into files under date=YYYY-MM-DD/ (the record timestamp's UTC "
-        "date) with key, value, topic, partition, offset, timestamp; exactly-once for readers "
-        "of the file sink's _spark_metadata log.",
-    )
-    common(exp, False)
-    exp.add_argument("--topic", required=True, help="topic read from its earliest offsets")
-    exp.add_argument("--out-dir", required=True, metavar="DIR", help="output directory")
-    exp.add_argument("--format", required=True, choices=EXPORT_FORMATS)
-    exp.add_argument("--max-offsets-per-trigger", type=int, metavar="N")
-    _checkpoint_arg(exp)
-    spark_args(exp)
-
-
-def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        help="Spark checkpoint dir (default: .DIRNAME-PIPELINE-checkpoint beside the watched or "
-        "written dir); the next run resumes where this one stopped",
-    )
+    g.add_argument("--max-files-per-trigger", type=int, metavar="N", help="file-import")
 
 
 def _checkpoint(args: argparse.Namespace, data_dir: str) -> str:
@@ -87,16 +61,25 @@ def _topic_exists(conf: dict[str, Any], topic: str, timeout_s: float) -> None:
         )
 
 
+def _required(args: argparse.Namespace, *flags: str) -> None:
+    for flag in flags:
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is None:
+            raise UsageError(f"{args.name} needs {flag}")
+
+
 def prepare(args: argparse.Namespace, conf: dict[str, Any], timeout_s: float) -> None:
     """Checks made before Spark starts, each failing with one line."""
     if args.name == "file-import":
+        _required(args, "--source-dir", "--format", "--topic")
         if not os.path.isdir(args.source_dir):
             raise CliError(f"--source-dir {args.source_dir} is not a directory", kind="not_found")
         if args.key_column and args.format == "text":
             raise UsageError("--key-column needs --format json, csv or parquet")
         _positive(args.max_files_per_trigger, "--max-files-per-trigger")
     else:
-        _positive(args.max_offsets_per_trigger, "--max-offsets-per-trigger")
+        _required(args, "--out-dir", "--format", "--topic")
+        if args.format not in EXPORT_FORMATS:
+            raise UsageError(f"file-export writes {' or '.join(EXPORT_FORMATS)}, not {args.format}")
         if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
             raise CliError(f"--out-dir {args.out_dir} is not a directory")
     _topic_exists(conf, args.topic, timeout_s)
@@ -135,6 +118,5 @@ def _start(spark: Any, args: argparse.Namespace, conf: dict[str, Any]) -> Any:
         os.path.abspath(args.out_dir),
         args.format,
         _checkpoint(args, args.out_dir),
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
         available_now=args.available_now,
     )

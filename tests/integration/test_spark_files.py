@@ -250,6 +250,9 @@ def test_file_pipeline_commands_refuse_bad_input(bootstrap: str, tmp_path: Path)
     )
     assert res.returncode == 2
     assert one_line(res.stderr) == "error: --key-column needs --format json, csv or parquet"
+    res = kafka_py(*base, "t", "--out-dir", str(tmp_path), "--format", "csv")
+    assert res.returncode == 2
+    assert one_line(res.stderr) == "error: file-import needs --source-dir"
     res = kafka_py(
         "pipeline", "run", "file-export", "--bootstrap-server", bootstrap, "--topic",
         "no-such-topic-here", "--out-dir", str(tmp_path / "o"), "--format", "parquet",
