@@ -176,16 +176,14 @@ def test_file_import_then_export_reproduces_the_rows(
     ckpt = tmp_path / "ckpt"
     keys = {"json": "id", "csv": "id", "parquet": "sku"}
     clock = _Clock()
-    # the four imports run side by side in the session (each is mostly per-batch latency)
-    imports = [
-        file_import.start(
-            spark, bootstrap, str(d), fmt, t, str(ckpt / fmt),
-            key_column=keys.get(fmt), available_now=True,
-        )
-        for fmt, d in dirs.items()
-    ]  # fmt: skip
-    for q in imports:
-        _run(q)
+    for fmt, d in dirs.items():
+        _run(
+            file_import.start(
+                spark, bootstrap, str(d), fmt, t, str(ckpt / fmt),
+                key_column=keys.get(fmt), available_now=True,
+            )
+        )  # fmt: skip
+        clock.lap(f"import {fmt}")
     clock.lap("4 imports")
     produce_confluent(
         bootstrap, t, [Rec(i % 2, k, v, (), ts) for i, (k, v, ts) in enumerate(DATED)]
