@@ -184,7 +184,6 @@ def test_file_import_then_export_reproduces_the_rows(
             )
         )  # fmt: skip
         clock.lap(f"import {fmt}")
-    clock.lap("4 imports")
     produce_confluent(
         bootstrap, t, [Rec(i % 2, k, v, (), ts) for i, (k, v, ts) in enumerate(DATED)]
     )
