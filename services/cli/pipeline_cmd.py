@@ -12,9 +12,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from services.cli.common import CliError
+from services.cli import pipeline_files
+from services.cli.common import CliError, UsageError
 
-PIPELINES = ("wordcount",)
+PIPELINES = ("wordcount", *pipeline_files.NAMES)
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -25,14 +26,16 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     ops.required = True
     r = ops.add_parser(
         "run",
-        help="run a pipeline (wordcount)",
+        help=f"run a pipeline ({', '.join(PIPELINES)})",
         description="Run a pipeline with Spark (local[*] by default); Ctrl-C stops it.",
     )
     common(r, False)
     r.add_argument("name", choices=PIPELINES)
     r.add_argument("--input", default="streams-plaintext-input", help="topic of text lines")
     r.add_argument("--output", default="streams-wordcount-output", help="compacted topic of counts")
-    r.add_argument("--checkpoint", required=True, metavar="DIR", help="Spark checkpoint dir")
+    r.add_argument(
+        "--checkpoint", metavar="DIR", help="Spark checkpoint dir (required by wordcount)"
+    )
     r.add_argument("--window", metavar="DURATION", help="windowed counts, e.g. '1 minute'")
     r.add_argument(
         "--available-now",
@@ -40,6 +43,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         help="process what is there now, then stop (default: run until Ctrl-C)",
     )
     r.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    pipeline_files.add_arguments(r)
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
@@ -52,7 +56,12 @@ def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     timeout_s = args.request_timeout_ms / 1000.0
-    wordcount.ensure_output_topic(conf, args.output, timeout_s)
+    if args.name in pipeline_files.NAMES:
+        pipeline_files.prepare(args, conf, timeout_s)
+    elif args.checkpoint is None:
+        raise UsageError(f"{args.name} needs --checkpoint DIR")
+    else:
+        wordcount.ensure_output_topic(conf, args.output, timeout_s)
     spark = (
         SparkSession.builder.master(args.master)
         .appName(f"kafka-py-{args.name}")
@@ -62,15 +71,18 @@ def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        query = wordcount.start(
-            spark,
-            conf["bootstrap.servers"],
-            args.input,
-            args.output,
-            args.checkpoint,
-            window=args.window,
-            available_now=args.available_now,
-        )
+        if args.name in pipeline_files.NAMES:
+            query = pipeline_files.start(spark, args, conf)
+        else:
+            query = wordcount.start(
+                spark,
+                conf["bootstrap.servers"],
+                args.input,
+                args.output,
+                args.checkpoint,
+                window=args.window,
+                available_now=args.available_now,
+            )
         query.awaitTermination()
         err = query.exception()
         if err is not None:
