@@ -9,7 +9,7 @@ RPC_STAMP := $(RPC_OUT)/.generated
 PYTEST_ARGS ?=
 
 .PHONY: run test install proto bench bench-recovery lint fmt typecheck clean unit integration \
-	image chart-deps chart-test kube-sim
+	image chart-deps chart-test kube-sim bench-scale
 
 install: $(STAMP) $(RPC_STAMP)
 
@@ -29,8 +29,9 @@ $(RPC_STAMP): $(PROTOS) $(STAMP)
 	touch services/common/rpc/kafkapy/__init__.py $(RPC_OUT)/__init__.py
 	touch $@
 
+# `make run SECURE=1`: internal mutual TLS and ZooKeeper ACLs (cluster up --secure)
 run: install
-	$(VENV)/bin/kafka-py cluster up
+	$(VENV)/bin/kafka-py cluster up $(if $(SECURE),--secure)
 
 test: install chart-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -61,6 +62,11 @@ bench: install
 	$(PY) -m bench.run
 	$(PY) -m bench.recovery
 	$(PY) -m bench.spark
+	$(PY) -m bench.scale
+
+# many partitions, connections, groups and clients at 1x/4x/16x (BENCH_SCALE=0.25 for a quick run)
+bench-scale: install
+	$(PY) -m bench.scale
 
 # kill -9 of a storage node holding 1 GB in 100 partitions: time back to serving (no peer broker)
 bench-recovery: install

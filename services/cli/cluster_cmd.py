@@ -14,12 +14,15 @@ from typing import Any, TextIO
 from services.cli import elastic_cmd
 from services.cli.cluster_control import ControlServer
 from services.cli.common import CliError, UsageError
+from services.cli.console_process import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
+from services.cli.console_process import LocalConsole
 from services.cli.local_cluster import (
     LocalCluster,
     LocalClusterError,
     LocalClusterInterrupted,
     ProcessInfo,
 )
+from services.cli.local_cluster.prometheus import PrometheusOptions
 from services.cli.local_scaler import LocalScaler
 from services.cli.supervisor import Supervisor
 
@@ -82,6 +85,47 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         help="let the controller add and remove storage nodes (kafkapy.autoscaler.enable); "
         "decommission and rebalancing work without it",
     )
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="mutual TLS between the services (a CA and certificates made in <data-dir>/certs "
+        "by 'certs init') and ZooKeeper digest auth with znode ACLs; default plaintext",
+    )
+    p.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run Debian's prometheus, scraping every service (file-based discovery "
+        "kept in step with the processes) and evaluating the alert rules",
+    )
+    p.add_argument(
+        "--prometheus-port", type=int, default=9090, help="its HTTP port (0 = any free port)"
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often Prometheus scrapes each service (default 5)",
+    )
+    p.add_argument(
+        "--evaluation-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often Prometheus evaluates the alert rules (default 5)",
+    )
+    p.add_argument(
+        "--rules-file",
+        metavar="FILE",
+        help="alert rules to load (default deploy/prometheus/kafka-py-rules.yml)",
+    )
+    p.add_argument(
+        "--console-port",
+        type=int,
+        default=DEFAULT_CONSOLE_PORT,
+        help=f"port of the web console (default {DEFAULT_CONSOLE_PORT}, any free one when busy)",
+    )
+    p.add_argument("--no-console", action="store_true", help="do not start the web console")
     p.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS")
     p.add_argument(
         "--max-restarts",
@@ -185,6 +229,20 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
                 raise UsageError(f"--{flag.replace('.', '-')} must be at least 1")
             controller_flags += [f"--{flag}", str(value)]
 
+    prometheus = None
+    if args.prometheus:
+        if not 0 <= args.prometheus_port <= 65535:
+            raise UsageError("--prometheus-port must be a port number (0 = any free port)")
+        for name in ("scrape_interval", "evaluation_interval"):
+            if getattr(args, name) < 0.001:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 0.001 s")
+        prometheus = PrometheusOptions(
+            port=args.prometheus_port,
+            scrape_interval_s=args.scrape_interval,
+            evaluation_interval_s=args.evaluation_interval,
+            rules=Path(args.rules_file).expanduser() if args.rules_file else None,
+        )
+
     def say(msg: str) -> None:
         print(f"kafka-py: {time.strftime('%H:%M:%S')} {msg}", file=err, flush=True)
 
@@ -200,8 +258,11 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         zk_port=args.zk_port,
         host=args.host,
         extra={"controller": controller_flags},
+        secure=args.secure,
+        prometheus=prometheus,
     )
     stopping = False
+    console: LocalConsole | None = None
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
@@ -229,9 +290,24 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"kafka-py cluster ready: bootstrap {cluster.bootstrap}", file=out)
         print(f"data dir: {data_dir}", file=out)
         print(f"zookeeper: {cluster.zk_connect}", file=out)
+        if cluster.security is not None:
+            print(f"internal mTLS certificates: {cluster.security.certs_dir}", file=out)
+        if cluster.prometheus_url:
+            print(f"prometheus: {cluster.prometheus_url}", file=out)
         print("processes:", file=out)
         for line in process_table(cluster.processes(), args.host):
             print(line, file=out)
+        if not args.no_console:
+            console = LocalConsole(
+                cluster.bootstrap,
+                cluster.zk_connect,
+                args.host,
+                args.console_port,
+                cluster.logs_dir / "console.log",
+            )
+            ready = console.wait_ready(args.start_timeout)
+            state = "" if ready else f" (not answering yet: see {cluster.logs_dir}/console.log)"
+            print(f"console: {console.url}{state}", file=out)
         print("Press Ctrl-C to stop.", file=out, flush=True)
         supervisor = Supervisor(
             cluster, say, max_restarts=args.max_restarts, ready_timeout=args.start_timeout
@@ -245,11 +321,14 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
                     control.poll()
                     scaler.tick()
                     supervisor.tick()
+                    cluster.sync_monitoring()
                 except LocalClusterInterrupted:
                     break
         scaler.close()
         say("stopping")
     finally:
+        if console is not None:
+            console.stop()
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

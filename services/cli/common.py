@@ -17,11 +17,16 @@ _ESCAPES = {"\\t": "\t", "\\n": "\n", "\\r": "\r", "\\\\": "\\"}
 
 
 class CliError(Exception):
-    """A failure reported as one line on stderr; ``code`` is the exit status."""
+    """A failure reported as one line on stderr; ``code`` is the exit status.
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    ``kind`` says what went wrong for callers that answer in another medium (the console's REST
+    API maps it to an HTTP status): ``invalid``, ``not_found``, ``conflict`` or ``unavailable``.
+    """
+
+    def __init__(self, message: str, code: int = 1, kind: str = "invalid") -> None:
         super().__init__(message)
         self.code = code
+        self.kind = kind
 
 
 class UsageError(CliError):
@@ -171,6 +176,53 @@ def kafka_error_text(exc: BaseException) -> str:
         code = str(name())
         return f"{code}: {detail}" if code and code not in detail else detail
     return str(err)
+
+
+_KINDS = {
+    "not_found": frozenset(
+        {"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID", "GROUP_ID_NOT_FOUND", "UNKNOWN_PARTITION"}
+    ),
+    "conflict": frozenset(
+        {
+            "TOPIC_ALREADY_EXISTS",
+            "NON_EMPTY_GROUP",
+            "GROUP_SUBSCRIBED_TO_TOPIC",
+            "UNKNOWN_MEMBER_ID",
+            "REBALANCE_IN_PROGRESS",
+            "ILLEGAL_GENERATION",
+        }
+    ),
+    "unavailable": frozenset(
+        {
+            "_TRANSPORT",
+            "_TIMED_OUT",
+            "_ALL_BROKERS_DOWN",
+            "REQUEST_TIMED_OUT",
+            "COORDINATOR_NOT_AVAILABLE",
+            "COORDINATOR_LOAD_IN_PROGRESS",
+            "NOT_COORDINATOR",
+            "LEADER_NOT_AVAILABLE",
+            "NOT_CONTROLLER",
+        }
+    ),
+    "forbidden": frozenset(
+        {
+            "TOPIC_AUTHORIZATION_FAILED",
+            "GROUP_AUTHORIZATION_FAILED",
+            "CLUSTER_AUTHORIZATION_FAILED",
+            "_AUTHENTICATION",
+            "SASL_AUTHENTICATION_FAILED",
+        }
+    ),
+}
+
+
+def kafka_cli_error(exc: BaseException) -> CliError:
+    """A confluent_kafka KafkaException as a CliError whose ``kind`` follows the error code."""
+    err: Any = exc.args[0] if exc.args else exc
+    name = str(err.name()) if callable(getattr(err, "name", None)) else ""
+    kind = next((k for k, names in _KINDS.items() if name in names), "invalid")
+    return CliError(kafka_error_text(exc), kind=kind)
 
 
 # librdkafka error names that differ from Kafka's Errors enum (the exception class's name).

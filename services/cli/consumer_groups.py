@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from confluent_kafka import ConsumerGroupState, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from services.cli.common import CliError, UsageError, kafka_error_text
+from services.cli.group_admin import GroupAdmin
 from services.cli.group_offsets_reset import (
     SCENARIOS,
     Tp,
     export_csv,
-    plan_reset,
     read_reset_file,
 )
 from services.cli.wire import bootstrap_exchange, exchange
@@ -44,15 +43,6 @@ STATE_HEADER = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#M
 RESET_HEADER = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
 # Kafka's fixed minimum widths (e.g. "%-10s %-15s %-15s %-15s" for the offset columns).
 _MIN_WIDTHS = {"PARTITION": 10, "CURRENT-OFFSET": 15, "LOG-END-OFFSET": 15, "LAG": 15}
-_STATE_NAMES = {
-    ConsumerGroupState.STABLE: "Stable",
-    ConsumerGroupState.EMPTY: "Empty",
-    ConsumerGroupState.DEAD: "Dead",
-    ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
-    ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
-    ConsumerGroupState.UNKNOWN: "Unknown",
-}
-_STATE_BY_NAME = {v.lower(): k for k, v in _STATE_NAMES.items()}
 _ACTIONS = ("list", "describe", "reset_offsets", "delete", "delete_offsets")
 
 
@@ -110,80 +100,17 @@ class _Groups:
         self.out = out
         self.timeout = args.request_timeout_ms / 1000.0
         self.admin = AdminClient({k: v for k, v in conf.items()})
+        self.groups = GroupAdmin(self.admin, self.timeout)
         self.json = args.output == "json"
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _wait(self, fut: Any) -> Any:
-        try:
-            return fut.result(timeout=self.timeout)
-        except TimeoutError:
-            raise CliError("timed out waiting for the cluster") from None
-        except Exception as exc:
-            if type(exc).__name__ == "KafkaException":
-                raise CliError(kafka_error_text(exc)) from None
-            raise
-
     def _groups(self, required: bool = True) -> list[str]:
         if self.args.all_groups:
-            listed = self._wait(self.admin.list_consumer_groups(request_timeout=self.timeout))
-            return sorted(g.group_id for g in listed.valid)
+            return [g for g, _ in self.groups.list_groups()]
         if required and not self.args.group:
             raise UsageError("Option --group or --all-groups is required")
         return list(dict.fromkeys(self.args.group))
-
-    def _describe(self, groups: list[str]) -> dict[str, Any]:
-        futs = self.admin.describe_consumer_groups(groups, request_timeout=self.timeout)
-        return {g: self._wait(f) for g, f in futs.items()}
-
-    def _committed(self, group: str) -> dict[Tp, int]:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
-        (fut,) = self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout
-        ).values()
-        res = self._wait(fut)
-        return {
-            (tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0
-        }
-
-    def _lookup(self, partitions: Iterable[Tp], spec: str | int) -> dict[Tp, int]:
-        parts = list(dict.fromkeys(partitions))
-        if not parts:
-            return {}
-        offset_spec = (
-            OffsetSpec.earliest()
-            if spec == "earliest"
-            else OffsetSpec.latest()
-            if spec == "latest"
-            else OffsetSpec.for_timestamp(int(spec))
-        )
-        futs = self.admin.list_offsets(
-            {TopicPartition(t, p): offset_spec for t, p in parts}, request_timeout=self.timeout
-        )
-        return {(tp.topic, tp.partition): self._wait(f).offset for tp, f in futs.items()}
-
-    def _topic_partitions(self, topics: Sequence[str]) -> list[Tp]:
-        """``--topic t`` (all partitions) / ``t:0,2`` as (topic, partition) pairs."""
-        out: list[Tp] = []
-        whole: list[str] = []
-        for spec in topics:
-            name, sep, parts = spec.partition(":")
-            if sep:
-                try:
-                    out += [(name, int(p)) for p in parts.split(",") if p.strip()]
-                except ValueError:
-                    raise UsageError(f"--topic: bad partition list in {spec!r}") from None
-            else:
-                whole.append(name)
-        if whole:
-            md = self.admin.list_topics(timeout=self.timeout)
-            for name in whole:
-                t = md.topics.get(name)
-                if t is None or t.error is not None:
-                    raise CliError(f"Topic '{name}' does not exist")
-                out += [(name, p) for p in sorted(t.partitions)]
-        return out
 
     def _emit(self, data: Any) -> None:
         print(json.dumps(data, indent=2, sort_keys=True), file=self.out)
@@ -191,17 +118,8 @@ class _Groups:
     # ---- actions ---------------------------------------------------------------------------
 
     def do_list(self) -> int:
-        kwargs: dict[str, Any] = {"request_timeout": self.timeout}
         wanted = self.args.state
-        if wanted:
-            try:
-                kwargs["states"] = {
-                    _STATE_BY_NAME[s.strip().lower()] for s in wanted.split(",") if s.strip()
-                }
-            except KeyError as exc:
-                raise UsageError(f"unknown group state {exc.args[0]!r}") from None
-        listed = self._wait(self.admin.list_consumer_groups(**kwargs))
-        rows = sorted((g.group_id, _STATE_NAMES.get(g.state, "Unknown")) for g in listed.valid)
+        rows = self.groups.list_groups(wanted.split(",") if wanted else ())
         if self.json:
             self._emit([{"group": g, "state": s} for g, s in rows])
         elif wanted is None:
@@ -212,63 +130,13 @@ class _Groups:
         return 0
 
     def do_describe(self) -> int:
-        groups = self._groups()
-        described = self._describe(groups)
-        docs = []
-        for group in groups:
-            d = described[group]
-            state = _STATE_NAMES.get(d.state, "Unknown")
-            coordinator = f"{d.coordinator.host}:{d.coordinator.port} ({d.coordinator.id})"
-            members = [
-                {
-                    "consumer_id": m.member_id,
-                    "host": m.host,
-                    "client_id": m.client_id,
-                    "assignment": sorted(
-                        (tp.topic, tp.partition) for tp in m.assignment.topic_partitions
-                    ),
-                }
-                for m in d.members
-            ]
-            docs.append(
-                {
-                    "group": group,
-                    "state": state,
-                    "coordinator": coordinator,
-                    "assignment_strategy": d.partition_assignor or "",
-                    "members": members,
-                    "offsets": self._offset_rows(group, members) if state != "Dead" else [],
-                }
-            )
+        docs = self.groups.group_docs(self._groups())
         if self.json:
             self._emit(docs)
             return 0
         for doc in docs:
             self._print_group(doc)
         return 0
-
-    def _offset_rows(self, group: str, members: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        committed = self._committed(group)
-        owner = {tuple(tp): m for m in members for tp in m["assignment"]}
-        parts = sorted(set(owner) | set(committed))
-        ends = self._lookup(parts, "latest")
-        rows = []
-        for tp in parts:
-            m = owner.get(tp)
-            cur = committed.get(tp)
-            rows.append(
-                {
-                    "topic": tp[0],
-                    "partition": tp[1],
-                    "current_offset": cur,
-                    "log_end_offset": ends[tp],
-                    "lag": None if cur is None else max(0, ends[tp] - cur),
-                    "consumer_id": m["consumer_id"] if m else None,
-                    "host": m["host"] if m else None,
-                    "client_id": m["client_id"] if m else None,
-                }
-            )
-        return rows
 
     def _print_group(self, doc: dict[str, Any]) -> None:
         group, state = doc["group"], doc["state"]
@@ -342,41 +210,20 @@ class _Groups:
         if scenario != "from_file" and not a.topic and not a.all_topics:
             raise UsageError("Option --reset-offsets needs one of --topic and --all-topics")
         groups = self._groups()
-        described = self._describe(groups)
+        described = self.groups.describe(groups)
         from_file = read_reset_file(a.from_file, groups) if scenario == "from_file" else {}
         plans: dict[str, dict[Tp, int]] = {}
         for group in groups:
-            state = _STATE_NAMES.get(described[group].state, "Unknown")
-            if state not in ("Empty", "Dead"):
-                raise CliError(
-                    f"Assignments can only be reset if the group '{group}' is inactive, "
-                    f"but the current state is {state}."
-                )
+            self.groups.require_inactive(group, described[group])
             if scenario == "from_file":
                 plans[group] = from_file.get(group, {})
                 continue
-            committed = self._committed(group)
-            parts = sorted(committed) if a.all_topics else self._topic_partitions(a.topic)
-            plans[group] = plan_reset(
-                scenario, getattr(a, scenario), parts, committed, self._lookup
+            plans[group] = self.groups.plan(
+                group, scenario, getattr(a, scenario), a.topic, a.all_topics
             )
         if a.execute:
-            from confluent_kafka import ConsumerGroupTopicPartitions
-
             for group, plan in plans.items():
-                if not plan:
-                    continue
-                tps = [TopicPartition(t, p, o) for (t, p), o in sorted(plan.items())]
-                (fut,) = self.admin.alter_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout
-                ).values()
-                res = self._wait(fut)
-                failed = [tp for tp in res.topic_partitions if tp.error is not None]
-                if failed:
-                    tp = failed[0]
-                    raise CliError(
-                        f"resetting {group} {tp.topic}-{tp.partition} failed: {tp.error.str()}"
-                    )
+                self.groups.apply(group, plan)
         if a.export:
             self.out.write(export_csv(plans))
         elif self.json:
@@ -428,7 +275,7 @@ class _Groups:
             raise UsageError("Option --delete-offsets takes exactly one --group")
         if not self.args.topic:
             raise UsageError("Option --delete-offsets needs --topic")
-        parts = self._topic_partitions(self.args.topic)
+        parts = self.groups.topic_partitions(self.args.topic)
         by_topic: dict[str, list[int]] = {}
         for t, p in parts:
             by_topic.setdefault(t, []).append(p)

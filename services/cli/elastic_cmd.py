@@ -17,8 +17,10 @@ from kazoo.exceptions import NoNodeError
 
 from services.cli.common import CliError, UsageError
 from services.common.errors import ErrorCode
+from services.common.internal_tls import tool_channel
 from services.common.rpc.kafkapy.v1 import elastic_pb2 as pb
 from services.common.rpc.kafkapy.v1 import elastic_pb2_grpc
+from services.common.settings import ConfigError
 from services.common.zk import layout
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
@@ -100,7 +102,11 @@ def call_active(
         while True:
             address = finder.address()
             if address is not None:
-                with grpc.insecure_channel(address) as channel:
+                try:
+                    channel = tool_channel(address)  # mTLS from KAFKAPY_INTERNAL_SSL_*
+                except ConfigError as exc:
+                    raise CliError(str(exc)) from None
+                with channel:
                     stub = elastic_pb2_grpc.ElasticStub(channel)
                     try:
                         resp = getattr(stub, method)(

@@ -43,7 +43,10 @@ def parse_datetime_ms(text: str) -> int:
         raise UsageError(
             f"--to-datetime: expected YYYY-MM-DDTHH:mm:SS.sss[zone], got {text!r}"
         ) from None
-    return int(when.timestamp() * 1000)
+    try:
+        return int(when.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError):
+        raise UsageError(f"--to-datetime: {text!r} is out of range") from None
 
 
 def parse_duration_ms(text: str) -> int:
@@ -130,7 +133,9 @@ def plan_reset(
         else:
             now = int(time.time() * 1000) if now_ms is None else now_ms
             ts = now - parse_duration_ms(value or "")
-        found = lookup(partitions, ts)
+        # negative ListOffsets timestamps are special (-1 latest, -2 earliest): a time before
+        # the epoch means "from the first record"
+        found = lookup(partitions, max(0, ts))
         return {tp: latest[tp] if found[tp] < 0 else found[tp] for tp in partitions}
     raise UsageError(f"unknown reset scenario {scenario}")
 

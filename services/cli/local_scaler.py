@@ -14,11 +14,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from services.cli.local_cluster import LocalCluster
 from services.common.zk import elastic
+from services.common.zk.security import kazoo_client
 
 Log = Callable[[str], None]
 
@@ -32,7 +32,7 @@ class LocalScaler:
         self.cluster = cluster
         self.log = log
         self.ready_timeout = ready_timeout
-        self.zk = KazooClient(hosts=cluster.zk_connect, timeout=10.0, logger=_quiet)
+        self.zk = kazoo_client(cluster.zk_connect, cluster.zk_security, timeout=10.0, logger=_quiet)
         self.zk.start(timeout=10.0)
         self._stop = threading.Event()
         self.spec = self._ensure_spec()

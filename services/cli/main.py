@@ -1,6 +1,6 @@
 """The ``kafka-py`` command: local cluster, topics, console producer/consumer, dump-log, perf,
 leader-election, delete-records, broker-api-versions, reassign-partitions, log-dirs, configs,
-consumer-groups, get-offsets, acls, transactions, pipeline (Spark), and the services themselves
+consumer-groups, get-offsets, acls, certs, transactions, pipeline (Spark), and the services themselves
 (``kafka-py storage|gateway|controller|group-coordinator|transaction-coordinator``).
 
 Every failure is one line on stderr and a non-zero exit status (2 for a bad command line);
@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from services.cli import (
     acls,
     broker_api_versions,
+    certs,
     cluster_cmd,
     configs,
     console_consumer,
@@ -113,6 +114,7 @@ def build_parser() -> Parser:
     consumer_groups.add_parser(sub, _common)
     get_offsets.add_parser(sub, _common)
     acls.add_parser(sub, _common)
+    certs.add_parser(sub, _common)
     for service in serve.SERVICES:
         sub.add_parser(
             service,
@@ -137,6 +139,8 @@ def _client_base(args: argparse.Namespace) -> dict[str, Any]:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "cluster":
         return cluster_cmd.run(args)
+    if args.command == "certs":
+        return certs.run(args, sys.stdout)
     base = _client_base(args)
     if args.command == "topics":
         return topics.run(args, base, sys.stdout)

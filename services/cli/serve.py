@@ -19,6 +19,7 @@ SERVICES: dict[str, str] = {
     "controller": "services.controller",
     "group-coordinator": "services.group_coordinator",
     "transaction-coordinator": "services.transaction_coordinator",
+    "console": "services.console",
 }
 
 

@@ -76,10 +76,11 @@ def connected(zk_connect: str, timeout_s: float) -> Iterator[KazooClient]:
 def read_cluster(zk_connect: str, names: Iterable[str], timeout_s: float) -> ClusterState:
     """Partition states of ``names`` (topics missing from ZooKeeper are left out)."""
     with connected(zk_connect, timeout_s) as client:
-        return _read(client, list(names))
+        return read_state(client, list(names))
 
 
-def _read(client: KazooClient, names: list[str]) -> ClusterState:
+def read_state(client: KazooClient, names: list[str]) -> ClusterState:
+    """Partition states of ``names`` through a started client."""
     try:
         live = frozenset(int(i) for i in client.get_children(layout.BROKER_IDS) if i.isdigit())
     except NoNodeError:
@@ -125,3 +126,43 @@ def _ids_by_partition(raw: object) -> dict[int, list[int]]:
     if not isinstance(raw, dict):
         return {}
     return {int(p): [int(b) for b in ids] for p, ids in raw.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class NodesView:
+    """Who is registered: the active controller, storage nodes (``/brokers/ids``) and gateways."""
+
+    controller_id: int | None
+    storage: dict[int, layout.BrokerRegistration]
+    gateways: dict[int, layout.Endpoint]
+
+
+def read_nodes(client: KazooClient) -> NodesView:
+    """The active controller and the registered storage nodes and gateways."""
+
+    def children(path: str) -> list[int]:
+        try:
+            return sorted(int(c) for c in client.get_children(path) if c.isdigit())
+        except NoNodeError:
+            return []
+
+    storage = {}
+    for i in children(layout.BROKER_IDS):
+        try:
+            storage[i] = layout.BrokerRegistration.from_json(
+                i, client.get(layout.broker_path(i))[0]
+            )
+        except NoNodeError:
+            continue  # gone meanwhile
+    gateways = {}
+    for i in children(layout.GATEWAYS):
+        try:
+            gateways[i] = layout.Endpoint.from_json(i, client.get(layout.gateway_path(i))[0])
+        except NoNodeError:
+            continue
+    try:
+        body = layout.loads(client.get(layout.CONTROLLER)[0]) or {}
+        controller: int | None = int(body["brokerid"])
+    except (NoNodeError, KeyError, TypeError, ValueError):
+        controller = None
+    return NodesView(controller, storage, gateways)

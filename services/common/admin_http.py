@@ -42,7 +42,7 @@ def build_app(ready: Callable[[], bool], registry: CollectorRegistry = REGISTRY)
     return app
 
 
-class _QuietServer(uvicorn.Server):
+class QuietServer(uvicorn.Server):
     """uvicorn that sleeps until it is stopped.
 
     uvicorn's own main loop wakes every 100 ms to poll ``should_exit`` and refresh its Date
@@ -85,7 +85,7 @@ class AdminServer:
             lifespan="off",
             date_header=False,
         )
-        self._server = _QuietServer(config)
+        self._server = QuietServer(config)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -17,6 +17,7 @@ from services.common.logging import get_logger
 from services.common.settings import ServiceSettings
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
+from services.common.zk.security import NO_SECURITY, ZkSecurity, zk_security
 
 log = get_logger(__name__)
 
@@ -26,9 +27,14 @@ GENERATE = -1
 M = TypeVar("M", bound=ServiceSettings)
 
 
-async def generate_node_id(connect: str, session_timeout_ms: int, timeout_s: float = 15.0) -> int:
+async def generate_node_id(
+    connect: str,
+    session_timeout_ms: int,
+    timeout_s: float = 15.0,
+    security: ZkSecurity = NO_SECURITY,
+) -> int:
     """A cluster-unique id above ``RESERVED_BROKER_MAX_ID`` from ZooKeeper's ``/brokers/seqid``."""
-    zk = AsyncZk(connect, session_timeout_ms)
+    zk = AsyncZk(connect, session_timeout_ms, security)
     await zk.start(timeout_s)
     try:
         await zk.ensure_path(layout.BROKER_SEQID)
@@ -43,7 +49,9 @@ async def with_generated_id(settings: M, field: str) -> M:
     if getattr(settings, field) != GENERATE:
         return settings
     new_id = await generate_node_id(
-        settings.zookeeper_connect, settings.zookeeper_session_timeout_ms
+        settings.zookeeper_connect,
+        settings.zookeeper_session_timeout_ms,
+        security=zk_security(settings),
     )
     structlog.contextvars.bind_contextvars(node_id=new_id)
     log.info("node_id_generated", node_id=new_id, znode=layout.BROKER_SEQID)

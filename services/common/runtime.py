@@ -9,14 +9,15 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import grpc
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.common import loop_lag
+from services.common import internal_tls, loop_lag
+from services.common.profiling import profiled
 from services.common.settings import ConfigError
 
 GRPC_OPTIONS = [
@@ -135,8 +136,24 @@ async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool)
     await health_servicer.set("", status)
 
 
-def new_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
+def new_channel(target: str, options: Sequence[tuple[str, Any]] = GRPC_OPTIONS) -> grpc.aio.Channel:
+    """An internal gRPC channel: mutual TLS when ``internal.ssl.enabled`` (internal_tls), else
+    plaintext. Pools that keep channels re-create them when ``internal_tls.generation()``
+    changes (a certificate rotation)."""
+    tls = internal_tls.active()
+    if tls is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    tls.ensure_watching()
+    return grpc.aio.secure_channel(target, tls.channel_credentials(), options=options)
+
+
+def add_port(server: grpc.aio.Server, target: str) -> int:
+    """Bind an internal gRPC server: requiring a client certificate when
+    ``internal.ssl.enabled``, else plaintext. Returns the bound port."""
+    tls = internal_tls.active()
+    if tls is None:
+        return server.add_insecure_port(target)
+    return server.add_secure_port(target, tls.server_credentials())
 
 
 async def _watching_loop_lag(main: Coroutine[Any, Any, int | None]) -> int | None:
@@ -153,7 +170,8 @@ def run(main: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
     tune_malloc()
     code: int | None
     try:
-        code = uvloop.run(_watching_loop_lag(main()))
+        with profiled():
+            code = uvloop.run(_watching_loop_lag(main()))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ENV_PREFIX = "KAFKAPY_"
 
@@ -67,6 +67,53 @@ class ServiceSettings(BaseModel):
     )
     log_format: str = kafka_prop("auto", "log.format", "auto | json | console")
     log_level: str = kafka_prop("info", "log.level", "debug | info | warning | error")
+    # ---- ZooKeeper authentication and znode ACLs (Kafka's zookeeper.set.acl) ----------
+    zookeeper_set_acl: bool = kafka_prop(
+        False,
+        "zookeeper.set.acl",
+        "create znodes with ACLs: creator-all (+ world-read except /config/users, /kafka-acl*)",
+    )
+    zookeeper_digest_auth_file: str | None = kafka_prop(
+        None,
+        "zookeeper.digest.auth.file",
+        "file holding user:password for ZooKeeper's digest scheme (never on the command line)",
+    )
+    # ---- mutual TLS between services (internal gRPC) ----------------------------------
+    internal_ssl_enabled: bool = kafka_prop(
+        False, "internal.ssl.enabled", "mutual TLS on every internal gRPC server and channel"
+    )
+    internal_ssl_keystore_location: str | None = kafka_prop(
+        None,
+        "internal.ssl.keystore.location",
+        "PEM: this service's certificate chain (and key unless internal.ssl.key.location)",
+    )
+    internal_ssl_key_location: str | None = kafka_prop(
+        None, "internal.ssl.key.location", "PEM: this service's private key (unencrypted)"
+    )
+    internal_ssl_truststore_location: str | None = kafka_prop(
+        None, "internal.ssl.truststore.location", "PEM: the cluster CA(s) peers must chain to"
+    )
+    internal_ssl_reload_check_interval_ms: int = kafka_prop(
+        5000,
+        "internal.ssl.reload.check.interval.ms",
+        "how often clients check the PEM files for a rotation (servers check per handshake)",
+        gt=0,
+    )
+
+    @model_validator(mode="after")
+    def _internal_ssl_files(self) -> Self:
+        if self.internal_ssl_enabled:
+            for name in ("keystore", "truststore"):
+                if not getattr(self, f"internal_ssl_{name}_location"):
+                    raise ValueError(
+                        f"invalid setting internal.ssl.{name}.location: "
+                        "required when internal.ssl.enabled is true"
+                    )
+        if self.zookeeper_set_acl and not self.zookeeper_digest_auth_file:
+            raise ValueError(
+                "invalid setting zookeeper.digest.auth.file: required when zookeeper.set.acl is true"
+            )
+        return self
 
     @classmethod
     def properties(cls) -> dict[str, str]:
@@ -94,7 +141,9 @@ class ServiceSettings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a model validator's message names its settings itself
+                raise ConfigError(str(err["msg"]).removeprefix("Value error, ")) from None
+            loc = str(err["loc"][0])
             info = cls.model_fields.get(loc)
             name = (info.alias if info else None) or loc
             raise ConfigError(f"invalid setting {name}: {err['msg']}") from None

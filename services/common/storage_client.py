@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
+from services.common import internal_tls
 from services.common.metadata_cache import MetadataCache
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc
 from services.common.runtime import new_channel
@@ -36,14 +37,16 @@ class StorageStub:
 
 class ChannelPool(Generic[S]):
     """One long-lived channel (and stub) per node id; re-created when the node's address
-    changes, dropped when it is gone. ``address_of`` reads the address from the metadata."""
+    changes or this process's internal TLS certificates were rotated, dropped when the node is
+    gone. ``address_of`` reads the address from the metadata."""
 
     def __init__(
         self, address_of: Callable[[int], str | None], make_stub: Callable[[grpc.aio.Channel], S]
     ) -> None:
         self._address_of = address_of
         self._make_stub = make_stub
-        self._entries: dict[int, tuple[str, grpc.aio.Channel, S]] = {}
+        # node id -> ((address, internal TLS generation), channel, stub)
+        self._entries: dict[int, tuple[tuple[str, int], grpc.aio.Channel, S]] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def stub(self, node_id: int) -> S | None:
@@ -54,13 +57,14 @@ class ChannelPool(Generic[S]):
             if entry is not None:
                 self._drop(node_id)
             return None
-        if entry is not None and entry[0] == address:
+        key = (address, internal_tls.generation())
+        if entry is not None and entry[0] == key:
             return entry[2]
         if entry is not None:
             self._drop(node_id)
         channel = new_channel(address)
         stub = self._make_stub(channel)
-        self._entries[node_id] = (address, channel, stub)
+        self._entries[node_id] = (key, channel, stub)
         return stub
 
     def _drop(self, node_id: int) -> None:

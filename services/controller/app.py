@@ -29,7 +29,7 @@ from services.common.broker_config import DEFAULT_ENTITY
 from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import controller_pb2_grpc, elastic_pb2_grpc
-from services.common.runtime import new_grpc_server, set_serving
+from services.common.runtime import add_port, new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk, ZnodeStat
@@ -66,7 +66,7 @@ class ControllerApp:
         self.settings = settings
         self.id = settings.controller_id
         self.metrics = metrics or ControllerMetrics()
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.elector = Elector(self.zk, self.id)
         self.broker_configs = BrokerConfigStore()  # dynamic broker configs (KIP-226)
         self.broker_config_sync = ZkBrokerConfigSync(self.zk, self.broker_configs)
@@ -111,7 +111,7 @@ class ControllerApp:
         controller_pb2_grpc.add_ControllerServicer_to_server(
             ControllerService(lambda: self.admin), self._server
         )
-        self.grpc_port = self._server.add_insecure_port(self.settings.listener.bind_target)
+        self.grpc_port = add_port(self._server, self.settings.listener.bind_target)
         await self._server.start()
         adv = self.settings.advertised(self.grpc_port)
         self.endpoint = Endpoint(self.id, adv.host, adv.port)

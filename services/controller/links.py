@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from services.common import internal_tls
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2, storage_pb2_grpc
@@ -67,6 +68,8 @@ class BrokerLink:
         self._queue: asyncio.Queue[_Order] = asyncio.Queue()
         self._channel = new_channel(address)
         self._stub = storage_pb2_grpc.StorageStub(self._channel)
+        self._tls_generation = internal_tls.generation()
+        self._retired: set[asyncio.Task[None]] = set()
         self._current: _Order | None = None
         self._task = asyncio.create_task(self._run(), name=f"link-{broker_id}")
         self._closed = False
@@ -122,12 +125,26 @@ class BrokerLink:
             if not order.future.done():
                 order.future.set_result(result)
 
+    def _renew_channel_if_rotated(self) -> None:
+        """A new channel with this process's rotated certificates (internal_tls); calls under
+        way finish on the old one."""
+        if self._tls_generation == internal_tls.generation():
+            return
+        old = self._channel
+        self._channel = new_channel(self.address)
+        self._stub = storage_pb2_grpc.StorageStub(self._channel)
+        self._tls_generation = internal_tls.generation()
+        task = asyncio.get_running_loop().create_task(old.close(grace=5.0))
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
     async def _deliver(self, order: _Order) -> OrderResult:
         backoff = BACKOFF_MIN_S
         attempt = 0
-        method = getattr(self._stub, order.kind)
         while True:
             attempt += 1
+            self._renew_channel_if_rotated()
+            method = getattr(self._stub, order.kind)
             try:
                 resp = await method(order.request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
@@ -168,7 +185,7 @@ class BrokerLink:
         for order in pending:
             if not order.future.done():
                 order.future.set_result(OrderResult(Outcome.DROPPED))
-        await self._channel.close()
+        await asyncio.gather(self._channel.close(), *self._retired, return_exceptions=True)
 
 
 def _name(code: int) -> str:

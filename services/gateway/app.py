@@ -17,8 +17,9 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from services.common import protocol
+from services.common import internal_tls, protocol
 from services.common.admin_http import AdminServer
+from services.common.client_quotas import QuotaConfigs
 from services.common.coordinator.clients import CoordinatorClients
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
@@ -39,6 +40,8 @@ from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.handlers import HANDLERS, advertised_versions
 from services.gateway.listeners import advertised_addresses
 from services.gateway.offsets_cache import OffsetsCache
+from services.gateway.quota_manager import ClientQuotaManager
+from services.gateway.quota_sync import QuotaSync
 from services.gateway.security import listener_security
 from services.gateway.server import KafkaServer
 from services.gateway.settings import GatewaySettings
@@ -49,7 +52,7 @@ log = get_logger("gateway")
 class Gateway:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.cache = MetadataCache()
         self.sync = ZkMetadataSync(self.zk, self.cache)
         listener = settings.listener
@@ -76,6 +79,11 @@ class Gateway:
                 parse_super_users(settings.super_users), settings.allow_everyone_if_no_acl_found
             )
             self.acl_sync = AclSync(self.zk, self.services.authorizer)
+        quota_configs = QuotaConfigs()
+        self.services.quotas = ClientQuotaManager(
+            quota_configs, settings.quota_window_num, settings.quota_window_size_seconds
+        )
+        self.quota_sync = QuotaSync(self.zk, quota_configs)
         quotas = ConnectionQuotas()
         store = self.services.broker_configs
         self.broker_config_sync = ZkBrokerConfigSync(self.zk, store)
@@ -128,6 +136,7 @@ class Gateway:
         await self.broker_config_sync.start()
         if self.acl_sync is not None:
             await self.acl_sync.start()  # ACLs in force before the first accept
+        await self.quota_sync.start()  # client quotas too
         assert self.services.broker_config is not None
         await self.services.broker_config.apply()  # limits in force before the first accept
         listeners = st.kafka_listeners
@@ -171,6 +180,7 @@ class Gateway:
         self.broker_config_sync.stop()
         if self.acl_sync is not None:
             self.acl_sync.stop()
+        self.quota_sync.stop()
         await self.services.storage.close()
         await self.services.controller.close()
         for clients in (self.services.coordinators, self.services.txn_coordinators):
@@ -188,6 +198,7 @@ class Gateway:
 async def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.load(sys.argv[1:] if argv is None else argv)
     configure_logging("gateway", settings.node_id, settings.log_format, settings.log_level)
+    internal_tls.configure(settings)  # ConfigError (exit 2) on unusable certificates
     settings = await with_generated_id(settings, "node_id")
     settings = await with_discovered_rack(settings)
     return await serve_until_signalled(Gateway(settings))

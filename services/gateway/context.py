@@ -22,8 +22,10 @@ from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.produce_order import ProduceOrder
+from services.gateway.quota_manager import ClientQuotaManager
 from services.gateway.sasl import Session
 from services.gateway.settings import GatewaySettings
+from services.gateway.txn_verify_batch import VerificationBatcher
 
 log = get_logger("gateway")
 
@@ -38,6 +40,7 @@ class GatewayServices:
     offsets: OffsetsCache
     coordinators: CoordinatorClients | None = None
     txn_coordinators: CoordinatorClients | None = None
+    txn_verifier: VerificationBatcher | None = None  # made on first use (txn_verification)
     producer_ids: ProducerIdManager | None = None
     zk: AsyncZk | None = None  # for read-your-writes checks after admin changes
     # /config/brokers/* as ZooKeeper holds them (dynamic broker configs of every broker id)
@@ -50,6 +53,7 @@ class GatewayServices:
     offsets_topic_creation: asyncio.Future[Any] | None = None
     txn_topic_creation: asyncio.Future[Any] | None = None
     authorizer: Authorizer | None = None  # None: authorizer.class.name not set
+    quotas: ClientQuotaManager | None = None  # client quotas (quota_manager.py)
     _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     @property

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from services.common import internal_tls
 from services.common.errors import ErrorCode
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
@@ -44,7 +45,8 @@ class ControllerError(Exception):
 class ControllerClient:
     def __init__(self, cache: MetadataCache) -> None:
         self._cache = cache
-        self._entry: tuple[str, grpc.aio.Channel, Any] | None = None
+        # (address, internal TLS generation): a rotation re-creates the channel
+        self._entry: tuple[tuple[str, int], grpc.aio.Channel, Any] | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     def _stub(self) -> Any | None:
@@ -52,7 +54,8 @@ class ControllerClient:
         ep = self._cache.controllers.get(cid) if cid >= 0 else None
         if ep is None:
             return None
-        if self._entry is not None and self._entry[0] == ep.address:
+        key = (ep.address, internal_tls.generation())
+        if self._entry is not None and self._entry[0] == key:
             return self._entry[2]
         if self._entry is not None:
             old = self._entry[1]
@@ -60,7 +63,7 @@ class ControllerClient:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         channel = new_channel(ep.address)
-        self._entry = (ep.address, channel, controller_pb2_grpc.ControllerStub(channel))
+        self._entry = (key, channel, controller_pb2_grpc.ControllerStub(channel))
         return self._entry[2]
 
     def _resolvable(self) -> bool:

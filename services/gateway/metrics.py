@@ -134,3 +134,44 @@ AUTHORIZATION_DENIED = Counter(
     "Requests (or request entries) refused by the authorizer, per API",
     ["request"],
 )
+
+# Client quotas (kafka.server:type=Produce|Fetch|Request,user=<u>,client-id=<c>), as the JMX
+# exporter's default mapping names them with lowercaseOutputName: one series per quota entity
+# (the sensor's tags: empty where the quota in force has no such part); removed when the
+# entity's sensor expires.
+_QUOTA_LABELS = ["user", "client_id"]
+PRODUCE_THROTTLE_TIME = Gauge(
+    "kafka_server_produce_throttle_time",
+    "Average Produce throttle time over the quota window (ms), per quota entity",
+    _QUOTA_LABELS,
+)
+PRODUCE_BYTE_RATE = Gauge(
+    "kafka_server_produce_byte_rate",
+    "Produce request bytes per second over the quota window, per quota entity",
+    _QUOTA_LABELS,
+)
+FETCH_THROTTLE_TIME = Gauge(
+    "kafka_server_fetch_throttle_time",
+    "Average Fetch throttle time over the quota window (ms), per quota entity",
+    _QUOTA_LABELS,
+)
+FETCH_BYTE_RATE = Gauge(
+    "kafka_server_fetch_byte_rate",
+    "Fetch response bytes per second over the quota window, per quota entity",
+    _QUOTA_LABELS,
+)
+REQUEST_THROTTLE_TIME = Gauge(
+    "kafka_server_request_throttle_time",
+    "Average request-quota throttle time over the quota window (ms), per quota entity",
+    _QUOTA_LABELS,
+)
+REQUEST_TIME = Gauge(
+    "kafka_server_request_request_time",
+    "Request handling time as a percentage of one second, per quota entity",
+    _QUOTA_LABELS,
+)
+QUOTA_THROTTLED = Counter(
+    "kafkapy_gateway_quota_throttled",
+    "Responses throttled by a client quota, per quota type (Produce, Fetch, Request)",
+    ["quota"],
+)

@@ -62,19 +62,24 @@ class _PartitionOrder:
 class ProduceOrder:
     """The produce ordering state of one client connection."""
 
-    __slots__ = ("_partitions", "_verify_lock")
+    __slots__ = ("_partitions", "_last_resend")
 
     def __init__(self) -> None:
         self._partitions: dict[TopicPartition, _PartitionOrder] = {}
-        self._verify_lock: asyncio.Lock | None = None
+        self._last_resend: asyncio.Future[None] | None = None
 
-    @property
-    def verify_lock(self) -> asyncio.Lock:
-        """Held while KIP-890 held-back batches are verified and resent: resends of one
-        connection start in the order their first answers came back."""
-        if self._verify_lock is None:
-            self._verify_lock = asyncio.Lock()
-        return self._verify_lock
+    def resend_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """A place in line for resending KIP-890 held-back batches, taken (without awaiting)
+        when their first answers come back: (the previous place, done once its resends
+        started, or None; this one, which the caller must resolve once its resends started,
+        also when it fails). Verifications of one connection run concurrently (and share
+        coordinator requests); their resends start in the order the first answers came back."""
+        previous = self._last_resend
+        if previous is not None and previous.done():
+            previous = None
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last_resend = mine
+        return previous, mine
 
     def route(
         self, tp: TopicPartition, leader: int, producer: tuple[int, int, int]

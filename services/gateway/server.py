@@ -29,7 +29,7 @@ from services.common.protocol import (
     parse_request_header,
 )
 from services.common.protocol.primitives import Buffer
-from services.gateway import authz, metrics
+from services.gateway import authz, metrics, quota_enforcement
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import ClientSoftware, RequestContext
 from services.gateway.fetch_park import FetchPark
@@ -76,6 +76,7 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = self._loop.time()
         self.requests = 0
         self.session: Session | None = None
+        self._muted_until = 0.0  # loop time until which a quota throttle mutes reading
 
     # ---- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -170,6 +171,7 @@ class Connection(asyncio.BufferedProtocol):
         return (
             self._draining
             or self._write_paused
+            or self._muted_until > 0.0
             or len(self._tasks) >= self._server.max_inflight
             or (bool(self._tasks) and self._authenticating)
         )
@@ -180,6 +182,24 @@ class Connection(asyncio.BufferedProtocol):
         at a time, as Kafka's authenticator does, so each sees the state the previous left."""
         session = self.session
         return session is not None and session.sasl is not None and session.needs_auth
+
+    def mute_for(self, throttle_ms: int) -> None:
+        """KIP-219: after a throttled response, read nothing from the client for
+        ``throttle_ms`` (requests already running go on)."""
+        until = self._loop.time() + throttle_ms / 1000.0
+        if until <= self._muted_until or self.closing:
+            return
+        self._muted_until = until
+        self._update_reading()
+        self._loop.call_later(throttle_ms / 1000.0, self._unmute, until)
+
+    def _unmute(self, until: float) -> None:
+        if self._muted_until != until or self.closing:
+            return  # a later throttle extended the mute
+        self._muted_until = 0.0
+        self._update_reading()
+        if not self._reading_paused:
+            self._process()
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closing:
@@ -270,7 +290,8 @@ class Connection(asyncio.BufferedProtocol):
             self._software,
             session,
         )
-        task = self._loop.create_task(self._run(handler, ctx, body, slot, start))
+        throttle_ms = self._on_arrival(ctx, len(frame) + 4)
+        task = self._loop.create_task(self._run(handler, ctx, body, slot, start, throttle_ms))
         self._tasks.add(task)
         metrics.INFLIGHT.inc()
         task.add_done_callback(self._task_done)
@@ -318,9 +339,11 @@ class Connection(asyncio.BufferedProtocol):
         body: dict[str, Any],
         slot: _Slot | None,
         start: float,
+        arrival_throttle_ms: int = 0,
     ) -> None:
         version = ctx.api_version
         try:
+            quota_enforcement.before(ctx, body)
             resp = await authz.handle(handler, ctx, body)
         except asyncio.CancelledError:
             raise
@@ -336,6 +359,7 @@ class Connection(asyncio.BufferedProtocol):
             metrics.REQUEST_ERRORS.labels(handler.name, "UNKNOWN_SERVER_ERROR").inc()
             resp = self._safe_error_body(handler, body, version)
         self._server.observe(handler.name, version, start)
+        await self._throttle(ctx, resp, arrival_throttle_ms, start)
         if slot is None:
             return
         data = self._encode(handler, ctx, body, resp)
@@ -346,6 +370,36 @@ class Connection(asyncio.BufferedProtocol):
         self._flush()
         if ctx.session is not None and ctx.session.failed:
             self._close_after_auth_failure(ctx.session)
+
+    def _on_arrival(self, ctx: RequestContext, request_bytes: int) -> int:
+        """Client quotas on a request just read (Produce): when throttled, read nothing more
+        (the requests pipelined behind it wait out the throttle, as on a Kafka broker)."""
+        try:
+            throttle_ms = quota_enforcement.on_arrival(ctx, request_bytes)
+        except Exception:  # noqa: BLE001 - a quota failure must not lose the request
+            log.exception("quota_record_failed", api_key=ctx.api_key, client_id=ctx.client_id)
+            return 0
+        if throttle_ms > 0:
+            self.mute_for(throttle_ms)
+        return throttle_ms
+
+    async def _throttle(
+        self, ctx: RequestContext, resp: dict[str, Any] | None, arrival_ms: int, start: float
+    ) -> None:
+        """Client quotas after the handler: record, then mute the connection for the throttle
+        time (clients older than KIP-219 also get the response held back that long)."""
+        try:
+            throttle_ms = quota_enforcement.after(
+                ctx, resp, time.perf_counter() - start, arrival_ms
+            )
+        except Exception:  # noqa: BLE001 - a quota failure must not lose the response
+            log.exception("quota_record_failed", api_key=ctx.api_key, client_id=ctx.client_id)
+            return
+        if throttle_ms <= 0:
+            return
+        self.mute_for(throttle_ms)  # no-op when on_arrival already muted as long
+        if quota_enforcement.delays_response(ctx.api_key, ctx.api_version):
+            await asyncio.sleep(throttle_ms / 1000.0)
 
     def _close_after_auth_failure(self, session: Session) -> None:
         """Kafka answers a failed authentication, then closes after

@@ -126,6 +126,12 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
     allow_everyone_if_no_acl_found: bool = kafka_prop(
         False, "allow.everyone.if.no.acl.found", "allow access to resources without any ACL"
     )
+    quota_window_num: int = kafka_prop(
+        11, "quota.window.num", "samples a client quota's rate is measured over", ge=2
+    )
+    quota_window_size_seconds: int = kafka_prop(
+        1, "quota.window.size.seconds", "time span of one client quota sample", ge=1
+    )
     listener_name_configs: dict[str, str] = kafka_prop(
         {},
         "listener.name.*",

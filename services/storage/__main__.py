@@ -11,6 +11,7 @@ import sys
 
 from prometheus_client import REGISTRY
 
+from services.common import internal_tls
 from services.common.logging import configure_logging
 from services.common.runtime import run, stop_event_on_signals
 from services.common.zone import with_discovered_rack
@@ -23,6 +24,7 @@ from services.storage.settings import StorageSettings, StorageSettingsBase
 async def main(argv: list[str] | None = None) -> int:
     settings: StorageSettingsBase = StorageSettings.load(sys.argv[1:] if argv is None else argv)
     log = configure_logging("storage", settings.broker_id, settings.log_format, settings.log_level)
+    internal_tls.configure(settings)  # ConfigError (exit 2) on unusable certificates
     for warning in settings.deprecation_warnings():
         log.warning("deprecated setting", warning=warning)
     settings = await with_discovered_rack(settings)

@@ -120,8 +120,12 @@ def _read_all(
                 p.check_follower(req.replica_id)
             limit = max(0, min(pf.partition_max_bytes, bytes_left))
             lso = p.log.last_stable_offset
-            if follower and _leader_throttled(rm, p, req.replica_id):
-                records: Any = b""  # Kafka's shouldLeaderThrottle: no records this time
+            if follower and pf.fetch_offset == p.log.log_end_offset:
+                # caught up (most partitions of a follower's fetch, each time any one of them
+                # gets an append): what the read would answer, without taking the log's lock
+                records: Any = b""
+            elif follower and _leader_throttled(rm, p, req.replica_id):
+                records = b""  # Kafka's shouldLeaderThrottle: no records this time
             else:
                 records = p.log.read(
                     pf.fetch_offset,

@@ -23,7 +23,7 @@ import grpc
 from services.common.admin_http import AdminServer
 from services.common.broker_config_store import BrokerConfigStore
 from services.common.logging import get_logger
-from services.common.runtime import freeze_startup_heap, new_grpc_server, set_serving
+from services.common.runtime import add_port, freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk
@@ -113,7 +113,7 @@ class StorageNode:
         self.settings = settings
         self.log_dir = settings.log_dir
         self.log_dirs = [Path(d) for d in settings.all_log_dirs]
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.metrics = metrics
         self.rm: ReplicaManager | None = None
         self.replication: Replication | None = None
@@ -311,7 +311,7 @@ class StorageNode:
         server, health = new_grpc_server()
         self.storage_service = add_storage_service(server, self.rm)
         try:
-            port = server.add_insecure_port(listener.bind_target)
+            port = add_port(server, listener.bind_target)
         except RuntimeError as exc:
             raise StartupError(f"cannot bind gRPC listener {listener.bind_target}: {exc}") from None
         if port == 0:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from services.common.coordinator.shard_store import ShardStore, store_error
@@ -57,6 +57,10 @@ _APPEND_ERRORS = {
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
 }
 _COMPLETE_RETRY_MS = 500
+# How long AddPartitionsToTxn / AddOffsetsToTxn / EndTxn of the id's current producer wait for
+# a write in flight or the previous transaction's markers before answering
+# CONCURRENT_TRANSACTIONS (which costs the client a round trip and a retry backoff).
+SETTLE_WAIT_S = 1.0
 
 
 class ProducerIds(Protocol):
@@ -86,6 +90,20 @@ class TxnEntry:
     last_producer_id: int = NO_PRODUCER_ID
     last_epoch: int = NO_EPOCH
     pending: bool = False  # a write is in flight
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def busy(self, markers: bool) -> bool:
+        """A write in flight, or (``markers``) a prepared transaction's markers being written."""
+        return self.pending or (
+            markers and self.record.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+        )
+
+    def notify(self) -> None:
+        """Wake the requests waiting for this id to settle (``TxnShard._settled``)."""
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +166,8 @@ class TxnShard:
         for timer in (self._abort_timer, self._expire_timer):
             if timer is not None:
                 timer.cancel()
+        for entry in self.entries.values():
+            entry.notify()
         self.entries.clear()
 
     def states(self) -> list[TxnState]:
@@ -161,18 +181,47 @@ class TxnShard:
 
         async def append() -> ErrorCode:
             try:
-                if self.tasks.resigned:
-                    return ErrorCode.NOT_COORDINATOR
-                await self.store.append([(transaction_key(txn_id), transaction_value(record))])
-            except Exception as exc:
-                return store_error(exc, _APPEND_ERRORS)
+                try:
+                    if self.tasks.resigned:
+                        return ErrorCode.NOT_COORDINATOR
+                    await self.store.append([(transaction_key(txn_id), transaction_value(record))])
+                except Exception as exc:
+                    return store_error(exc, _APPEND_ERRORS)
+                finally:
+                    entry.pending = False
+                if self.entries.get(txn_id) is entry:
+                    entry.record = record
+                return ErrorCode.NONE
             finally:
-                entry.pending = False
-            if self.entries.get(txn_id) is entry:
-                entry.record = record
-            return ErrorCode.NONE
+                entry.notify()
 
         return await asyncio.shield(self.tasks.spawn(append()))
+
+    async def _settled(self, txn_id: str, producer_id: int, epoch: int, *, markers: bool) -> None:
+        """Wait (at most ``SETTLE_WAIT_S``) while ``txn_id``, held by this producer id and
+        epoch, has a write in flight or (``markers``) its previous transaction's markers are
+        being written. Kafka answers CONCURRENT_TRANSACTIONS at once and the client retries
+        after a backoff; a transactional producer's next AddPartitionsToTxn nearly always lands
+        in that window. EndTxn waits for writes only: a retried EndTxn must not be held into
+        the producer's next transaction."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_WAIT_S
+        while not self.tasks.resigned:
+            entry = self.entries.get(txn_id)
+            if (
+                entry is None
+                or entry.record.producer_id != producer_id
+                or entry.record.producer_epoch != epoch
+                or not entry.busy(markers)
+                or (left := deadline - loop.time()) <= 0
+            ):
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            entry.waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                return
 
     def _entry(self, txn_id: str, producer_id: int, epoch: int) -> TxnEntry | ErrorCode:
         """The id's entry if ``producer_id``/``epoch`` are its current ones."""
@@ -282,6 +331,7 @@ class TxnShard:
     async def add_partitions(
         self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> ErrorCode:
+        await self._settled(txn_id, producer_id, epoch, markers=True)
         got = self._entry(txn_id, producer_id, epoch)
         if isinstance(got, ErrorCode):
             return got
@@ -323,6 +373,7 @@ class TxnShard:
 
     # ---- EndTxn ----------------------------------------------------------------------------
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        await self._settled(txn_id, producer_id, epoch, markers=False)
         got = self._entry(txn_id, producer_id, epoch)
         if isinstance(got, ErrorCode):
             return got

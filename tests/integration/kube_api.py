@@ -178,6 +178,9 @@ class KubeApi:
         }
         self._on_loop(lambda: self.emu.objects.__setitem__((PODS, namespace, name), obj))
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._on_loop(lambda: self.emu.objects[PODS, namespace, name].delete())
+
     def add_statefulset(self, namespace: str, name: str, replicas: int) -> None:
         obj = {
             "apiVersion": "apps/v1",

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -459,6 +460,11 @@ def test_cluster_up_restarts_a_dead_service(cluster_up: Callable[[], ClusterUp])
     up = cluster_up()
     bootstrap = up.wait_ready()
     pids = up.pids()
+    # the web console runs next to the cluster, its URL in the banner
+    (url,) = [line.split()[1] for line in up.seen if line.startswith("console: http://")]
+    with urllib.request.urlopen(url + "api/cluster", timeout=30) as answer:
+        overview = json.loads(answer.read())
+    assert [n["id"] for n in overview["storage_nodes"] if n["live"]] == [0]
     os.killpg(pids["storage-0"], signal.SIGKILL)
     bs = ["--bootstrap-server", bootstrap]
     name = unique_topic_name("cli-restart")

@@ -10,10 +10,17 @@ What a Kubernetes control plane and kubelet would do, done here by hand (docs/op
   the chart asks for (pod name, namespace, IP, node name, pod-index label), its security
   context (user, read-only root, dropped capabilities, no-new-privileges), emptyDirs as tmpfs
   or volumes, and ``terminationGracePeriodSeconds`` as the stop timeout.
-* Pods get fixed IPs on one podman network; Services and the StatefulSets' pod DNS names are
-  ``--add-host`` entries (no cluster DNS); ClusterIP Services resolve to their first pod.
+* Each zone is one podman network (its own bridge and subnet); a pod gets a fixed IP on the
+  network of its node's zone and reaches pods of other zones through the host's forwarding
+  between the bridges (so an nftables table dropping that forwarding cuts a zone off,
+  ``zonecut.py``). Services and the StatefulSets' pod DNS names are ``--add-host`` entries (no
+  cluster DNS), the same in every pod whatever its zone; ClusterIP Services resolve to their
+  first pod; a pod keeps its MAC across restarts, as it keeps its IP. ``reserve`` plans StatefulSet ordinals beyond ``replicas`` (IP, node, names) so a
+  scaled-up pod's name resolves in pods started before it (cluster DNS would serve it).
 * Nodes are names only: pods are placed round-robin over the zones' nodes, whose zone labels an
   emulated Kubernetes API serves (so the services' zone discovery runs its real code).
+* Deleting a pod is what the kubelet does: the rendered preStop ``exec`` command runs in the
+  container, then SIGTERM with what is left of ``terminationGracePeriodSeconds``, then SIGKILL.
 * Readiness is the rendered readinessProbe (``httpGet`` or ``tcpSocket``) polled from the host.
 """
 
@@ -55,6 +62,9 @@ class SimPod:
     zone: str
     container: str = ""  # podman container name
     volumes: list[str] = field(default_factory=list)
+    running: bool = False  # started and not deleted by the simulation
+    starts: int = 0  # how often it was started (a new container each time)
+    past_logs: str = ""  # the logs of its containers deleted by ``Simulation.delete``
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -80,28 +90,37 @@ class Simulation:
         self,
         docs: list[dict[str, Any]],
         prefix: str,
-        subnet: str,
+        subnets: Mapping[str, str],
         zones: Mapping[str, str],
         namespace: str,
         cluster_domain: str = "cluster.local",
         publish: Mapping[str, int] | None = None,
+        reserve: Mapping[str, int] | None = None,
     ) -> None:
         self.docs = docs
         self.prefix = prefix
-        self.network = f"{prefix}-net"
-        self.net = ipaddress.ip_network(subnet)
-        self.host_ip = str(next(self.net.hosts()))  # the bridge's address on the host
         self.zones = dict(zones)  # node name -> zone
+        self.subnets = {
+            z: ipaddress.ip_network(subnets[z]) for z in sorted(set(self.zones.values()))
+        }
+        self.networks = {z: f"{prefix}-{z}" for z in self.subnets}  # zone -> podman network
+        self.bridges: dict[str, str] = {}  # zone -> the host's bridge interface (create_networks)
         self.namespace = namespace
         self.domain = cluster_domain
         self.publish = dict(publish or {})  # workload name -> container port published on host
+        self.reserve = dict(reserve or {})  # StatefulSet name -> ordinals planned in all
         self.pods: list[SimPod] = []
-        self._ips = (str(ip) for ip in list(self.net.hosts())[9:])
+        self.spare: list[SimPod] = []  # planned ordinals beyond replicas (``reserve``)
+        self._ips = {z: (str(ip) for ip in list(n.hosts())[9:]) for z, n in self.subnets.items()}
         self.config_maps = {
             d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"
         }
         self._expand()
         self.hosts = self._host_entries()
+
+    def gateway_ip(self, zone: str) -> str:
+        """The host's address on ``zone``'s bridge."""
+        return str(next(self.subnets[zone].hosts()))
 
     # ---- planning ---------------------------------------------------------------------
     def _expand(self) -> None:
@@ -109,23 +128,24 @@ class Simulation:
         for doc in self.docs:
             if doc["kind"] not in ("StatefulSet", "Deployment"):
                 continue
+            name = doc["metadata"]["name"]
             replicas = int(doc["spec"].get("replicas", 1))  # an HPA's minimum is 1 here
-            for i in range(replicas):
+            for i in range(max(replicas, self.reserve.get(name, 0))):
                 node = nodes[i % len(nodes)]
-                self.pods.append(
-                    SimPod(
-                        f"{doc['metadata']['name']}-{i}",
-                        doc,
-                        i,
-                        next(self._ips),
-                        node,
-                        self.zones[node],
-                    )
-                )
+                zone = self.zones[node]
+                pod = SimPod(f"{name}-{i}", doc, i, next(self._ips[zone]), node, zone)
+                (self.pods if i < replicas else self.spare).append(pod)
+
+    def ordinal(self, workload: str, i: int) -> SimPod:
+        """The pod of ordinal ``i`` of a StatefulSet, started or only planned."""
+        for pod in self.pods + self.spare:
+            if pod.workload["metadata"]["name"] == workload and pod.ordinal == i:
+                return pod
+        raise KeyError(f"{workload}-{i} is not planned (reserve more ordinals)")
 
     def _host_entries(self) -> dict[str, str]:
         hosts: dict[str, str] = {}
-        for pod in self.pods:
+        for pod in self.pods + self.spare:
             hosts[pod.name] = pod.ip
             service = pod.workload["spec"].get("serviceName")
             if service:
@@ -134,7 +154,7 @@ class Simulation:
                     hosts[f"{name}.svc.{self.domain}"] = pod.ip
         for svc in (d for d in self.docs if d["kind"] == "Service"):
             selector = svc["spec"].get("selector", {})
-            chosen = [p for p in self.pods if selector.items() <= self._labels(p).items()]
+            chosen = [p for p in self.pods if selector.items() <= self.labels(p).items()]
             if chosen:
                 name = svc["metadata"]["name"]
                 for host in (name, f"{name}.{self.namespace}"):
@@ -143,7 +163,7 @@ class Simulation:
         return hosts
 
     @staticmethod
-    def _labels(pod: SimPod) -> dict[str, str]:
+    def labels(pod: SimPod) -> dict[str, str]:
         labels = dict(pod.workload["spec"]["template"]["metadata"].get("labels", {}))
         if pod.workload["kind"] == "StatefulSet":
             labels["apps.kubernetes.io/pod-index"] = str(pod.ordinal)
@@ -162,7 +182,7 @@ class Simulation:
             return values[path]
         m = re.fullmatch(r"metadata\.labels\['(.+)'\]", path)
         if m:
-            return self._labels(pod).get(m.group(1), "")
+            return self.labels(pod).get(m.group(1), "")
         raise ValueError(f"downward API field {path} is not simulated")
 
     def env(self, pod: SimPod) -> dict[str, str]:
@@ -184,7 +204,7 @@ class Simulation:
         csc = c.get("securityContext", {})
         args = [
             "run", "-d", "--name", pod.container, "--hostname", pod.name,
-            "--network", self.network, "--ip", pod.ip,
+            "--network", self.networks[pod.zone], "--ip", pod.ip, "--mac-address", _mac(pod.ip),
             "--stop-timeout", str(spec.get("terminationGracePeriodSeconds", 30)),
             "--label", f"kafka-py-sim={self.prefix}", "--pull", "never",
         ]  # fmt: skip
@@ -235,12 +255,33 @@ class Simulation:
         return args
 
     # ---- lifecycle --------------------------------------------------------------------
-    def create_network(self) -> None:
-        podman("network", "create", "--subnet", str(self.net), self.network)
+    def create_networks(self) -> None:
+        for zone, network in self.networks.items():
+            podman("network", "create", "--subnet", str(self.subnets[zone]), network)
+            out = podman("network", "inspect", network, "--format", "{{.NetworkInterface}}")
+            self.bridges[zone] = out.strip()
 
     def start(self, pod: SimPod) -> None:
         pod.container = f"{self.prefix}-{pod.name}"
         podman(*self.run_args(pod))
+        pod.running = True
+        pod.starts += 1
+
+    def delete(self, pod: SimPod) -> float:
+        """Delete the pod as the kubelet does (its volumes stay, as a StatefulSet's PVCs do):
+        the rendered preStop ``exec`` hook in the container, then SIGTERM and up to what is left
+        of the grace period, then SIGKILL. Returns the seconds it took."""
+        started = time.monotonic()
+        grace = float(pod.spec.get("terminationGracePeriodSeconds", 30))
+        hook = pod.main.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+        if hook:
+            podman("exec", pod.container, *hook, timeout=grace + 10)
+        left = max(1, round(grace - (time.monotonic() - started)))
+        podman("stop", "-t", str(left), pod.container, timeout=left + 30)
+        pod.past_logs += self.logs(pod)
+        podman("rm", pod.container)
+        pod.running = False
+        return time.monotonic() - started
 
     def start_all(self, kinds: Iterable[str] | None = None) -> None:
         for pod in self.pods:
@@ -288,10 +329,18 @@ class Simulation:
         ids = podman("ps", "-aq", "--filter", f"label=kafka-py-sim={self.prefix}", check=False)
         if ids.split():
             podman("rm", "-f", "-t", "5", *ids.split(), check=False, timeout=300)
-        volumes = sorted({v for p in self.pods for v in p.volumes})
+        volumes = sorted({v for p in self.pods + self.spare for v in p.volumes})
         if volumes:
             podman("volume", "rm", "-f", *volumes, check=False)
-        podman("network", "rm", "-f", self.network, check=False)
+        for network in self.networks.values():
+            podman("network", "rm", "-f", network, check=False)
+
+
+def _mac(ip: str) -> str:
+    """A fixed, locally administered MAC per pod IP: a pod started again on its IP keeps its
+    MAC, so the neighbour caches of the host and the other pods stay right (a new MAC on the
+    same IP leaves them pointing at the old one until their entries go stale)."""
+    return "02:42:" + ":".join(f"{int(octet):02x}" for octet in ip.split("."))
 
 
 def _expand(text: str, env: Mapping[str, str]) -> str:

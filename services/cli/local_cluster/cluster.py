@@ -9,7 +9,8 @@ are stable (the process with index i has node id i; storage i keeps its log in
 
 This class only sequences; the jobs live beside it: ``layout`` (roles, process slots, ports),
 ``flags`` (each role's command line), ``processes`` (spawn, terminate, pid file, data-dir lock),
-``readiness`` (when a service counts as up) and ``zookeeper``. Starting or stopping one node by
+``readiness`` (when a service counts as up), ``zookeeper`` and ``prometheus`` (an optional real
+Prometheus scraping every service through file-based discovery kept in step with the processes). Starting or stopping one node by
 role and ordinal (``start_process`` / ``kill``) is the seam a node provisioner drives.
 """
 
@@ -40,8 +41,11 @@ from services.cli.local_cluster.layout import (
     save_state,
     slot,
 )
+from services.cli.local_cluster.prometheus import LocalPrometheus, PrometheusOptions
 from services.cli.local_cluster.readiness import wait_ready
+from services.cli.local_cluster.security import SecureLayout, secure_layout
 from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper
+from services.common.zk.security import NO_SECURITY, ZkSecurity
 from services.common.zk.server import ZooKeeperProcess
 
 
@@ -83,6 +87,8 @@ class LocalCluster:
         extra: Mapping[str, Sequence[str]] | None = None,
         env: Mapping[str, str] | None = None,
         log_dirs_per_node: int = 1,
+        secure: bool = False,
+        prometheus: PrometheusOptions | None = None,
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one gateway, storage node and controller")
@@ -102,6 +108,9 @@ class LocalCluster:
         self.log_dirs_per_node = log_dirs_per_node
         self.extra = {role: list((extra or {}).get(role, ())) for role in ROLES}
         self.env = dict(env or {})
+        #: internal mTLS + ZooKeeper ACLs (security.py); made at start()
+        self.secure = secure
+        self.security: SecureLayout | None = None
         self._counts = {
             "controller": controllers,
             "storage": storage_nodes,
@@ -112,6 +121,7 @@ class LocalCluster:
         self._requested = {"gateway": gateway_port, ZOOKEEPER: zk_port}
         self._services: dict[str, list[Service]] = {role: [] for role in ROLES}
         self._zk: ZooKeeperProcess | None = None
+        self._prometheus = LocalPrometheus(self.data_dir, host, prometheus) if prometheus else None
         self._lock = processes.DataDirLock(self.data_dir)
         self._interrupted = False
         self._hurry = False
@@ -135,6 +145,11 @@ class LocalCluster:
     @property
     def zk_connect(self) -> str:
         return self.zookeeper.connect
+
+    @property
+    def zk_security(self) -> ZkSecurity:
+        """What a ZooKeeper client of this cluster authenticates with (secure clusters)."""
+        return self.security.zk_security if self.security is not None else NO_SECURITY
 
     @property
     def gateway_ports(self) -> list[int]:
@@ -177,6 +192,8 @@ class LocalCluster:
         atexit.register(self.stop)
         try:
             processes.reap_leftovers(self.data_dir)
+            if self.secure:
+                self.security = secure_layout(self.data_dir)
             self._layout()
             self._start_zookeeper(deadline)
             # Launched in dependency order, but without waiting between tiers: every service
@@ -184,6 +201,9 @@ class LocalCluster:
             for svc in self._all():
                 self._spawn(svc)
             self._wait_ready(list(self._all()), deadline, timeout)
+            if self._prometheus is not None:
+                self._prometheus.start(self.processes(), processes.child_env(self.env), deadline)
+                self._save_pids()
         except BaseException:
             self.stop()
             raise
@@ -194,6 +214,8 @@ class LocalCluster:
 
         Idempotent; no process of the cluster is left when it returns.
         """
+        if self._prometheus is not None:
+            self._prometheus.stop(timeout)
         for role in reversed(ROLES):
             for svc in reversed(self._services[role]):
                 if svc.proc is not None:
@@ -235,6 +257,7 @@ class LocalCluster:
         if proc is None or proc.poll() is not None:
             raise LocalClusterError(f"{process_name(role, index)} is not running")
         processes.signal_group(proc, sig)
+        self.sync_monitoring()
 
     def wait_exit(self, role: str, index: int = 0, timeout: float = 10.0) -> int:
         """Wait for one process to exit; returns its exit code (negative = killed by signal)."""
@@ -349,6 +372,18 @@ class LocalCluster:
     def admin_url(self, role: str, index: int = 0) -> str:
         return f"http://{self.host}:{self._service(role, index).admin_port}"
 
+    @property
+    def prometheus_url(self) -> str | None:
+        """The cluster's Prometheus (``prometheus=`` given and started), else None."""
+        p = self._prometheus
+        return p.url if p is not None and p.running() else None
+
+    def sync_monitoring(self) -> None:
+        """Bring Prometheus's targets file in step with the running services (called on every
+        start and stop the cluster makes; ``cluster up`` also calls it each tick, for crashes)."""
+        if self._prometheus is not None and self._started:
+            self._prometheus.sync(self.processes())
+
     def active_controller_id(self, timeout: float = 5.0) -> int | None:
         """``brokerid`` in ZooKeeper's ``/controller``, or None when no controller is active."""
         return active_controller_id(self.zk_connect, timeout)
@@ -422,7 +457,8 @@ class LocalCluster:
             storage_nodes=self._counts["storage"],
             storage_dirs=self.storage_dirs,
         )
-        return service_flags(svc, shape, self.extra[svc.role])
+        secure = self.security.flags(svc.role) if self.security is not None else []
+        return service_flags(svc, shape, [*secure, *self.extra[svc.role]])
 
     def _spawn(self, svc: Service) -> None:
         if svc.role == "storage":
@@ -446,6 +482,8 @@ class LocalCluster:
         processes.terminate(proc, timeout, lambda: self._hurry)
 
     def _save_pids(self) -> None:
-        processes.save_pids(
-            self.data_dir, {p.name: p.pid for p in self.processes() if p.pid is not None}
-        )
+        pids = {p.name: p.pid for p in self.processes() if p.pid is not None}
+        if self._prometheus is not None and self._prometheus.proc is not None:
+            pids["prometheus"] = self._prometheus.proc.pid
+        processes.save_pids(self.data_dir, pids)
+        self.sync_monitoring()

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health
 
+from services.common import internal_tls
 from services.common.admin_http import AdminServer
 from services.common.coordinator.forward import ForwardService
 from services.common.coordinator.settings import CoordinatorSettings
@@ -32,7 +33,7 @@ from services.common.coordinator.shard_manager import ShardManager
 from services.common.logging import configure_logging, get_logger
 from services.common.metadata_cache import MetadataCache, ZkMetadataSync
 from services.common.node_ids import with_generated_id
-from services.common.runtime import new_grpc_server, serve_until_signalled, set_serving
+from services.common.runtime import add_port, new_grpc_server, serve_until_signalled, set_serving
 from services.common.storage_client import StorageClients
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
@@ -49,7 +50,7 @@ class CoordinatorProcess:
     def __init__(self, kind: layout.CoordinatorKind, settings: CoordinatorSettings) -> None:
         self.kind = kind
         self.settings = settings
-        self.zk = AsyncZk(settings.zookeeper_connect, settings.zookeeper_session_timeout_ms)
+        self.zk = AsyncZk.for_service(settings)
         self.cache = MetadataCache()
         self.sync = ZkMetadataSync(self.zk, self.cache)
         self.storage = StorageClients(self.cache)
@@ -96,7 +97,7 @@ class CoordinatorProcess:
         await self.sync.start()
         self._server, self._health = new_grpc_server()
         self.add_servicer(self._server)
-        port = self._server.add_insecure_port(st.listener.bind_target)
+        port = add_port(self._server, st.listener.bind_target)
         await self._server.start()
         await set_serving(self._health, True)
         adv = st.advertised(port)
@@ -163,6 +164,7 @@ async def serve_coordinator(
     ``node.id`` is -1, the zone from the Node's label when asked, then serve until SIGTERM."""
     settings = settings_type.load(sys.argv[1:] if argv is None else argv)
     configure_logging(service, settings.node_id, settings.log_format, settings.log_level)
+    internal_tls.configure(settings)  # ConfigError (exit 2) on unusable certificates
     settings = await with_generated_id(settings, "node_id")
     settings = await with_discovered_rack(settings)
     return await serve_until_signalled(make_process(settings))

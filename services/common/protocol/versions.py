@@ -12,6 +12,7 @@ AddOffsetsToTxn and EndTxn stop at v3 (v4+ are KIP-890's batched/verify-only for
 TRANSACTION_ABORTABLE, v5 its epoch bump per transaction). WriteTxnMarkers v1 (v0 is gone from
 the schemas) is what Admin.abortTransaction sends a partition's leader; DescribeProducers v0.
 ACL APIs from v1 (v0 has no pattern type and is gone from the schemas) to v3.
+DescribeClientQuotas and AlterClientQuotas v0-1 (v1 is the flexible form).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ _ADVERTISED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 

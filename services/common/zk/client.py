@@ -13,12 +13,20 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from services.common.logging import get_logger
+from services.common.settings import ServiceSettings
 from services.common.zk.layout import PERSISTENT_PATHS
+from services.common.zk.security import (
+    NO_SECURITY,
+    SECURED_ROOTS,
+    ZkSecurity,
+    kazoo_client,
+    zk_security,
+)
 
 __all__ = ["AsyncZk", "NodeExistsError", "NoNodeError", "ZnodeStat", "KazooState"]
 
@@ -32,17 +40,31 @@ log = get_logger("zk.client")
 class AsyncZk:
     """One ZooKeeper session used from asyncio code."""
 
-    def __init__(self, connect: str, session_timeout_ms: int = 18000) -> None:
+    def __init__(
+        self, connect: str, session_timeout_ms: int = 18000, security: ZkSecurity = NO_SECURITY
+    ) -> None:
         self.connect_string = connect
+        self.security = security
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.client = KazooClient(
-            hosts=connect,
+        self.client = kazoo_client(
+            connect,
+            security,
             timeout=session_timeout_ms / 1000.0,
             # Cap the reconnect backoff: kazoo's default grows towards an hour.
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2},
         )
         self._state_callbacks: list[StateCallback] = []
         self.client.add_listener(self._on_state)
+
+    @classmethod
+    def for_service(cls, settings: ServiceSettings) -> AsyncZk:
+        """The session of a service: its connect string, timeout, digest credentials and
+        ``zookeeper.set.acl`` (security.py); ConfigError on an unreadable credentials file."""
+        return cls(
+            settings.zookeeper_connect,
+            settings.zookeeper_session_timeout_ms,
+            zk_security(settings),
+        )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -56,12 +78,14 @@ class AsyncZk:
         self._loop = asyncio.get_running_loop()
         hosts, _, chroot = self.connect_string.partition("/")
         if chroot:
-            await _on_daemon_thread(self._ensure_chroot, hosts, "/" + chroot, timeout)
+            await _on_daemon_thread(
+                self._ensure_chroot, hosts, "/" + chroot, timeout, self.security
+            )
         await _on_daemon_thread(self.client.start, timeout)
 
     @staticmethod
-    def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
-        base = KazooClient(hosts=hosts, timeout=timeout)
+    def _ensure_chroot(hosts: str, chroot: str, timeout: float, security: ZkSecurity) -> None:
+        base = kazoo_client(hosts, security, timeout=timeout)
         base.start(timeout)
         try:
             base.ensure_path(chroot)
@@ -185,8 +209,10 @@ class AsyncZk:
         await self._bridge(self.client.ensure_path_async(path))
 
     async def ensure_layout(self) -> None:
-        """Create the persistent paths Kafka creates at start."""
-        await asyncio.gather(*(self.ensure_path(p) for p in PERSISTENT_PATHS))
+        """Create the persistent paths Kafka creates at start (with ``zookeeper.set.acl``, the
+        ACL roots too, so nobody else can create them first with an open ACL)."""
+        paths = (*PERSISTENT_PATHS, *SECURED_ROOTS) if self.security.set_acl else PERSISTENT_PATHS
+        await asyncio.gather(*(self.ensure_path(p) for p in paths))
 
     async def commit(self, build: Callable[[Any], None]) -> list[Any]:
         """Run a multi-op transaction: ``build(txn)`` adds operations; raises on failure."""

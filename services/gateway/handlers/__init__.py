@@ -13,6 +13,7 @@ from services.gateway.handlers import (
     acls,
     alter_configs,
     api_versions,
+    client_quotas,
     create_partitions,
     create_topics,
     delete_records,
@@ -73,6 +74,8 @@ HANDLERS: dict[int, ApiHandler] = {
         acls.CREATE_HANDLER,
         acls.DESCRIBE_HANDLER,
         acls.DELETE_HANDLER,
+        client_quotas.DESCRIBE_HANDLER,
+        client_quotas.ALTER_HANDLER,
     )
 }
 

@@ -182,11 +182,15 @@ def broker_entries(s: GatewayServices, broker_id: int) -> list[ConfigEntry]:
 
 
 def default_broker_entries(s: GatewayServices) -> list[ConfigEntry]:
-    """The BROKER resource "": the cluster-wide dynamic defaults that are set (as Kafka)."""
+    """The BROKER resource "": the cluster-wide dynamic defaults that are set, with the
+    built-in default as a synonym (Kafka lists every synonym but the per-broker one)."""
     out = []
     for name, value in sorted(s.broker_configs.entity(DEFAULT_ENTITY).items()):
         defn = DYNAMIC_BROKER_CONFIGS.get(name)
         src = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        synonyms: tuple[tuple[str, str | None, ConfigSource], ...] = ((name, value, src),)
+        if defn is not None:
+            synonyms += ((name, default_text(defn), ConfigSource.DEFAULT_CONFIG),)
         out.append(
             ConfigEntry(
                 name,
@@ -194,7 +198,7 @@ def default_broker_entries(s: GatewayServices) -> list[ConfigEntry]:
                 src,
                 defn.type if defn else ConfigType.STRING,
                 defn.doc if defn else "",
-                synonyms=((name, value, src),),
+                synonyms=synonyms,
             )
         )
     return out

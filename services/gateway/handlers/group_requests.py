@@ -223,9 +223,32 @@ async def _delete_groups(ctx: RequestContext, req: Body) -> Body:
     return _merged(ctx, results=results)
 
 
+# coordinator errors that make librdkafka's admin client look up a coordinator it cannot hold
+_COORDINATOR_GONE = frozenset(
+    {int(ErrorCode.NOT_COORDINATOR), int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+)
+_LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+
+def _retriable_offset_fetch_error(entry: Body) -> None:
+    """NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE in an OffsetFetch answer become
+    COORDINATOR_LOAD_IN_PROGRESS.
+
+    librdkafka's admin ListConsumerGroupOffsets dereferences a consumer group handle it does
+    not have on either error and crashes the process (librdkafka issue 5040; it hits
+    ``kafka-py consumer-groups --describe`` and the console while a coordinator fails over).
+    Here the gateway is every group's coordinator address, so a new FindCoordinator gains the
+    client nothing; "still loading, retry" is what is happening (the shard is moving to another
+    coordinator) and every client retries it (D??)."""
+    if entry.get("error_code") in _COORDINATOR_GONE:
+        entry["error_code"] = _LOADING
+
+
 async def _offset_fetch(ctx: RequestContext, req: Body) -> Body:
     if ctx.api_version < OFFSET_FETCH_BATCHED_VERSION:
-        return await _single(ctx, req)
+        resp = await _single(ctx, req)
+        _retriable_offset_fetch_error(resp)
+        return resp
     groups = await _split(
         ctx,
         list(req.get("groups") or []),
@@ -233,6 +256,8 @@ async def _offset_fetch(ctx: RequestContext, req: Body) -> Body:
         lambda part: {**req, "groups": part},
         lambda resp: list(resp.get("groups") or []),
     )
+    for group in groups:
+        _retriable_offset_fetch_error(group)
     return _merged(ctx, groups=groups)
 
 

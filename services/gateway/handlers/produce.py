@@ -324,13 +324,17 @@ async def _verify_and_resend(
 ) -> None:
     """KIP-890 part 1: ask the transaction coordinator whether the held-back batches'
     partitions are in the producer's transaction; resend the verified ones with storage's
-    guard, answer the others with the coordinator's verdict (Produce <= v9 codes). The
-    connection's verify lock keeps resends in the order the answers came back."""
+    guard, answer the others with the coordinator's verdict (Produce <= v9 codes). Resends of
+    one connection start in the order their first answers came back (``resend_turn``, taken
+    before anything is awaited)."""
     s, order = ctx.services, ctx.produce_order
-    async with order.verify_lock:
+    previous, mine = order.resend_turn()
+    try:
         codes = await verify_partitions(
             ctx, txn, [(p.topic, p.partition, producer) for _, (p, _, producer), _ in unverified]
         )
+        if previous is not None:
+            await asyncio.shield(previous)
         by_node: dict[int, list[_Item]] = {}
         for node, (p, res, producer), guard in unverified:
             code = codes.get((p.topic, p.partition), ErrorCode.NOT_ENOUGH_REPLICAS)
@@ -346,6 +350,9 @@ async def _verify_and_resend(
             for node, items in by_node.items()
             if (call := _start_append(s, order, node, items, acks, timeout_ms, txn)) is not None
         ]
+    finally:
+        if not mine.done():
+            mine.set_result(None)
     await _finish_appends(s, order, started)
 
 

@@ -14,13 +14,11 @@ import functools
 from collections.abc import Callable
 from typing import Protocol
 
-import grpc
-
-from services.common import storage_wire
+from services.common import internal_tls, storage_wire
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
-from services.common.runtime import GRPC_OPTIONS
+from services.common.runtime import GRPC_OPTIONS, new_channel
 from services.common.storage_exchange import StorageExchange
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk, ZnodeStat
@@ -63,7 +61,8 @@ class GrpcLeaderEndpoint:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = new_channel(address, CHANNEL_OPTIONS)
+        self.tls_generation = internal_tls.generation()
         self._stub = pb_grpc.StorageStub(self._channel)
         self._exchange = StorageExchange(self._channel)
 
@@ -130,7 +129,8 @@ class BrokerAddresses:
 
 
 class GrpcEndpoints:
-    """One channel per leader broker, replaced when the broker's address changes."""
+    """One channel per leader broker, replaced when the broker's address changes or this
+    process's internal TLS certificates were rotated."""
 
     def __init__(self, addresses: BrokerAddresses) -> None:
         self.addresses = addresses
@@ -139,7 +139,11 @@ class GrpcEndpoints:
     async def endpoint(self, broker_id: int) -> LeaderEndpoint | None:
         address = await self.addresses.get(broker_id)
         current = self._endpoints.get(broker_id)
-        if current is not None and current.address == address:
+        if (
+            current is not None
+            and current.address == address
+            and current.tls_generation == internal_tls.generation()
+        ):
             return current
         if current is not None:
             del self._endpoints[broker_id]

@@ -156,3 +156,47 @@ def test_saved_ports_of_coordinators_are_reused(tmp_path: Path) -> None:
     again._layout()
     after = [(p.port, p.admin_port) for p in again.processes() if p.role == "group_coordinator"]
     assert after == before
+
+
+def test_secure_reaches_the_cluster_and_defaults_to_plaintext(
+    recorder: type[_Recorder], tmp_path: Path
+) -> None:
+    assert _up(["--data-dir", str(tmp_path)]) == 0
+    assert _up(["--data-dir", str(tmp_path), "--secure"]) == 0
+    assert [c["secure"] for c in recorder.calls] == [False, True]
+
+
+def test_secure_cluster_flags_load_through_every_service_settings(tmp_path: Path) -> None:
+    from services.cli.local_cluster.security import secure_layout
+    from services.common.coordinator.settings import CoordinatorSettings
+    from services.controller.settings import ControllerSettings
+    from services.gateway.settings import GatewaySettings
+    from services.storage.settings import StorageSettings
+
+    for name in ("plain", "c"):
+        (tmp_path / name).mkdir()
+    plain = LocalCluster(tmp_path / "plain", gateway_port=0, zk_port=0)
+    assert not any("--internal.ssl.enabled" in argv for argv in _argv(plain, "storage"))
+
+    cluster = LocalCluster(tmp_path / "c", secure=True, gateway_port=0, zk_port=0)
+    cluster.security = secure_layout(cluster.data_dir)
+    settings_of = {
+        "controller": ControllerSettings,
+        "storage": StorageSettings,
+        "group_coordinator": CoordinatorSettings,
+        "transaction_coordinator": CoordinatorSettings,
+        "gateway": GatewaySettings,
+    }
+    for role, settings_type in settings_of.items():
+        for argv in _argv(cluster, role):
+            s = settings_type.load(argv, env={})
+            assert s.internal_ssl_enabled and s.zookeeper_set_acl
+            assert s.internal_ssl_keystore_location == str(cluster.security.certificate(role))
+            assert Path(s.internal_ssl_key_location or "").stat().st_mode & 0o777 == 0o600
+            assert s.zookeeper_digest_auth_file == str(cluster.security.digest_file)
+    digest = cluster.security.digest_file
+    assert digest.stat().st_mode & 0o777 == 0o600 and digest.read_text().startswith("kafkapy:")
+    # a second start on the same data dir keeps the CA and the credentials
+    ca, secret = cluster.security.ca.read_bytes(), digest.read_text()
+    again = secure_layout(cluster.data_dir)
+    assert again.ca.read_bytes() == ca and again.digest_file.read_text() == secret

@@ -57,14 +57,14 @@ def test_endpoints_answer_with_a_current_date_and_stop_promptly() -> None:
 def test_the_server_does_not_wake_up_while_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     """uvicorn's own main loop ticks ten times a second; this one ticks once, at start."""
     ticks = 0
-    on_tick = admin_http._QuietServer.on_tick
+    on_tick = admin_http.QuietServer.on_tick
 
-    async def counting(self: admin_http._QuietServer, counter: int) -> bool:
+    async def counting(self: admin_http.QuietServer, counter: int) -> bool:
         nonlocal ticks
         ticks += 1
         return await on_tick(self, counter)
 
-    monkeypatch.setattr(admin_http._QuietServer, "on_tick", counting)
+    monkeypatch.setattr(admin_http.QuietServer, "on_tick", counting)
 
     async def scenario() -> None:
         server = admin_http.AdminServer("127.0.0.1", 0, lambda: True)

@@ -205,3 +205,13 @@ async def _settle() -> None:
     """Let the handler tasks and the fake node's calls run up to their waits."""
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def test_resend_turns_chain_in_the_order_they_were_taken() -> None:
+    order = ProduceOrder()
+    none_before, first = order.resend_turn()
+    after_first, second = order.resend_turn()
+    assert none_before is None and after_first is first
+    first.set_result(None)
+    second.set_result(None)
+    assert order.resend_turn()[0] is None  # the line is empty again

@@ -336,6 +336,19 @@ REQUESTS: dict[int, dict[str, Any]] = {
             }
         ]
     },
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: {
+        "components": [{"entity_type": "user", "match_type": 2, "match": None}],
+        "strict": False,
+    },
+    ApiKey.ALTER_CLIENT_QUOTAS: {
+        "entries": [
+            {
+                "entity": [{"entity_type": "client-id", "entity_name": "wire-client"}],
+                "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}],
+            }
+        ],
+        "validate_only": False,
+    },
     ApiKey.WRITE_TXN_MARKERS: {
         "markers": [
             {
@@ -438,7 +451,12 @@ REQUESTS: dict[int, dict[str, Any]] = {
         ],
     },
 }
-_ZK_APIS = (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+_ZK_APIS = (
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    ApiKey.ALTER_CLIENT_QUOTAS,
+)
 _ACL_APIS = (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS)
 
 

@@ -70,6 +70,8 @@ def test_supported_versions_table() -> None:
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
         ApiKey.DELETE_ACLS: (1, 3),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+        ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     }
     for key, (low, high) in SUPPORTED_VERSIONS.items():
         assert set(range(low, high + 1)) <= set(known_versions(key)), key

@@ -17,7 +17,7 @@ from services.common.internal_topics.transaction_state import (
     parse_value,
 )
 from services.common.protocol import ApiKey, default_dict, message_spec
-from services.transaction_coordinator import api
+from services.transaction_coordinator import api, transactions
 from services.transaction_coordinator.config import TxnConfig
 from services.transaction_coordinator.replay import TxnReplay
 from services.transaction_coordinator.transactions import TxnShard
@@ -242,7 +242,11 @@ async def test_timeout_aborts_with_a_fence_and_validation() -> None:
     assert (r["error_code"], r["producer_epoch"]) == (0, 2)
 
 
-async def test_concurrent_requests_while_markers_are_written() -> None:
+async def test_concurrent_requests_while_markers_are_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests of the id's producer wait (bounded) for the markers, then CONCURRENT_..."""
+    monkeypatch.setattr(transactions, "SETTLE_WAIT_S", 0.05)
     env = Env()
     await env.init()
     await env.add(4000, 0, {"a": [0]})
@@ -259,6 +263,31 @@ async def test_concurrent_requests_while_markers_are_written() -> None:
     assert env.state() == S.COMPLETE_COMMIT
     assert await env.end(4000, 0, commit=False) == E.INVALID_TXN_STATE
     assert await env.end(4000, 1, commit=False) == E.PRODUCER_FENCED
+
+
+async def test_next_transaction_waits_for_the_markers_instead_of_a_retry() -> None:
+    """The producer's next AddPartitionsToTxn, arriving while the previous transaction's
+    markers are written, is held and answered NONE once CompleteCommit is written; a fenced
+    producer and an EndTxn are not held."""
+    env = Env()
+    await env.init()
+    await env.add(4000, 0, {"a": [0]})
+    env.markers.gate = asyncio.Event()
+    assert await env.end(4000, 0, commit=True) == 0
+    await settle()
+    held = asyncio.ensure_future(env.add(4000, 0, {"a": [1]}))
+    await settle()
+    assert not held.done()
+    assert await env.add(4000, 1, {"a": [1]}) == {("a", 1): E.PRODUCER_FENCED}  # not held
+    # a retried EndTxn is not held into the next transaction
+    assert await env.end(4000, 0, commit=True) == E.CONCURRENT_TRANSACTIONS
+    env.markers.gate.set()
+    assert await held == {("a", 1): 0}
+    assert env.state() == S.ONGOING
+    assert env.shard.entries["tx"].record.partitions == {("a", 1)}
+    assert [r.state for _, r in env.written() if r is not None][-3:] == [
+        S.PREPARE_COMMIT, S.COMPLETE_COMMIT, S.ONGOING
+    ]  # fmt: skip
 
 
 async def test_a_loaded_prepared_transaction_is_completed() -> None:

@@ -1,0 +1,147 @@
+"""``python -m bench.scale`` (``make bench-scale``): the scale suite, printed and written to
+docs/benchmarks.md's "Scale" section. ``BENCH_SCALE`` (default 1.0) scales every base size; each
+row runs at 1x, 4x and 16x of it on a fresh cluster."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.peers import TansuPeer
+from bench.scale import clients, connections, groups, partitions
+from bench.scale.procs import role_pids
+from services.cli.local_cluster import LocalCluster
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+GROWTH = (1, 4, 16)
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
+
+
+def sized(base: int) -> list[int]:
+    return [max(1, int(base * SCALE * g)) for g in GROWTH]
+
+
+@contextmanager
+def cluster(**options: Any) -> Iterator[LocalCluster]:
+    data = Path(tempfile.mkdtemp(prefix="kafka-py-scale-"))
+    c = LocalCluster(data, gateway_port=0, zk_port=0, **options)
+    try:
+        c.start(timeout=180)
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def table(title: str, rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    fmt = lambda v: f"{v:,.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = [f"### {title}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def section(title: str, run: Callable[[], list[dict[str, Any]]]) -> str:
+    started = time.monotonic()
+    try:
+        rows = run()
+    except Exception as exc:  # noqa: BLE001 - one section failing must not hide the others
+        return f"### {title}\n\nfailed: {type(exc).__name__}: {exc}\n"
+    text = table(title, rows) + f"\n({time.monotonic() - started:.0f} s)\n"
+    print(text, flush=True)
+    return text
+
+
+def run_partitions() -> list[dict[str, Any]]:
+    rows = []
+    for rf in (1, 3):
+        for n in sized(625):
+            with cluster(storage_nodes=3, controllers=2) as c:
+                rows.append(partitions.measure(c, n, rf))
+    return rows
+
+
+def run_connections() -> list[dict[str, Any]]:
+    rows = []
+    for idle in sized(125):
+        with cluster(storage_nodes=1, controllers=1) as c:
+            topic = clients.create_topic(c.bootstrap, 1, 1)
+            rows.append(connections.measure(c, topic, idle, active=200))
+    return rows
+
+
+def run_groups() -> list[dict[str, Any]]:
+    rows = []
+    for n in sized(62):
+        with cluster(storage_nodes=3, controllers=1, group_coordinators=2) as c:
+            rows.append(groups.measure(c, n, 100))
+    return rows
+
+
+def run_many_clients() -> list[dict[str, Any]]:
+    records = max(1000, int(50_000 * SCALE))
+    rows = []
+    for name, start in (("kafka-py", None), ("Tansu", TansuPeer)):
+        for size in (100, 1024):
+            for acks in ("1", "all"):
+                each = records if size == 1024 else records * 5
+                if start is None:
+                    with cluster(storage_nodes=3, controllers=1) as c:
+                        pids = [p for ps in role_pids(c).values() for p in ps]
+                        row = clients.many_clients(c.bootstrap, pids, 8, 8, 48, size, each, acks)
+                else:
+                    peer = start()
+                    peer.start()
+                    try:
+                        row = clients.many_clients(
+                            peer.bootstrap, peer.pids(), 8, 8, 48, size, each, acks
+                        )
+                    finally:
+                        peer.stop()
+                rows.append({"broker": name, **row})
+    return rows
+
+
+def run_replication() -> list[dict[str, Any]]:
+    with cluster(storage_nodes=3, controllers=1) as c:
+        return [clients.replication_ratio(c.bootstrap, 6, 1024, max(2000, int(100_000 * SCALE)))]
+
+
+def write_doc(text: str) -> None:
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    block = (
+        f"{BEGIN}\n## Scale (`make bench-scale`, BENCH_SCALE={SCALE:g}; {machine})\n\n{text}{END}"
+    )
+    doc = DOC.read_text() if DOC.exists() else ""
+    if BEGIN in doc and END in doc:
+        doc = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _m: block, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parts = [
+        section("Partitions (1x/4x/16x; RF 1 then RF 3)", run_partitions),
+        section("Connections on one gateway", run_connections),
+        section("Consumer groups (100 partitions each)", run_groups),
+        section("Many clients: 8 producers + 8 consumers, 48 partitions", run_many_clients),
+        section("Replication: RF 3 acks=all vs RF 1 acks=1", run_replication),
+    ]
+    write_doc("\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()

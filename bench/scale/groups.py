@@ -1,0 +1,84 @@
+"""Many consumer groups committing offsets: commit latency and rate, coordinator CPU, and the
+time a coordinator's shards take to come back after its kill -9 (replay of __consumer_offsets)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.cpu import cpu_seconds
+from bench.scale.procs import percentile, role_pids, wait_until
+
+
+def _commit_round(
+    admin: AdminClient, groups: list[str], topic: str, parts: int, offset: int
+) -> list[float]:
+    latencies: list[float] = []
+    futures = []
+    for g in groups:
+        start = time.perf_counter()
+        tps = [TopicPartition(topic, p, offset) for p in range(parts)]
+        (fut,) = admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(g, tps)], request_timeout=60
+        ).values()
+        fut.add_done_callback(lambda _f, s=start: latencies.append(time.perf_counter() - s))
+        futures.append(fut)
+    for fut in futures:
+        res = fut.result(timeout=120)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"commit failed: {bad[0].error}")
+    return latencies
+
+
+def _committed(admin: AdminClient, group: str) -> dict[int, int]:
+    (fut,) = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=10
+    ).values()
+    return {tp.partition: tp.offset for tp in fut.result(timeout=15).topic_partitions}
+
+
+def measure(cluster: Any, groups: int, partitions: int, rounds: int = 3) -> dict[str, Any]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = f"scale-groups-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=60)[topic].result(90)
+    names = [f"scale-group-{i}-{uuid.uuid4().hex[:4]}" for i in range(groups)]
+    coordinators = role_pids(cluster).get("group_coordinator", [])
+    cpu_before = cpu_seconds(coordinators)
+    start = time.perf_counter()
+    latencies: list[float] = []
+    for r in range(1, rounds + 1):
+        latencies += _commit_round(admin, names, topic, partitions, r)
+    elapsed = time.perf_counter() - start
+    cpu = cpu_seconds(coordinators) - cpu_before
+    want = {p: rounds for p in range(partitions)}
+    sample = names[:: max(1, groups // 20)]
+    assert all(_committed(admin, g) == want for g in sample), "committed offsets read back wrong"
+
+    # kill -9 of a coordinator: its shards are replayed elsewhere (or when it is back)
+    cluster.kill("group_coordinator", 0)
+    cluster.wait_exit("group_coordinator", 0)
+
+    def readable() -> bool:
+        try:
+            return all(_committed(admin, g) == want for g in sample)
+        except Exception:  # noqa: BLE001 - NOT_COORDINATOR / load in progress meanwhile
+            return False
+
+    failover_s = wait_until(readable, 300, "every group's offsets readable after the kill", 0.1)
+    cluster.start_process("group_coordinator", 0, timeout=120)
+    commits = groups * rounds
+    return {
+        "groups": groups,
+        "partitions_per_group": partitions,
+        "group_commits_per_s": commits / elapsed,
+        "partition_commits_per_s": commits * partitions / elapsed,
+        "commit_p50_ms": 1000 * percentile(latencies, 0.5),
+        "commit_p99_ms": 1000 * percentile(latencies, 0.99),
+        "coordinator_cpu_ms_per_commit": 1000 * cpu / commits,
+        "coordinator_failover_s": failover_s,
+    }

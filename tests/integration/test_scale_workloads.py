@@ -1,0 +1,85 @@
+"""`make bench-scale`'s workloads run small against one real cluster, for correctness only (the
+suite's timings are measured by the bench, never asserted): every partition led again after a
+storage node's kill -9, every idle connection still answering, every group's commits read back
+after its coordinator's kill -9, every produced record consumed by every consumer process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_support import running_cluster
+
+from bench.scale import clients, connections, groups, partitions
+from bench.scale.procs import role_pids
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with running_cluster(
+        tmp_path_factory.mktemp("scale"),
+        storage_nodes=3,
+        controllers=2,
+        group_coordinators=2,
+        transaction_coordinators=0,
+    ) as c:
+        yield c
+
+
+def test_partitions_row_survives_its_faults(cluster: Any) -> None:
+    row = partitions.measure(cluster, 30, 3, idle_seconds=1.0)
+    print(row)
+    assert row["partitions"] == 30 and row["create_s"] > 0 and row["metadata_all_ms"] > 0
+    for key in (
+        "all_led_after_kill9_s",
+        "storage_ready_after_kill9_s",
+        "storage_ready_after_clean_stop_s",
+        "controller_failover_s",
+    ):
+        assert row[key] > 0, key
+    assert {"storage", "gateway", "controller"} <= {
+        k.removeprefix("rss_per_partition_").removesuffix("_b") for k in row if k.startswith("rss")
+    }
+
+
+def test_connections_row_keeps_every_idle_connection(cluster: Any) -> None:
+    topic = clients.create_topic(cluster.bootstrap, 1, 1)
+    row = connections.measure(cluster, topic, idle=60, active=5, seconds=1.0)
+    print(row)
+    assert row["idle_answered"] == 60
+    assert row["active_requests"] > 0 and row["active_p99_ms_beside_idle"] > 0
+
+
+def test_groups_row_reads_commits_back_after_a_coordinator_death(cluster: Any) -> None:
+    row = groups.measure(cluster, groups=6, partitions=4, rounds=2)
+    print(row)
+    assert row["group_commits_per_s"] > 0 and row["coordinator_failover_s"] > 0
+
+
+def test_many_clients_and_replication_rows(cluster: Any) -> None:
+    pids = [p for ps in role_pids(cluster).values() for p in ps]
+    row = clients.many_clients(cluster.bootstrap, pids, 2, 2, 6, 100, 2000, "all")
+    print(row)
+    # every consumer process read everything the producers wrote
+    assert row["records_consumed"] == 2 * 2 * 2000
+    ratio = clients.replication_ratio(cluster.bootstrap, 3, 1024, 2000)
+    print(ratio)
+    assert ratio["rf1_mb_per_s"] > 0 and ratio["rf3_mb_per_s"] > 0
+
+
+def test_doc_table_is_written_between_markers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.scale import __main__ as suite
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nkept\n")
+    monkeypatch.setattr(suite, "DOC", doc)
+    suite.write_doc(suite.table("T", [{"a": 1.5, "b": "x"}]))
+    suite.write_doc(suite.table("T", [{"a": 2.5, "b": "y"}]))
+    text = doc.read_text()
+    assert text.count(suite.BEGIN) == 1 and "| 2.5 | y |" in text and "kept" in text
