@@ -103,8 +103,11 @@ def test_mirror_copies_records_intact_between_clusters_with_progress_metrics(
                "--bootstrap-server", bootstrap, "--target-bootstrap-server", target.bootstrap,
                "--topics", source, "--checkpoint", str(tmp_path / "ckpt"),
                "--max-offsets-per-trigger", "20000", "--metrics-port", str(port)]  # fmt: skip
-        proc = subprocess.Popen(cmd, env={**os.environ, **spark_env()}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+        # output to files: a pipe nobody reads would block Spark once its buffer fills
+        out_file, err_file = tmp_path / "mirror.out", tmp_path / "mirror.err"
+        with out_file.open("w") as o, err_file.open("w") as e:
+            proc = subprocess.Popen(cmd, env={**os.environ, **spark_env()}, stdout=o, stderr=e,
+                                    start_new_session=True)  # fmt: skip
         label = (("pipeline", "mirror"),)
         behind = [
             (("partition", str(p)), ("pipeline", "mirror"), ("topic", source)) for p in range(3)
@@ -119,13 +122,16 @@ def test_mirror_copies_records_intact_between_clusters_with_progress_metrics(
         try:
             wait_for("the mirror to catch up", caught_up, timeout=420, interval=0.5)
             metrics = _scrape(port)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; stderr: {err_file.read_text()[-3000:]}") from None
         finally:
             os.killpg(proc.pid, signal.SIGINT)
             try:
-                out, err = proc.communicate(timeout=60)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                out, err = proc.communicate()
+                proc.wait()
+        out, err = out_file.read_text(), err_file.read_text()
         assert metrics[("kafkapy_pipeline_input_rows_total", label)] == MIRRORED
         assert metrics[("kafkapy_pipeline_batch_id", label)] >= 2  # 20,000 records a batch at most
         assert metrics[("kafkapy_pipeline_processed_rows_per_second", label)] > 0
