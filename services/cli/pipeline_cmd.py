@@ -100,25 +100,18 @@ def _start(args: argparse.Namespace, conf: dict[str, Any], spark: Any) -> Any:
 
 def _follow(args: argparse.Namespace, query: Any) -> None:
     """Wait for the query to end, publishing each new progress (metrics, a line on stdout)."""
-    from pyspark.errors import StreamingQueryException
-
     from services.spark.progress import ProgressMetrics
 
     metrics = ProgressMetrics(args.name)
     if args.metrics_port is not None:
         metrics.serve(args.metrics_port)
-
-    def publish() -> None:
+    while not query.awaitTermination(1):
         line = metrics.observe(query.lastProgress)
         if line and not args.quiet:
             print(f"{args.name} {line}", flush=True)
-
-    try:
-        while not query.awaitTermination(1):
-            publish()
-    except StreamingQueryException:
-        pass  # the caller reports query.exception()
-    publish()
+    line = metrics.observe(query.lastProgress)
+    if line and not args.quiet:
+        print(f"{args.name} {line}", flush=True)
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
