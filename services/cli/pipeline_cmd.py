@@ -15,7 +15,7 @@ from typing import Any
 from services.cli import pipeline_files
 from services.cli.common import CliError, UsageError
 
-PIPELINES = ("wordcount", *pipeline_files.NAMES)
+PIPELINES = ("wordcount", "mirror", *pipeline_files.NAMES)
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -44,6 +44,80 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
     )
     r.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     pipeline_files.add_arguments(r)
+    m = r.add_argument_group("mirror (source = --bootstrap-server)")
+    m.add_argument("--target-bootstrap-server", metavar="HOST:PORT", help="cluster copied to")
+    m.add_argument("--topics", default="", help="comma-separated source topics")
+    m.add_argument("--pattern", metavar="REGEX", help="source topics matching (subscribePattern)")
+    m.add_argument(
+        "--exactly-once", action="store_true", help="write in transactions (read_committed)"
+    )
+    m.add_argument("--max-offsets-per-trigger", type=int, metavar="N", help="records per batch")
+    o = r.add_argument_group("progress")
+    o.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on PORT"
+    )
+    o.add_argument("--quiet", action="store_true", help="no progress line per micro-batch")
+
+
+def _topics(args: argparse.Namespace) -> list[str]:
+    """The mirror's topic list; refuses an incomplete mirror command line."""
+    topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+    if not args.target_bootstrap_server or bool(topics) == bool(args.pattern):
+        raise CliError("mirror needs --target-bootstrap-server and one of --topics, --pattern")
+    return topics
+
+
+def _start(args: argparse.Namespace, conf: dict[str, Any], spark: Any) -> Any:
+    """Prepare the topics and start the named pipeline's query."""
+    timeout_s = args.request_timeout_ms / 1000.0
+    if args.name == "mirror":
+        from services.spark.pipelines import mirror
+
+        topics = _topics(args)
+        target = {**conf, "bootstrap.servers": args.target_bootstrap_server}
+        wanted = mirror.source_topics(conf, topics, args.pattern, timeout_s)
+        mirror.ensure_target_topics(target, wanted, timeout_s)
+        return mirror.start(
+            spark,
+            conf["bootstrap.servers"],
+            args.target_bootstrap_server,
+            args.checkpoint,
+            topics=topics,
+            pattern=args.pattern,
+            exactly_once=args.exactly_once,
+            available_now=args.available_now,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+        )
+    if args.name in pipeline_files.NAMES:
+        return pipeline_files.start(spark, args, conf)
+    from services.spark.pipelines import wordcount
+
+    wordcount.ensure_output_topic(conf, args.output, timeout_s)
+    return wordcount.start(
+        spark,
+        conf["bootstrap.servers"],
+        args.input,
+        args.output,
+        args.checkpoint,
+        window=args.window,
+        available_now=args.available_now,
+    )
+
+
+def _follow(args: argparse.Namespace, query: Any) -> None:
+    """Wait for the query to end, publishing each new progress (metrics, a line on stdout)."""
+    from services.spark.progress import ProgressMetrics
+
+    metrics = ProgressMetrics(args.name)
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port)
+    while not query.awaitTermination(1):
+        line = metrics.observe(query.lastProgress)
+        if line and not args.quiet:
+            print(f"{args.name} {line}", flush=True)
+    line = metrics.observe(query.lastProgress)
+    if line and not args.quiet:
+        print(f"{args.name} {line}", flush=True)
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
@@ -51,8 +125,10 @@ def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
         from pyspark.sql import SparkSession
     except ImportError:
         raise CliError("PySpark is not installed: pip install 'kafka-py[spark]'") from None
-    from services.spark.pipelines import wordcount
+    from services.spark.options import KafkaPySparkError
 
+    if args.name == "mirror":
+        _topics(args)  # before Spark's ~7 s start
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     timeout_s = args.request_timeout_ms / 1000.0
@@ -60,8 +136,6 @@ def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
         pipeline_files.prepare(args, conf, timeout_s)
     elif args.checkpoint is None:
         raise UsageError(f"{args.name} needs --checkpoint DIR")
-    else:
-        wordcount.ensure_output_topic(conf, args.output, timeout_s)
     spark = (
         SparkSession.builder.master(args.master)
         .appName(f"kafka-py-{args.name}")
@@ -71,19 +145,11 @@ def run(args: argparse.Namespace, conf: dict[str, Any]) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        if args.name in pipeline_files.NAMES:
-            query = pipeline_files.start(spark, args, conf)
-        else:
-            query = wordcount.start(
-                spark,
-                conf["bootstrap.servers"],
-                args.input,
-                args.output,
-                args.checkpoint,
-                window=args.window,
-                available_now=args.available_now,
-            )
-        query.awaitTermination()
+        try:
+            query = _start(args, conf, spark)
+        except KafkaPySparkError as bad:
+            raise CliError(f"pipeline {args.name}: {bad}") from None
+        _follow(args, query)
         err = query.exception()
         if err is not None:
             raise CliError(f"pipeline {args.name} failed: {str(err).splitlines()[0]}")

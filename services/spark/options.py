@@ -267,6 +267,11 @@ class SinkOptions:
     bootstrap: str
     topic: str | None
     client: dict[str, str]
+    exactly_once: bool = False
+    transactional_id_prefix: str = "spark-kafkapy-"
+
+
+DELIVERY_GUARANTEES = ("at-least-once", "exactly-once")
 
 
 def parse_sink(options: Mapping[str, str]) -> SinkOptions:
@@ -280,8 +285,25 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     for key, why in _UNSUPPORTED_PRODUCER.items():
         if key in client:
             raise KafkaPySparkError(f"Kafka option '{key}' is not supported: {why}")
+    if "transactional.id" in client:
+        raise KafkaPySparkError(
+            "Kafka option 'transactional.id' is not supported: one id would fence every other "
+            "task; use deliveryGuarantee=exactly-once (and transactionalIdPrefix)"
+        )
+    guarantee = opts.get("deliveryguarantee", "at-least-once").strip().lower()
+    if guarantee not in DELIVERY_GUARANTEES:
+        raise KafkaPySparkError(
+            f"Option 'deliveryGuarantee' must be 'at-least-once' or 'exactly-once', got "
+            f"'{guarantee}'"
+        )
     topic = opts.get("topic")
-    return SinkOptions(bootstrap=bootstrap, topic=topic.strip() if topic else None, client=client)
+    return SinkOptions(
+        bootstrap=bootstrap,
+        topic=topic.strip() if topic else None,
+        client=client,
+        exactly_once=guarantee == "exactly-once",
+        transactional_id_prefix=opts.get("transactionalidprefix", "spark-kafkapy-"),
+    )
 
 
 def librdkafka_config(client: Mapping[str, str], **defaults: Any) -> dict[str, Any]:

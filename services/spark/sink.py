@@ -1,12 +1,12 @@
-"""The `kafkapy` sink: DataFrame rows (`key`, `value`, optional `topic`, `partition`, `headers`)
+"""The `kafkapy` sink: DataFrame rows (`key`, `value`, optional `topic`, `partition`, `headers`,
+`timestamp`)
 written with an idempotent confluent-kafka producer, batch and streaming, Arrow in.
 
-Delivery is at-least-once: a task succeeds only after every record was acknowledged
+Delivery is at-least-once by default: a task succeeds only after every record was acknowledged
 (`acks=all`, idempotence on, so retries inside a task never duplicate); a task or micro-batch
-replayed after a failure may write its records again. Exactly-once per micro-batch needs
-transactions (a transactional id per partition-task from the query id, batch id and partition,
-so a replayed batch fences and aborts the earlier attempt): a follow-up for when kafka-py has a
-transaction coordinator (docs/decisions.md).
+replayed after a failure may write its records again. `deliveryGuarantee=exactly-once` writes
+each partition-task of a micro-batch in one transaction with a commit marker
+(services/spark/exactly_once.py), so read_committed readers see every row once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import KafkaError, Producer
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -29,6 +30,7 @@ from pyspark.sql.types import (
     IntegerType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from services.spark.options import KafkaPySparkError, SinkOptions, librdkafka_config, parse_sink
@@ -63,6 +65,8 @@ def validate_schema(schema: StructType, opts: SinkOptions) -> None:
         )
     if "partition" in fields:
         _check_type("partition", fields["partition"], (IntegerType,), "an int")
+    if "timestamp" in fields:
+        _check_type("timestamp", fields["timestamp"], (TimestampType,), "a timestamp")
     if "headers" in fields:
         headers = fields["headers"]
         ok = (
@@ -99,47 +103,68 @@ class _Delivery:
             self.error = err
 
 
-def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WrittenRecords:
-    """Produce every row of `batches`; return once all are acknowledged, or fail the task."""
-    conf = librdkafka_config(
-        opts.client,
-        **{"enable.idempotence": True, "acks": "all", "linger.ms": 5},
-    )
-    producer = Producer(conf)
+def _millis(batch: pa.RecordBatch) -> list[int | None] | None:
+    """The `timestamp` column (an extension of Spark's Kafka sink: the record's CreateTime) as
+    epoch milliseconds, or None without that column."""
+    names = [n.lower() for n in batch.schema.names]
+    if "timestamp" not in names:
+        return None
+    col = batch.column(names.index("timestamp"))
+    micros = pc.cast(col.cast(pa.timestamp("us", tz="UTC")), pa.int64())
+    return [None if us is None else us // 1000 for us in micros.to_pylist()]
+
+
+def _produce(
+    producer: Producer, opts: SinkOptions, batch: pa.RecordBatch, delivery: _Delivery
+) -> tuple[int, str | None]:
+    """Hand every row of `batch` to the producer; returns (rows sent, first topic written)."""
+    cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+    n = batch.num_rows
+    values = cols["value"]
+    keys = cols.get("key") or [None] * n
+    topics = [opts.topic] * n if opts.topic else cols["topic"]
+    parts = cols.get("partition") or [None] * n
+    headers = cols.get("headers") or [None] * n
+    stamps = _millis(batch) or [None] * n
+    sent = 0
+    for i in range(n):
+        topic = topics[i]
+        if topic is None:
+            raise KafkaPySparkError(
+                "null topic present in the data. Use the topic option for setting a default topic."
+            )
+        kwargs: dict[str, Any] = {"key": _bytes(keys[i]), "on_delivery": delivery}
+        if parts[i] is not None:
+            kwargs["partition"] = parts[i]
+        if headers[i]:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+        if stamps[i] is not None:
+            kwargs["timestamp"] = stamps[i]
+        while True:
+            try:
+                producer.produce(topic, _bytes(values[i]), **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        sent += 1
+        if delivery.error is not None:
+            break
+    producer.poll(0)
+    return sent, (topics[0] if n else None)
+
+
+def produce_all(
+    producer: Producer, opts: SinkOptions, batches: Iterator[pa.RecordBatch]
+) -> tuple[int, str | None]:
+    """Produce every row and wait until all are acknowledged, or raise with the first delivery
+    error. Returns (records written, first topic written)."""
     delivery = _Delivery()
     sent = 0
+    first: str | None = None
     for batch in batches:
-        cols = {
-            name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)
-        }
-        n = batch.num_rows
-        values = cols["value"]
-        keys = cols.get("key") or [None] * n
-        topics = [opts.topic] * n if opts.topic else cols["topic"]
-        parts = cols.get("partition") or [None] * n
-        headers = cols.get("headers") or [None] * n
-        for i in range(n):
-            topic = topics[i]
-            if topic is None:
-                raise KafkaPySparkError(
-                    "null topic present in the data. Use the topic option for setting a "
-                    "default topic."
-                )
-            kwargs: dict[str, Any] = {"key": _bytes(keys[i]), "on_delivery": delivery}
-            if parts[i] is not None:
-                kwargs["partition"] = parts[i]
-            if headers[i]:
-                kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-            while True:
-                try:
-                    producer.produce(topic, _bytes(values[i]), **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            sent += 1
-            if delivery.error is not None:
-                break
-        producer.poll(0)
+        n, topic = _produce(producer, opts, batch, delivery)
+        sent += n
+        first = first or topic
         if delivery.error is not None:
             break
     left = producer.flush()
@@ -149,6 +174,21 @@ def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Writt
         raise KafkaPySparkError(f"Writing to {opts.bootstrap} failed: {delivery.error.str()}")
     if delivery.acked != sent:
         raise KafkaPySparkError(f"only {delivery.acked} of {sent} records were acknowledged")
+    return sent, first
+
+
+def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WrittenRecords:
+    """The task's write: at-least-once (idempotent producer), or one transaction per task with
+    `deliveryGuarantee=exactly-once` (services/spark/exactly_once.py)."""
+    if opts.exactly_once:
+        from services.spark.exactly_once import write_in_transaction
+
+        return write_in_transaction(opts, batches)
+    conf = librdkafka_config(
+        opts.client,
+        **{"enable.idempotence": True, "acks": "all", "linger.ms": 5},
+    )
+    sent, _ = produce_all(Producer(conf), opts, batches)
     return WrittenRecords(sent)
 
 
@@ -162,8 +202,8 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    """At-least-once per micro-batch: commit() has nothing left to do once every task's
-    records were acknowledged."""
+    """commit() has nothing left to do: every task's records were acknowledged, or (exactly-once)
+    its transaction committed together with its batch marker."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_sink(options)
@@ -176,4 +216,5 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """Records are durable once written (acks=all)."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Acknowledged records of failed tasks stay (at-least-once)."""
+        """Acknowledged records of failed tasks stay (at-least-once); open transactions of failed
+        tasks are aborted by the replay's fencing (exactly-once)."""

@@ -47,9 +47,17 @@ def spark_session(app: str) -> Iterator[Any]:
         spark.stop()
 
 
-def copy_topic(bootstrap: str, source: str, target: str, checkpoint: str, limit: int) -> None:
+def copy_topic(
+    bootstrap: str,
+    source: str,
+    target: str,
+    checkpoint: str,
+    limit: int,
+    guarantee: str = "at-least-once",
+) -> None:
     """A streaming query topic -> topic through the `kafkapy` source and sink (availableNow,
-    at most `limit` records per micro-batch); run as a process so a test can kill it."""
+    at most `limit` records per micro-batch, the sink's `deliveryGuarantee`); run as a process
+    so a test can kill it."""
     with spark_session("kafkapy-copy") as spark:
         query = (
             spark.readStream.format("kafkapy")
@@ -63,6 +71,7 @@ def copy_topic(bootstrap: str, source: str, target: str, checkpoint: str, limit:
             .writeStream.format("kafkapy")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", target)
+            .option("deliveryGuarantee", guarantee)
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
             .start()
@@ -71,4 +80,4 @@ def copy_topic(bootstrap: str, source: str, target: str, checkpoint: str, limit:
 
 
 if __name__ == "__main__":
-    copy_topic(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    copy_topic(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), *sys.argv[6:])

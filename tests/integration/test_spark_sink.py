@@ -2,8 +2,9 @@
 
 One Spark session for the module: 100,000 rows written in batch land exactly (keys, values,
 headers, chosen partitions, in order); a streaming copy with a processing-time trigger lands
-exactly too; a copy query killed with SIGKILL mid-batch and restarted from its checkpoint loses
-nothing (at-least-once: records of the interrupted batch may be written twice).
+exactly too; an exactly-once copy query killed with SIGKILL mid-batch and restarted from its
+checkpoint loses and duplicates nothing (a read_committed reader sees each row once), also after a
+crash at the commit point.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
 from kafka_support import ReadRecord, TopicFactory, consume_confluent, wait_for
 from spark_support import spark_env, spark_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROWS = 100_000
+EOS_ROWS = 20_000  # 4 micro-batches of 5,000
 
 
 @pytest.fixture(scope="module")
@@ -108,21 +109,26 @@ def test_sink_errors_are_clear(spark: Any, bootstrap: str) -> None:
         ).option("topic", "x").save()
 
 
-def test_killed_copy_query_restarts_from_its_checkpoint_without_loss(
-    spark: Any, bootstrap: str, topic: TopicFactory, admin: AdminClient, tmp_path: Path
+@pytest.mark.timeout(1200)  # three Spark processes (~15 s each idle, minutes on a busy machine)
+def test_exactly_once_copy_killed_mid_batch_and_at_the_commit_point(
+    spark: Any, bootstrap: str, topic: TopicFactory, tmp_path: Path
 ) -> None:
+    """deliveryGuarantee=exactly-once: kill -9 mid-batch, restart from the checkpoint; then the
+    state of a crash after the batch's transactions committed but before Spark's commit log
+    (commits/N absent), restart; a read_committed reader sees every row exactly once."""
     source, target = topic(3), topic(3)
-    _rows(spark, ROWS).write.format("kafkapy").mode("append").option(
+    _rows(spark, EOS_ROWS).write.format("kafkapy").mode("append").option(
         "kafka.bootstrap.servers", bootstrap
     ).option("topic", source).save()
-    ckpt = str(tmp_path / "ckpt")
+    ckpt = tmp_path / "ckpt"
     cmd = [sys.executable, str(Path(__file__).parent / "spark_support.py"), bootstrap, source,
-           target, ckpt, "20000"]  # fmt: skip
+           target, str(ckpt), "5000", "exactly-once"]  # fmt: skip
     env = {**os.environ, **spark_env()}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
 
     def target_size() -> int:
+        """Sum of the high watermarks: aborted and open transactions' records count too."""
         from confluent_kafka import Consumer, TopicPartition
 
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "size"})
@@ -134,18 +140,28 @@ def test_killed_copy_query_restarts_from_its_checkpoint_without_loss(
             c.close()
 
     # kill -9 while a batch is being written (some, not all, records landed)
-    wait_for("the copy to start writing", lambda: target_size() > 0, timeout=120, interval=0.2)
-    assert target_size() < ROWS
+    wait_for("the copy to start writing", lambda: target_size() > 0, timeout=300, interval=0.2)
+    assert target_size() < EOS_ROWS
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     killed_at = target_size()
-    rerun = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
+    rerun = subprocess.run(cmd, env=env, capture_output=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr.decode()[-3000:]
-    total = target_size()
-    got = consume_confluent(bootstrap, target, [0, 1, 2], total)
+    # crash point 2: Kafka transactions of the last batch committed, Spark's commit not written
+    last = max(int(f.name) for f in (ckpt / "commits").iterdir() if f.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()
+    (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    before_replay = target_size()
+    rerun = subprocess.run(cmd, env=env, capture_output=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-3000:]
+    assert (ckpt / "commits" / str(last)).exists(), "the batch was not replayed"
+    # the replay was recognised by its markers: nothing written, not even an aborted transaction
+    assert target_size() == before_replay
+    got = consume_confluent(
+        bootstrap, target, [0, 1, 2], EOS_ROWS, extra_config={"isolation.level": "read_committed"}
+    )
     landed = _landed(got)
-    want = _expected(ROWS)
+    want = _expected(EOS_ROWS)
     for p in range(3):
-        # order per partition is kept within each attempt; every record is there
-        assert set(landed[p]) == set(want[p]), f"partition {p}: records lost"
-    assert killed_at < total
+        assert sorted(landed[p]) == sorted(want[p]), f"partition {p}: lost or duplicated records"
+    assert killed_at < before_replay

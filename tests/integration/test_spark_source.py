@@ -4,7 +4,9 @@ One Spark session for the module. Batch reads compare every field of every recor
 confluent-kafka reads (headers, null keys/values, lz4 and zstd batches, a compacted topic with
 offset gaps); offset and timestamp options must select exactly the expected ranges; streaming
 reads respect maxOffsetsPerTrigger, restart from the checkpoint without gap or duplicate, read
-new partitions from offset 0 and follow failOnDataLoss both ways after DeleteRecords.
+new partitions from offset 0 and follow failOnDataLoss both ways after DeleteRecords; a pattern
+subscription picks up new topics, survives a deleted one, and minOffsetsPerTrigger waits for
+maxTriggerDelay.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from kafka_support import (
     produce_confluent,
     wait_for,
     wait_for_topic,
+    wait_for_topic_gone,
 )
 from pyspark.errors import StreamingQueryException
 from spark_support import spark_session
@@ -288,3 +292,70 @@ def test_isolation_level_read_committed(
 
     assert values("read_committed") == [b"c0", b"c1"]
     assert values("read_uncommitted") == [b"c0", b"c1", b"a0", b"a1", b"o0"]
+
+
+def test_pattern_new_topics_deleted_topic_and_min_offsets_with_max_delay(
+    spark: Any, bootstrap: str, topic: TopicFactory, admin: AdminClient
+) -> None:
+    """One running query (processing-time trigger) on subscribePattern: a topic created during
+    the query is read from offset 0; a topic deleted during the query is dropped without failing
+    it (failOnDataLoss=false); with minOffsetsPerTrigger a small backlog waits for
+    maxTriggerDelay, a large one does not."""
+    tag = uuid.uuid4().hex[:8]
+    first = topic(1, prefix=f"pat{tag}")
+    produce_confluent(bootstrap, first, _texts(50, 1, first))
+    query = (
+        spark.readStream.format("kafkapy")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribePattern", f"it-pat{tag}-.*")
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false")
+        .option("minOffsetsPerTrigger", "40")
+        .option("maxTriggerDelay", "4s")
+        .load()
+        .selectExpr("topic", "partition", "offset")
+        .writeStream.format("memory")
+        .queryName(f"pattern_{tag}")
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+    def rows() -> set[tuple[str, int, int]]:
+        table = spark.sql(f"SELECT * FROM pattern_{tag}").collect()
+        return {(r.topic, r.partition, r.offset) for r in table}
+
+    def data_batches() -> list[tuple[float, int]]:
+        """(trigger time in s, rows) of every micro-batch that read rows."""
+        from datetime import datetime
+
+        return [
+            (datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp(), n)
+            for p in query.recentProgress
+            if (n := p["numInputRows"])
+        ]
+
+    try:
+        wait_for("the first topic", lambda: len(rows()) == 50, timeout=180, interval=0.5)
+        produce_confluent(bootstrap, first, _texts(10, 1, first + "-2"))  # below the minimum
+        wait_for("the small backlog", lambda: len(rows()) == 60, timeout=180, interval=0.5)
+        (t50, n50), (t10, n10) = data_batches()[-2:]
+        assert (n50, n10) == (50, 10)
+        # the 10 rows waited for maxTriggerDelay (4 s from the last batch; trigger times are
+        # taken before planning, hence the slack)
+        assert t10 - t50 >= 3.0, data_batches()
+        second = topic(2, prefix=f"pat{tag}")
+        produce_confluent(bootstrap, second, _texts(60, 2, second))
+        wait_for("the new topic", lambda: len(rows()) == 120, timeout=180, interval=0.5)
+        assert {(second, p, o) for p in (0, 1) for o in range(30)} <= rows()  # from offset 0
+        for fut in admin.delete_topics([first], operation_timeout=30).values():
+            fut.result(60)
+        wait_for_topic_gone(admin, first)
+        produce_confluent(bootstrap, second, _texts(80, 2, second + "-2"))
+        wait_for("rows after the deletion", lambda: len(rows()) == 200, timeout=180, interval=0.5)
+        assert query.exception() is None and query.isActive
+    finally:
+        query.stop()
+    got = rows()
+    assert got == {(first, 0, o) for o in range(60)} | {
+        (second, p, o) for p in (0, 1) for o in range(70)
+    }

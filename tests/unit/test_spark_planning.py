@@ -62,6 +62,13 @@ def test_sink_options() -> None:
         parse_sink({"topic": "t"})
     with pytest.raises(KafkaPySparkError, match="value.serializer"):
         parse_sink({**BS, "kafka.value.serializer": "x"})
+    assert not parse_sink(BS).exactly_once
+    eos = parse_sink({**BS, "DeliveryGuarantee": "Exactly-Once", "transactionalIdPrefix": "app-"})
+    assert eos.exactly_once and eos.transactional_id_prefix == "app-"
+    with pytest.raises(KafkaPySparkError, match="'deliveryGuarantee' must be"):
+        parse_sink({**BS, "deliveryGuarantee": "twice"})
+    with pytest.raises(KafkaPySparkError, match="'transactional.id' is not supported"):
+        parse_sink({**BS, "kafka.transactional.id": "one"})
 
 
 def test_offsets_json_round_trip_uses_string_partition_keys() -> None:

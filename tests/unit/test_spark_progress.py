@@ -1,0 +1,40 @@
+"""Pipeline progress: offsets behind from Spark's query progress, metrics and the CLI line."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from services.spark.progress import ProgressMetrics, offsets_behind
+
+PROGRESS = {
+    "batchId": 3,
+    "numInputRows": 1200,
+    "inputRowsPerSecond": 400.0,
+    "processedRowsPerSecond": 600.5,
+    "sources": [
+        {
+            "endOffset": '{"t":{"0":100,"1":50}}',
+            "latestOffset": {"t": {"0": 130, "1": 50, "2": 7}},
+        }
+    ],
+    "sink": {"numOutputRows": 1200},
+}
+
+
+def test_offsets_behind_is_latest_minus_the_batch_end() -> None:
+    assert offsets_behind(PROGRESS) == {("t", 0): 30, ("t", 1): 0, ("t", 2): 7}
+    assert offsets_behind({"sources": [{"endOffset": None, "latestOffset": None}]}) == {}
+
+
+def test_each_progress_is_counted_once_and_exported() -> None:
+    m = ProgressMetrics("mirror")
+    line = m.observe(PROGRESS)
+    assert line == ("batch 3: 1200 rows, 400 rows/s in, 600 rows/s processed, 37 offsets behind")
+    assert m.observe(PROGRESS) is None  # same batch polled again
+    assert m.observe(None) is None
+    m.observe({**PROGRESS, "batchId": 4, "numInputRows": 30, "sink": {"numOutputRows": -1}})
+    text = generate_latest(m.registry).decode()
+    assert 'kafkapy_pipeline_input_rows_total{pipeline="mirror"} 1230.0' in text
+    assert 'kafkapy_pipeline_output_rows_total{pipeline="mirror"} 1200.0' in text
+    assert 'kafkapy_pipeline_batch_id{pipeline="mirror"} 4.0' in text
+    assert 'kafkapy_pipeline_offsets_behind{partition="0",pipeline="mirror",topic="t"} 30.0' in text
