@@ -239,7 +239,7 @@ def _retriable_offset_fetch_error(entry: Body) -> None:
     ``kafka-py consumer-groups --describe`` and the console while a coordinator fails over).
     Here the gateway is every group's coordinator address, so a new FindCoordinator gains the
     client nothing; "still loading, retry" is what is happening (the shard is moving to another
-    coordinator) and every client retries it (D??)."""
+    coordinator) and every client retries it (D51)."""
     if entry.get("error_code") in _COORDINATOR_GONE:
         entry["error_code"] = _LOADING
 
