@@ -17,13 +17,19 @@ Offsets = dict[tuple[str, int], int]
 
 
 def _offsets(raw: Any) -> Offsets:
-    """Spark's Kafka-source offset JSON (a string or already parsed) as {(topic, p): offset}."""
+    """Spark's Kafka-source offset JSON (a string or already parsed) as {(topic, p): offset};
+    other sources' offsets (a file source's ``{"logOffset": 3}``) give nothing."""
     if raw is None:
         return {}
     data = json.loads(raw) if isinstance(raw, str) else raw
     if not isinstance(data, Mapping):
         return {}
-    return {(t, int(p)): int(o) for t, parts in data.items() for p, o in parts.items()}
+    return {
+        (t, int(p)): int(o)
+        for t, parts in data.items()
+        if isinstance(parts, Mapping)
+        for p, o in parts.items()
+    }
 
 
 def offsets_behind(progress: Mapping[str, Any]) -> Offsets:

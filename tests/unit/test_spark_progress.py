@@ -38,3 +38,14 @@ def test_each_progress_is_counted_once_and_exported() -> None:
     assert 'kafkapy_pipeline_output_rows_total{pipeline="mirror"} 1200.0' in text
     assert 'kafkapy_pipeline_batch_id{pipeline="mirror"} 4.0' in text
     assert 'kafkapy_pipeline_offsets_behind{partition="0",pipeline="mirror",topic="t"} 30.0' in text
+
+
+def test_sources_other_than_kafka_have_no_offsets_behind() -> None:
+    """file-import reads Spark's file source, whose offsets are ``{"logOffset": N}``."""
+    progress = {
+        "sources": [
+            {"endOffset": {"logOffset": 3}, "latestOffset": {"logOffset": 5}},
+            {"endOffset": '{"t":{"0":4}}', "latestOffset": '{"t":{"0":9}}'},
+        ]
+    }
+    assert offsets_behind(progress) == {("t", 0): 5}
