@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import fcntl
+import functools
 import importlib.util
+import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import kubernetes_validate.utils
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +33,32 @@ _chart_deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_chart_deps)
 
 
+# kubernetes_validate.validate parses its version's 1.5 MB _definitions.json (and lists its
+# schema folders) on every call, about 1,500 calls per run: the same parsed schemas, once per
+# process (the validation itself is unchanged).
+kubernetes_validate.utils.schema_contents = functools.cache(
+    kubernetes_validate.utils.schema_contents
+)
+kubernetes_validate.utils.all_versions = functools.cache(kubernetes_validate.utils.all_versions)
+
+
 def update_dependencies(chart: Path = CHART) -> None:
     _chart_deps.update(chart)
+
+
+def update_dependencies_once(shared: Path) -> None:
+    """update_dependencies() once per pytest run: under pytest-xdist every worker asks, the
+    first does it (the others wait on a lock in ``shared``, the run's common temp folder) and
+    no worker rewrites the packed subcharts while another renders them."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        update_dependencies()
+        return
+    with open(shared / "chart-deps.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "chart-deps.done"
+        if not done.exists():
+            update_dependencies()
+            done.touch()
 
 
 def render(values: Mapping[str, Any] | None = None, chart: Path = CHART) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chart_support import update_dependencies  # noqa: E402  # isort: skip
+from chart_support import update_dependencies_once  # noqa: E402  # isort: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -22,5 +22,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def chart_dependencies() -> None:
-    update_dependencies()
+def chart_dependencies(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # under pytest-xdist, the parent of a worker's basetemp is the run's own (shared) folder
+    update_dependencies_once(tmp_path_factory.getbasetemp().parent)
