@@ -398,27 +398,29 @@ async def test_rebalance_timeout_removes_members_that_did_not_rejoin() -> None:
 
 
 async def test_session_expiry_removes_member_and_rebalances() -> None:
+    # sessions are real loop timers: a heartbeats at a third of its session (a busy machine
+    # running tests on every core can hold the loop for tens of milliseconds)
     env = Env()
-    a, b = await stable_group(env, "g", 2, session=80)
-    for _ in range(3):  # a keeps heartbeating, b does not
-        await asyncio.sleep(0.04)
+    a, b = await stable_group(env, "g", 2, session=300)
+    for _ in range(4):  # a keeps heartbeating, b does not
+        await asyncio.sleep(0.1)
         assert await env.heartbeat("g", a, 1) in (0, E.REBALANCE_IN_PROGRESS)
     group = env.shard.groups["g"]
     assert b not in group.members
     assert env.state("g") == "PreparingRebalance"
-    r = await env.join("g", a, session=80)
+    r = await env.join("g", a, session=300)
     assert r["generation_id"] == 2 and [m["member_id"] for m in r["members"]] == [a]
 
 
 async def test_member_waiting_in_join_does_not_expire() -> None:
     env = Env()
-    a, b = await stable_group(env, "g", 2, session=60, rebalance=250)
-    parked = asyncio.ensure_future(env.join("g", a, session=60, rebalance=250))
-    for _ in range(4):
-        await asyncio.sleep(0.03)
+    a, b = await stable_group(env, "g", 2, session=300, rebalance=1500)
+    parked = asyncio.ensure_future(env.join("g", a, session=300, rebalance=1500))
+    for _ in range(4):  # twice a's session; b heartbeats at a third of its own
+        await asyncio.sleep(0.15)
         await env.heartbeat("g", b, 1)
     assert a in env.shard.groups["g"].members and not parked.done()
-    await env.join("g", b, session=60, rebalance=250)
+    await env.join("g", b, session=300, rebalance=1500)
     assert (await parked)["generation_id"] == 2
 
 
