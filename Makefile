@@ -33,26 +33,46 @@ $(RPC_STAMP): $(PROTOS) $(STAMP)
 run: install
 	$(VENV)/bin/kafka-py cluster up $(if $(SECURE),--secure)
 
+# `make test` is two pytest runs and one exit code (non-zero when either fails; PYTEST_ARGS go to
+# both). First the tiers that start no cluster (chart, unit: CPU-bound, ~4,500 tests) on every
+# core with pytest-xdist (TEST_WORKERS: `-n` of pytest-xdist); then the tiers that start real
+# processes (e2e, integration with spark, kube-sim) in one process, one test at a time: they
+# are timing-sensitive on 2 cores. tests/conftest.py orders the tiers inside each run.
 # The kube-sim tier's images (minutes on a fresh machine: debootstrap, pip, apt) are built in the
-# background while the chart and unit tiers run first (tests/conftest.py orders the tiers); the
-# tier's fixture runs scripts/build-image.sh again, which waits for this build (flock) and then
-# finds them cached. PREBUILD_IMAGES=0: no background build.
+# background while the first run goes; the tier's fixture runs scripts/build-image.sh again,
+# which waits for this build (flock) and then finds them cached. PREBUILD_IMAGES=0: no
+# background build.
 PREBUILD_IMAGES ?= 1
 IMAGE_BUILD_LOG ?= image-build.log
+TEST_WORKERS ?= logical
+NO_CLUSTER_TIERS := tests/chart tests/unit
+CLUSTER_TIERS := tests/e2e tests/integration tests/kube_sim
 
+# exit code 5 (nothing collected: a PYTEST_ARGS -m/-k selecting tests of the other run only) is a
+# pass for one run, not for both
 test: install chart-deps
 	@build=; \
 	if [ "$(PREBUILD_IMAGES)" = 1 ]; then \
 	  ./scripts/build-image.sh >$(IMAGE_BUILD_LOG) 2>&1 & build=$$!; \
 	fi; \
-	$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	echo "== 1/2 chart and unit tiers, pytest-xdist -n $(TEST_WORKERS): $(NO_CLUSTER_TIERS)"; \
+	start=$$(date +%s); \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(NO_CLUSTER_TIERS) $(PYTEST_ARGS); first=$$?; \
+	mid=$$(date +%s); \
+	echo "== 2/2 e2e, integration, spark and kube-sim tiers, one at a time: $(CLUSTER_TIERS)"; \
+	$(PY) -m pytest -q $(CLUSTER_TIERS) $(PYTEST_ARGS); second=$$?; \
+	if [ $$first = 5 ] && [ $$second != 5 ]; then first=0; fi; \
+	if [ $$second = 5 ] && [ $$first != 5 ]; then second=0; fi; \
+	end=$$(date +%s); \
 	if [ -n "$$build" ] && ! wait $$build; then \
 	  echo "background image build failed (the kube-sim tier builds or skips itself): $(IMAGE_BUILD_LOG)" >&2; \
 	fi; \
-	exit $$rc
+	echo "== make test: chart+unit exit $$first in $$((mid - start))s;" \
+	  "e2e+integration+kube-sim exit $$second in $$((end - mid))s"; \
+	[ $$first = 0 ] && [ $$second = 0 ]
 
 unit: install
-	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit $(PYTEST_ARGS)
 
 integration: install
 	$(PY) -m pytest -q tests/integration tests/e2e $(PYTEST_ARGS)
@@ -66,7 +86,7 @@ chart-deps: install
 	$(PY) scripts/chart-deps.py
 
 chart-test: chart-deps
-	$(PY) -m pytest -q -m chart tests/chart $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m chart tests/chart $(PYTEST_ARGS)
 
 # the real image, the rendered workloads as podman containers on simulated zones (builds the
 # images first; docs/operations.md says what it does and does not prove)

@@ -30,7 +30,10 @@ def zk_connect(zk_server: ZooKeeperProcess) -> str:
 _TESTS = Path(__file__).resolve().parent
 # Tiers that start no cluster run first: `make test` builds the kube-sim images in the
 # background meanwhile (CPU-bound, timing-insensitive tests beside a mostly I/O-bound build),
-# and the cluster tiers then run without a build beside them.
+# and the cluster tiers then run without a build beside them. `make test` runs the first two
+# tiers in one pytest run on every core (pytest-xdist: each worker sorts the same collection
+# the same way), then the others in a second run, one test at a time; one plain `pytest` run
+# of everything gets the same order.
 TIER_ORDER = ("chart", "unit", "e2e", "integration", "kube_sim")
 
 
