@@ -290,9 +290,9 @@ def test_each_shipped_alert_fires_and_resolves(monitored: Monitored) -> None:
         "KafkaPyMultipleActiveControllers",
         lambda: prom.firing("KafkaPyMultipleActiveControllers", kafka_cluster=c.data_dir.name),
     )
-    c.kill("controller", 1, signal.SIGTERM)  # fixed: back with the cluster's zookeeper.connect
-    c.wait_exit("controller", 1)
-    c.start_process("controller", 1)
+    # fixed: back with the cluster's zookeeper.connect (a standby; ready while the test goes on)
+    c.kill("controller", 1)
+    c.start_process("controller", 1, wait=False)
     _wait(
         "MultipleActiveControllers resolved",
         lambda: not prom.active("KafkaPyMultipleActiveControllers"),
@@ -413,6 +413,8 @@ def _check_schema(name: str, board: dict[str, Any]) -> list[tuple[str, str]]:
     assert board["__inputs"][0]["name"] == "DS_PROMETHEUS", name
     ds = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
     assert [(v["name"], v["query"]) for v in ds] == [("DS_PROMETHEUS", "prometheus")], name
+    cluster = next(v for v in board["templating"]["list"] if v["name"] == "kafka_cluster")
+    assert cluster["includeAll"] and cluster["allValue"] == ".*", name  # unlabelled series too
     assert board["uid"] and board["title"] and board["schemaVersion"] >= 36, name
     panels = [p for p in board["panels"] if p["type"] != "row"]
     ids = [p["id"] for p in board["panels"]]
@@ -423,6 +425,8 @@ def _check_schema(name: str, board: dict[str, Any]) -> list[tuple[str, str]]:
         assert p["targets"] and {"x", "y", "w", "h"} <= set(p["gridPos"]), p["title"]
         for t in p["targets"]:
             assert t["datasource"]["uid"] == "${DS_PROMETHEUS}", p["title"]
+            # the cluster selector (the alert rules' kafka_cluster) applies to every query
+            assert 'kafka_cluster=~"$kafka_cluster"' in t["expr"], p["title"]
             queries.append((p["title"], t["expr"]))
     return queries
 
