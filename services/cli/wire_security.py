@@ -9,6 +9,7 @@ SaslHandshake v1, then SaslAuthenticate v2 tokens.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ class WireSecurity:
         return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of these settings (made once: files are read on the first use)."""
+        return _ssl_context(self)
+
+    def _make_ssl_context(self) -> ssl.SSLContext:
         if self.keystore:
             raise CliError(
                 "ssl.keystore.location: this command reads a PEM client certificate only "
@@ -119,3 +124,8 @@ class WireSecurity:
             scram.verify(token(scram.final(token(scram.first()))))
         except ScramError as exc:
             raise CliError(f"Authentication failed at {where}: {exc}", kind="forbidden") from None
+
+
+@functools.cache
+def _ssl_context(sec: WireSecurity) -> ssl.SSLContext:
+    return sec._make_ssl_context()
