@@ -4,7 +4,7 @@ It runs as one more process of the cluster, in ``<data_dir>/prometheus`` (config
 ``logs/prometheus.log``). Targets come from file-based service discovery: ``targets.json`` lists
 the admin port (``/metrics``) of every kafka-py service that is running, labelled
 ``job=<role>``, ``instance=<process name>``, ``zone`` and ``kafka_cluster`` (the name the
-cluster-wide alert rules aggregate by: the data dir's name), and is rewritten (atomically, by a
+cluster-wide alert rules aggregate by: the data dir's name without a leading dot), and is rewritten (atomically, by a
 rename that Prometheus's file watcher picks up) whenever a service starts or stops. The rules file
 (``deploy/prometheus/kafka-py-rules.yml`` unless another is given) is loaded, so its alerts are
 evaluated against the cluster; ``/api/v1/alerts`` shows them.
@@ -115,6 +115,11 @@ class LocalPrometheus:
         self._last_targets: list[dict[str, Any]] | None = None
 
     @property
+    def cluster(self) -> str:
+        """The ``kafka_cluster`` label: the data dir's name (``.kafka-py-data`` -> ``kafka-py-data``)."""
+        return self.dir.parent.name.lstrip(".") or "local"
+
+    @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
@@ -124,7 +129,7 @@ class LocalPrometheus:
 
     def sync(self, procs: Iterable[Target]) -> bool:
         """Rewrite ``targets.json`` if the running services changed; True when it did."""
-        doc = targets_document(procs, self.host, self.dir.parent.name)
+        doc = targets_document(procs, self.host, self.cluster)
         if doc == self._last_targets:
             return False
         self.dir.mkdir(parents=True, exist_ok=True)

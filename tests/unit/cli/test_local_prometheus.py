@@ -65,6 +65,9 @@ def test_targets_file_is_rewritten_only_when_the_processes_change(tmp_path: Path
     assert prom.sync([*PROCS[:3], _proc("storage-1", "storage", 7003), PROCS[4]])
     assert len(json.loads(path.read_text())) == 4
     assert not list((tmp_path / "prometheus").glob("*.tmp"))
+    assert LocalPrometheus(tmp_path / ".kafka-py-data", "h", PrometheusOptions()).cluster == (
+        "kafka-py-data"
+    )
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
