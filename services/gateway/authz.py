@@ -59,7 +59,6 @@ class EntryFilter:
     resource: Callable[[RequestContext, Body, Any], Named]
     or_cluster: bool = False  # allowed too when ``op`` is allowed on the cluster (CreateTopics)
     applies: Callable[[RequestContext, Body, Any], bool] | None = None  # None: every entry
-    code: ErrorCode | None = None  # None: the resource type's authorization error
     # response entries of denied request entries (None: from the handler's error_response)
     denied: Callable[[list[Any], ErrorCode], list[Body]] | None = None
 
@@ -213,8 +212,7 @@ RULES: dict[int, Rule] = {
                 "topics",
                 or_cluster=True,
                 applies=_needs_creation,
-                code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            ),
+            ),  # refused: TOPIC_AUTHORIZATION_FAILED, as Kafka (not UNKNOWN_TOPIC_OR_PARTITION)
         ),
         responses=(ResponseFilter(O.DESCRIBE, R.TOPIC, "topics", "name", "topics"),),
         call_when_all_denied=True,
@@ -400,7 +398,7 @@ def _split(
         elif who.can(flt.op, named) or (flt.or_cluster and who.can(flt.op, CLUSTER)):  # type: ignore[arg-type]
             kept.append(entry)
         else:
-            refused[flt.code or DENIED[named[0]]].append(entry)
+            refused[DENIED[named[0]]].append(entry)
     return kept, refused
 
 

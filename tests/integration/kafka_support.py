@@ -332,6 +332,65 @@ def split_bootstrap(bootstrap: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class RawClient:
+    """One connection; requests encoded with the product codec (top-level fields left out
+    take their defaults), answers read in order. :meth:`authenticate` logs it in with SASL
+    (PLAIN, or SCRAM through kafka-python's client) in KIP-152 framing."""
+
+    def __init__(self, bootstrap: str, client_id: str = "raw-it") -> None:
+        self.sock = socket.create_connection(split_bootstrap(bootstrap), timeout=10)
+        self.corr = 0
+        self.client_id = client_id
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, api_key: int, version: int, body: dict[str, Any]) -> int:
+        from services.common.protocol import default_dict, encode_request, message_spec
+
+        self.corr += 1
+        defaults = default_dict(message_spec(int(api_key), version, "request"))
+        assert set(body) <= set(defaults), f"not fields of the request: {set(body) - set(defaults)}"
+        full = {**defaults, **body}
+        try:
+            self.sock.sendall(
+                encode_request(int(api_key), version, self.corr, self.client_id, full)
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may close before it has read everything: that is a close too
+        return self.corr
+
+    def recv(self, api_key: int, version: int, corr: int) -> dict[str, Any]:
+        from services.common.protocol import decode_response
+
+        frame = read_frame(self.sock)
+        assert frame is not None, f"connection closed waiting for api {int(api_key)} {corr}"
+        got, body = decode_response(int(api_key), version, frame)
+        assert got == corr, f"response for correlation id {got}, expected {corr}"
+        return body
+
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.recv(api_key, version, self.send(api_key, version, body))
+
+    def authenticate(self, mechanism: str, user: str, password: str) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2; raises AssertionError when refused."""
+        hs = self.call(17, 1, {"mechanism": mechanism})
+        assert hs["error_code"] == 0, hs
+        if mechanism == "PLAIN":
+            auth = self.call(36, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+            assert auth["error_code"] == 0, auth
+            return
+        from kafka.net.sasl.scram import ScramClient
+
+        scram = ScramClient(user, password, mechanism)
+        first = self.call(36, 2, {"auth_bytes": scram.first_message()})
+        assert first["error_code"] == 0, first
+        scram.process_server_first_message(first["auth_bytes"])
+        final = self.call(36, 2, {"auth_bytes": scram.final_message()})
+        assert final["error_code"] == 0, final
+        scram.process_server_final_message(final["auth_bytes"])
+
+
 def produce_confluent(
     bootstrap: str,
     topic: str,
