@@ -21,17 +21,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
     ResourcePatternType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
 from confluent_kafka.admin import ResourceType as CfResourceType
+from kafka import TopicPartition as KpTopicPartition
 from kafka_support import RawClient, cli_ok, running_cluster
 
 from services.cli.local_cluster import LocalCluster
@@ -56,7 +71,10 @@ GROWN = "acl-parts"  # CreatePartitions
 NEW = "acl-new"  # CreateTopics
 AUTO = "acl-auto"  # Metadata auto-creation
 GROUP, GONE_GROUP, JOIN_GROUP = "acl-g", "acl-g2", "acl-join"
-TXN = "acl-tx"
+TXN, CF_TXN = "acl-tx", "acl-tx-cf"
+# OffsetDelete (kafka-python) of acl-t, then DeleteGroups (confluent-kafka); the offset of
+# acl-parts keeps the group (a group without offsets is gone)
+CLIENT_GROUP = "acl-g3"
 E = ErrorCode
 R, O, P = ResourceType, Operation, PatternType  # noqa: E741 - short names for the table
 CLUSTER_NAME = "kafka-cluster"
@@ -69,12 +87,19 @@ class Ctx:
     cluster: LocalCluster
     alice: RawClient  # opened before any ACL exists, never reconnected
     admin: RawClient  # the super user: reads state back
-    cf_admin: AdminClient
+    cf_admin: AdminClient  # the super user's, for grants
+    cf_alice: AdminClient  # alice's confluent-kafka AdminClient, kept for the whole module
+    kp_alice: Any  # alice's kafka-python KafkaAdminClient, likewise
     stash: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.cluster.gateway_ports[0]}"
+
+
+def _alice_conf(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": ALICE, "sasl.password": ALICE_PW}  # fmt: skip
 
 
 def _raw(bootstrap: str, mechanism: str, user: str, password: str) -> RawClient:
@@ -126,7 +151,7 @@ def snapshot(ctx: Ctx) -> dict[str, Any]:
     groups = {g["group_id"] for g in a.call(ApiKey.LIST_GROUPS, 4, {})["groups"]}
     fetched = a.call(
         ApiKey.OFFSET_FETCH, 8,
-        {"groups": [{"group_id": g, "topics": None} for g in (GROUP, GONE_GROUP, JOIN_GROUP)]},
+        {"groups": [{"group_id": g, "topics": None} for g in (GROUP, GONE_GROUP, CLIENT_GROUP)]},
     )  # fmt: skip
     configs = a.call(
         ApiKey.DESCRIBE_CONFIGS, 4,
@@ -303,6 +328,86 @@ def _auto_create(ctx: Ctx) -> frozenset[int]:
     return codes(ctx.alice.call(ApiKey.METADATA, 12, body)) - {int(E.LEADER_NOT_AVAILABLE)}
 
 
+def _cf(run: Callable[[Ctx], Any]) -> Callable[[Ctx], frozenset[int]]:
+    """A confluent-kafka call as alice: the error codes it reports (raised or per entry)."""
+
+    def call(ctx: Ctx) -> frozenset[int]:
+        try:
+            result = run(ctx)
+        except KafkaException as exc:
+            return frozenset({exc.args[0].code()})
+        if isinstance(result, dict):  # per-entry results (elect_leaders): KafkaError or None
+            return frozenset(e.code() for e in result.values() if isinstance(e, KafkaError))
+        return OK
+
+    return call
+
+
+def _results(futures: dict[Any, Any]) -> list[Any]:
+    return [f.result(15) for f in futures.values()]
+
+
+def _kp(run: Callable[[Any], Any]) -> Callable[[Ctx], frozenset[int]]:
+    """A kafka-python admin call as alice: the code of the error it raises, or of the errors
+    it returns per entry (``{entry: error class}``)."""
+    from kafka.errors import KafkaError as KpError
+
+    def call(ctx: Ctx) -> frozenset[int]:
+        try:
+            result = run(ctx.kp_alice)
+        except KpError as exc:
+            return frozenset({exc.errno})
+        if not isinstance(result, dict):
+            return OK
+        return frozenset(
+            e.errno for e in result.values() if getattr(e, "errno", 0) and not isinstance(e, dict)
+        )
+
+    return call
+
+
+def _kp_producers(ctx: Ctx) -> frozenset[int]:
+    """kafka-python's describe_producers as alice, sent to the gateway by id (the default
+    leader lookup reads Metadata, which hides the topic from her: UNKNOWN_TOPIC_OR_PARTITION)."""
+    tp = KpTopicPartition(TOPIC, 0)
+    return _kp(lambda k: k.describe_producers([tp], broker_id=ctx.stash["node"]))(ctx)
+
+
+def _kp_log_dirs(ctx: Ctx) -> bool:
+    """kafka-python's describe_log_dirs as alice: whether it got any log dir (it ignores the
+    top-level error; refused, the list is empty, as from Kafka)."""
+    return any(b["log_dirs"] for b in ctx.kp_alice.describe_log_dirs())
+
+
+def _cf_committed(ctx: Ctx) -> frozenset[int]:
+    """confluent-kafka's list_consumer_group_offsets as alice (OffsetFetch)."""
+    req = [ConsumerGroupTopicPartitions(GROUP, [TopicPartition(TOPIC, 0)])]
+    try:
+        got = _results(ctx.cf_alice.list_consumer_group_offsets(req))[0]
+    except KafkaException as exc:
+        return frozenset({exc.args[0].code()})
+    return frozenset(tp.error.code() for tp in got.topic_partitions if tp.error)
+
+
+def _cf_transaction(ctx: Ctx) -> frozenset[int]:
+    """confluent-kafka's transactional producer as alice: InitProducerId, AddPartitionsToTxn,
+    Produce, AddOffsetsToTxn, TxnOffsetCommit, EndTxn."""
+    conf = _alice_conf(ctx.bootstrap)
+    producer = Producer({**conf, "transactional.id": CF_TXN})
+    try:
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        producer.produce(TOPIC, b"in-a-transaction")
+        consumer = Consumer({**conf, "group.id": GROUP})
+        meta = consumer.consumer_group_metadata()
+        consumer.close()
+        producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 4)], meta, 15)
+        producer.commit_transaction(15)
+    except KafkaException as exc:
+        return frozenset({exc.args[0].code()})
+    return OK
+
+
 def _sasl(ctx: Ctx) -> frozenset[int]:
     """A new connection authenticates (SaslHandshake + SaslAuthenticate) without any ACL."""
     _raw(ctx.bootstrap, "SCRAM-SHA-256", ALICE, ALICE_PW).close()
@@ -325,6 +430,10 @@ _BOB_FILTER = {"resource_type_filter": 1, "pattern_type_filter": 1, "principal_f
 _BOB_SALT = b"bob-salt-0123456789"
 _BOB_SCRAM = {"name": "bob", "mechanism": 1, "iterations": 4096, "salt": _BOB_SALT,
               "salted_password": salted_password("sha256", "bob-secret", _BOB_SALT, 4096)}  # fmt: skip
+_CAROL_ACL = AclBinding(CfResourceType.TOPIC, "carol-t", ResourcePatternType.LITERAL, "User:carol",
+                        "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+_CAROL_FILTER = AclBindingFilter(CfResourceType.ANY, None, ResourcePatternType.ANY, "User:carol",
+                                 None, AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
 _TOPIC_CONFIG = [{"resource_type": 2, "resource_name": TOPIC}]
 _BOB_QUOTA = [{"entity": [{"entity_type": "user", "entity_name": "bob"}],
                "ops": [{"key": "producer_byte_rate", "value": 1048576.0, "remove": False}]}]  # fmt: skip
@@ -363,6 +472,8 @@ ROWS: tuple[Row, ...] = (
     Row(ApiKey.DESCRIBE_PRODUCERS,
         _wire(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": TOPIC, "partition_indexes": [0]}]}),
         TOPIC_DENIED, note="READ on the topic (granted for Fetch)"),
+    Row(ApiKey.DESCRIBE_PRODUCERS, _kp_producers,
+        TOPIC_DENIED, note="kafka-python"),
     # topics: CREATE, DELETE, ALTER, configs
     Row(ApiKey.CREATE_TOPICS,
         _wire(ApiKey.CREATE_TOPICS, 7, {"topics": [
@@ -386,6 +497,9 @@ ROWS: tuple[Row, ...] = (
             {"name": GROWN, "count": 2, "assignments": None}], "timeout": 10000}),
         TOPIC_DENIED, (Grant(R.TOPIC, GROWN, O.ALTER),),
         effect=_changed("topics", lambda b, a: (b[GROWN], a[GROWN]) == (1, 2))),
+    Row(ApiKey.CREATE_PARTITIONS, _cf(lambda c: _results(c.cf_alice.create_partitions(
+        [NewPartitions(GROWN, 3)]))), TOPIC_DENIED, note="confluent-kafka",
+        effect=_changed("topics", lambda b, a: (b[GROWN], a[GROWN]) == (2, 3))),
     Row(ApiKey.DESCRIBE_CONFIGS,
         _wire(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
             {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}]}),
@@ -400,6 +514,11 @@ ROWS: tuple[Row, ...] = (
             {"name": "retention.bytes", "config_operation": 0, "value": "1000000000"}]}]}),
         TOPIC_DENIED, note="ALTER_CONFIGS on the topic (granted for AlterConfigs)",
         effect=_changed("configs", lambda b, a: a["retention.bytes"] == "1000000000")),
+    Row(ApiKey.INCREMENTAL_ALTER_CONFIGS, _cf(lambda c: _results(c.cf_alice.incremental_alter_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, TOPIC, incremental_configs=[ConfigEntry(
+            "retention.ms", "172800000", incremental_operation=AlterConfigOpType.SET)])]))),
+        TOPIC_DENIED, note="confluent-kafka",
+        effect=_changed("configs", lambda b, a: a["retention.ms"] == "172800000")),
     # the cluster resource
     Row(ApiKey.DESCRIBE_CONFIGS,
         _wire(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
@@ -412,13 +531,15 @@ ROWS: tuple[Row, ...] = (
         CLUSTER_DENIED, (Grant(R.CLUSTER, CLUSTER_NAME, O.ALTER_CONFIGS),),
         effect=_changed("quotas", lambda b, a: len(a) == len(b) + 1)),
     Row(ApiKey.DESCRIBE_ACLS, _wire(ApiKey.DESCRIBE_ACLS, 3, _DESCRIBE_ACLS), CLUSTER_DENIED,
-        (Grant(R.CLUSTER, CLUSTER_NAME, O.DESCRIBE),),
-        cli=("--operation", "Describe", "--cluster")),
+        (Grant(R.CLUSTER, CLUSTER_NAME, O.DESCRIBE),)),
     Row(ApiKey.DESCRIBE_LOG_DIRS, _wire(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None}),
         CLUSTER_DENIED, note="DESCRIBE on the cluster"),
+    Row(ApiKey.DESCRIBE_LOG_DIRS, _kp_log_dirs, False, allowed=True, note="kafka-python"),
     Row(ApiKey.LIST_PARTITION_REASSIGNMENTS,
         _wire(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"topics": None}),
         CLUSTER_DENIED, note="DESCRIBE on the cluster"),
+    Row(ApiKey.LIST_PARTITION_REASSIGNMENTS, _kp(lambda k: k.list_partition_reassignments()),
+        CLUSTER_DENIED, note="kafka-python"),
     Row(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
         _wire(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None}),
         CLUSTER_DENIED, note="DESCRIBE on the cluster"),
@@ -426,21 +547,38 @@ ROWS: tuple[Row, ...] = (
         CLUSTER_DENIED, (Grant(R.CLUSTER, CLUSTER_NAME, O.ALTER),),
         effect=_changed("acls", lambda b, a: not any(x[3] == "User:bob" for x in b)
                         and any(x[3] == "User:bob" for x in a))),  # fmt: skip
+    Row(ApiKey.CREATE_ACLS, _cf(lambda c: _results(c.cf_alice.create_acls([_CAROL_ACL]))),
+        CLUSTER_DENIED, note="confluent-kafka",
+        effect=_changed("acls", lambda b, a: any(x[3] == "User:carol" for x in a))),
     Row(ApiKey.DELETE_ACLS, _wire(ApiKey.DELETE_ACLS, 3, {"filters": [_BOB_FILTER]}),
         CLUSTER_DENIED, note="ALTER on the cluster",
         effect=_changed("acls", lambda b, a: not any(x[3] == "User:bob" for x in a))),
+    Row(ApiKey.DELETE_ACLS, _cf(lambda c: _results(c.cf_alice.delete_acls([_CAROL_FILTER]))),
+        CLUSTER_DENIED, note="confluent-kafka",
+        effect=_changed("acls", lambda b, a: not any(x[3] == "User:carol" for x in a))),
     Row(ApiKey.ELECT_LEADERS,
         _wire(ApiKey.ELECT_LEADERS, 2, {"election_type": 0, "topic_partitions": [
             {"topic": TOPIC, "partitions": [0]}], "timeout": 10000}),
         CLUSTER_DENIED, allowed=_ok(E.ELECTION_NOT_NEEDED), note="ALTER on the cluster"),
+    Row(ApiKey.ELECT_LEADERS, _cf(lambda c: c.cf_alice.elect_leaders(
+        ElectionType.PREFERRED, [TopicPartition(TOPIC, 0)]).result(15)),
+        CLUSTER_DENIED, allowed=_ok(E.ELECTION_NOT_NEEDED), note="confluent-kafka"),
     Row(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         _wire(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, {"timeout": 10000, "topics": [
             {"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": None}]}]}),
         CLUSTER_DENIED, allowed=_ok(E.NO_REASSIGNMENT_IN_PROGRESS), note="ALTER on the cluster"),
+    Row(ApiKey.ALTER_PARTITION_REASSIGNMENTS, _kp(lambda k: k.alter_partition_reassignments(
+        {KpTopicPartition(TOPIC, 0): None})), CLUSTER_DENIED,
+        allowed=_ok(E.NO_REASSIGNMENT_IN_PROGRESS), note="kafka-python"),
     Row(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
         _wire(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": [_BOB_SCRAM]}),
         CLUSTER_DENIED, note="ALTER on the cluster",
         effect=_changed("scram_users", lambda b, a: "bob" not in b and "bob" in a)),
+    Row(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, _cf(lambda c: _results(
+        c.cf_alice.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-pw")]))),
+        CLUSTER_DENIED, note="confluent-kafka",
+        effect=_changed("scram_users", lambda b, a: "carol" in a)),
     # groups: READ (kafka-py acls, PREFIXED), DESCRIBE, DELETE
     Row(ApiKey.FIND_COORDINATOR,
         _wire(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [GROUP]}),
@@ -461,8 +599,11 @@ ROWS: tuple[Row, ...] = (
     Row(ApiKey.OFFSET_FETCH,  # v8: the error per group
         _wire(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": GROUP, "topics": None}]}),
         GROUP_DENIED, note="DESCRIBE on the group and the topic"),
+    Row(ApiKey.OFFSET_FETCH, _cf_committed, GROUP_DENIED, note="confluent-kafka"),
     Row(ApiKey.DESCRIBE_GROUPS, _wire(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [GROUP]}),
         GROUP_DENIED, note="DESCRIBE on the group"),
+    Row(ApiKey.DESCRIBE_GROUPS, _cf(lambda c: _results(c.cf_alice.describe_consumer_groups([GROUP]))),
+        GROUP_DENIED, note="confluent-kafka"),
     Row(ApiKey.LIST_GROUPS, _listed(ApiKey.LIST_GROUPS, 4, "groups", "group_id", GROUP),
         False, allowed=True, note="lists the groups the principal may DESCRIBE"),
     Row(ApiKey.JOIN_GROUP, _join, GROUP_DENIED, note="READ on the group"),
@@ -483,6 +624,13 @@ ROWS: tuple[Row, ...] = (
     Row(ApiKey.DELETE_GROUPS, _wire(ApiKey.DELETE_GROUPS, 2, {"groups_names": [GONE_GROUP]}),
         GROUP_DENIED, (Grant(R.GROUP, GONE_GROUP, O.DELETE),),
         effect=_changed("groups", lambda b, a: GONE_GROUP in b and GONE_GROUP not in a)),
+    Row(ApiKey.OFFSET_DELETE, _kp(lambda k: k.delete_group_offsets(
+        CLIENT_GROUP, [KpTopicPartition(TOPIC, 0)])), GROUP_DENIED,
+        (Grant(R.GROUP, CLIENT_GROUP, O.DELETE),), note="kafka-python",
+        effect=_changed("committed", lambda b, a: (CLIENT_GROUP, TOPIC, 0) not in a)),
+    Row(ApiKey.DELETE_GROUPS, _cf(lambda c: _results(c.cf_alice.delete_consumer_groups(
+        [CLIENT_GROUP]))), GROUP_DENIED, note="confluent-kafka",
+        effect=_changed("groups", lambda b, a: CLIENT_GROUP not in a)),
     # transactional ids: WRITE (PREFIXED), DESCRIBE
     Row(ApiKey.INIT_PRODUCER_ID,
         _wire(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": TXN, "transaction_timeout": 60000,
@@ -492,9 +640,14 @@ ROWS: tuple[Row, ...] = (
     Row(ApiKey.DESCRIBE_TRANSACTIONS,
         _wire(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [TXN]}), TXN_DENIED,
         note="DESCRIBE on the transactional id (implied by WRITE)"),
+    Row(ApiKey.DESCRIBE_TRANSACTIONS, _kp(lambda k: k.describe_transactions([TXN])), TXN_DENIED,
+        note="kafka-python"),
     Row(ApiKey.LIST_TRANSACTIONS,
         _listed(ApiKey.LIST_TRANSACTIONS, 1, "transaction_states", "transactional_id", TXN),
         False, allowed=True, note="lists the transactional ids the principal may DESCRIBE"),
+    Row(ApiKey.LIST_TRANSACTIONS, lambda c: TXN in {
+        t.transactional_id for ts in c.kp_alice.list_transactions().values() for t in ts},
+        False, allowed=True, note="kafka-python"),
     Row(ApiKey.ADD_PARTITIONS_TO_TXN,
         _wire(ApiKey.ADD_PARTITIONS_TO_TXN, 3, lambda c: {
             "v3_and_below_transactional_id": TXN, "v3_and_below_producer_id": c.stash.get("pid", 1),
@@ -516,17 +669,22 @@ ROWS: tuple[Row, ...] = (
         (Grant(R.CLUSTER, CLUSTER_NAME, O.CLUSTER_ACTION),),
         cli=("--operation", "ClusterAction", "--cluster"),
         effect=_changed("log_end", lambda b, a: a[(TOPIC, 0)] == b[(TOPIC, 0)] + 1)),
+    Row(ApiKey.END_TXN, _cf_transaction, TXN_DENIED, note="confluent-kafka's transactional producer",
+        effect=_changed("committed", lambda b, a: a.get((GROUP, TOPIC, 0)) == 4)),
 )  # fmt: skip
 
-# DENY over ALLOW (phase 3): (deny, row whose request is refused again, the error then)
-DENIALS: tuple[tuple[Grant, ApiKey, frozenset[int]], ...] = (
-    # a LITERAL DENY over the PREFIXED ALLOW READ on acl-*
-    (Grant(R.TOPIC, TOPIC, O.READ, deny=True), ApiKey.FETCH, TOPIC_DENIED),
+# DENY over ALLOW (phase 3): a DENY, the rows (raw or client, the last of their API) refused
+# again, and the error they then get
+DENIALS: tuple[tuple[Grant, tuple[ApiKey, ...], frozenset[int]], ...] = (
+    # LITERAL DENYs over the PREFIXED ALLOWs of acl-*
+    (Grant(R.TOPIC, TOPIC, O.READ, deny=True), (ApiKey.FETCH,), TOPIC_DENIED),
+    (Grant(R.TOPIC, TOPIC, O.WRITE, deny=True),
+     (ApiKey.PRODUCE, ApiKey.ADD_PARTITIONS_TO_TXN), TOPIC_DENIED),
     # a PREFIXED DENY of DESCRIBE over the PREFIXED ALLOW READ (which implies DESCRIBE)
-    (Grant(R.GROUP, "acl-g", O.DESCRIBE, P.PREFIXED, deny=True), ApiKey.DESCRIBE_GROUPS,
+    (Grant(R.GROUP, "acl-g", O.DESCRIBE, P.PREFIXED, deny=True), (ApiKey.DESCRIBE_GROUPS,),
      GROUP_DENIED),
     # DENY ALL over the ALLOW ALTER on the cluster
-    (Grant(R.CLUSTER, CLUSTER_NAME, O.ALL, deny=True), ApiKey.ELECT_LEADERS, CLUSTER_DENIED),
+    (Grant(R.CLUSTER, CLUSTER_NAME, O.ALL, deny=True), (ApiKey.ELECT_LEADERS,), CLUSTER_DENIED),
 )  # fmt: skip
 
 
@@ -561,8 +719,18 @@ def ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctx]:
         cf_admin.alter_user_scram_credentials([upsert])[ALICE].result(30)
         admin = _raw(bootstrap, "PLAIN", "admin", ADMIN_PW)
         _setup(admin)
+        node = admin.call(ApiKey.METADATA, 12, {"topics": []})["brokers"][0]["node_id"]
         alice = _raw(bootstrap, "SCRAM-SHA-256", ALICE, ALICE_PW)
-        yield Ctx(cluster, alice, admin, cf_admin)
+        from kafka.admin import KafkaAdminClient
+
+        kp_alice = KafkaAdminClient(
+            bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=ALICE,
+            sasl_plain_password=ALICE_PW,
+        )  # fmt: skip
+        yield Ctx(cluster, alice, admin, cf_admin, AdminClient(_alice_conf(bootstrap)), kp_alice,
+                  {"node": node})  # fmt: skip
+        kp_alice.close()
         alice.close()
         admin.close()
 
@@ -590,9 +758,9 @@ def _setup(admin: RawClient) -> None:
         while codes(resp := admin.call(ApiKey.FIND_COORDINATOR, 4, body)):
             assert time.monotonic() < deadline, resp
             time.sleep(0.2)
-    for group in (GROUP, GONE_GROUP):
+    for group in (GROUP, GONE_GROUP, CLIENT_GROUP):
         body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                "topics": _parts(TOPIC, committed_offset=1)}  # fmt: skip
+                "topics": _parts(TOPIC, committed_offset=1) + _parts(GROWN, committed_offset=0)}  # fmt: skip
         while codes(resp := admin.call(ApiKey.OFFSET_COMMIT, 8, body)):
             assert time.monotonic() < deadline, resp
             time.sleep(0.2)
@@ -672,19 +840,20 @@ def test_every_api_refused_without_its_acl_and_served_with_it(ctx: Ctx) -> None:
         got, waited = _until(ctx, row, row.allowed)
         assert got == row.allowed, f"{_name(row)} with its ACL: {got} after {waited:.1f}s"
         if row.grants:
-            waits[f"{row.api.name}{' (kafka-py acls)' if row.cli else ''}"] = waited
+            waits[f"{_name(row)}{' [kafka-py acls]' if row.cli else ''}"] = waited
         if row.effect is not None:  # some effects land after the answer (txn markers)
             _eventually(row.effect, before, ctx)
     print("grant -> served on the open connection (s):", {k: round(v, 2) for k, v in waits.items()})
 
     # phase 3: DENY wins over ALLOW (LITERAL over PREFIXED, PREFIXED, ALL)
     by_api = {row.api: row for row in ROWS}
-    for deny, api, code in DENIALS:
-        row = by_api[api]
-        assert row.call(ctx) == row.allowed
+    for deny, apis, code in DENIALS:
+        for api in apis:
+            assert by_api[api].call(ctx) == by_api[api].allowed, api.name
         for fut in ctx.cf_admin.create_acls([deny.binding()]).values():
             fut.result(30)
         before = snapshot(ctx)
-        got, waited = _until(ctx, row, code)
-        assert got == code, f"{api.name} after DENY {deny}: {got}"
-        assert not _diff(before, snapshot(ctx))
+        for api in apis:
+            got, waited = _until(ctx, by_api[api], code)
+            assert got == code, f"{_name(by_api[api])} after DENY {deny}: {got}"
+        assert not _diff(before, snapshot(ctx)), f"refused after DENY {deny}, yet changed"
