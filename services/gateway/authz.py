@@ -383,7 +383,21 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
         resp[flt.response_field] = list(resp.get(flt.response_field) or []) + answers
     if after_groups is not None:
         after_groups(resp)
+    if ctx.api_key == ApiKey.CREATE_TOPICS and version >= 5:
+        _created_topic_configs(who, resp)
     return resp
+
+
+def _created_topic_configs(who: _Who, resp: Body) -> None:
+    """CreateTopics v5+ shows a topic's configs and layout only to a principal that may
+    DESCRIBE_CONFIGS it; otherwise ``topic_config_error_code`` is TOPIC_AUTHORIZATION_FAILED
+    and they are left out, as Kafka (topics that failed validation keep NONE there)."""
+    shown = (ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    for t in resp.get("topics") or []:
+        if t.get("error_code", 0) not in shown or who.can(O.DESCRIBE_CONFIGS, (R.TOPIC, t["name"])):
+            continue
+        t["topic_config_error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        t.update(configs=[], num_partitions=-1, replication_factor=-1)
 
 
 def _split(

@@ -72,6 +72,7 @@ NEW = "acl-new"  # CreateTopics
 AUTO = "acl-auto"  # Metadata auto-creation
 GROUP, GONE_GROUP, JOIN_GROUP = "acl-g", "acl-g2", "acl-join"
 TXN, CF_TXN = "acl-tx", "acl-tx-cf"
+TXN_RULE = "WRITE on the transactional id and the topic"
 # OffsetDelete (kafka-python) of acl-t, then DeleteGroups (confluent-kafka); the offset of
 # acl-parts keeps the group (a group without offsets is gone)
 CLIENT_GROUP = "acl-g3"
@@ -321,6 +322,13 @@ def _listed(api: ApiKey, version: int, field_: str, key: str, name: str) -> Call
     return call
 
 
+def _create_topic(ctx: Ctx) -> tuple[int, int, int, int]:
+    """CreateTopics v7 of NEW: (error, config error, partitions shown, configs shown)."""
+    body = {"topics": [{"name": NEW, "num_partitions": 1, "replication_factor": 1}]}
+    t = ctx.alice.call(ApiKey.CREATE_TOPICS, 7, body)["topics"][0]
+    return t["error_code"], t["topic_config_error_code"], t["num_partitions"], len(t["configs"])
+
+
 def _auto_create(ctx: Ctx) -> frozenset[int]:
     """Metadata naming a missing topic with auto-creation on; LEADER_NOT_AVAILABLE is the
     answer of a topic just created (its leader not elected yet), as Kafka's."""
@@ -475,10 +483,9 @@ ROWS: tuple[Row, ...] = (
     Row(ApiKey.DESCRIBE_PRODUCERS, _kp_producers,
         TOPIC_DENIED, note="kafka-python"),
     # topics: CREATE, DELETE, ALTER, configs
-    Row(ApiKey.CREATE_TOPICS,
-        _wire(ApiKey.CREATE_TOPICS, 7, {"topics": [
-            {"name": NEW, "num_partitions": 1, "replication_factor": 1}]}),
-        TOPIC_DENIED, (Grant(R.TOPIC, NEW, O.CREATE),),
+    Row(ApiKey.CREATE_TOPICS, _create_topic, (E.TOPIC_AUTHORIZATION_FAILED, 29, -1, 0),
+        (Grant(R.TOPIC, NEW, O.CREATE),), allowed=(E.NONE, 29, -1, 0),
+        note="CREATE; the created topic's configs only with DESCRIBE_CONFIGS",
         effect=_changed("topics", lambda b, a: NEW not in b and a.get(NEW) == 1)),
     Row(ApiKey.METADATA,  # auto-creation: DESCRIBE and CREATE, else TOPIC_AUTHORIZATION_FAILED
         _auto_create, TOPIC_DENIED, (Grant(R.TOPIC, AUTO, O.CREATE),),
@@ -637,6 +644,13 @@ ROWS: tuple[Row, ...] = (
               "producer_id": -1, "producer_epoch": -1}, keep=_keep_pid),
         TXN_DENIED, (Grant(R.TRANSACTIONAL_ID, "acl-", O.WRITE, P.PREFIXED),),
         effect=_changed("txn", lambda b, a: a[0][2] > b[0][2])),
+    Row(ApiKey.FIND_COORDINATOR,
+        _wire(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [TXN]}), TXN_DENIED,
+        note="DESCRIBE on the transactional id (implied by WRITE)"),
+    Row(ApiKey.PRODUCE, _wire(ApiKey.PRODUCE, 9, lambda c: {**_produce(c), "transactional_id": TXN,
+        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": b""}]}]}),
+        TXN_DENIED, allowed=_ok(E.INVALID_RECORD),
+        note="transactional: WRITE on the transactional id too (then the empty batch is refused)"),
     Row(ApiKey.DESCRIBE_TRANSACTIONS,
         _wire(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [TXN]}), TXN_DENIED,
         note="DESCRIBE on the transactional id (implied by WRITE)"),
@@ -653,7 +667,7 @@ ROWS: tuple[Row, ...] = (
             "v3_and_below_transactional_id": TXN, "v3_and_below_producer_id": c.stash.get("pid", 1),
             "v3_and_below_producer_epoch": c.stash.get("epoch", 0),
             "v3_and_below_topics": [{"name": TOPIC, "partitions": [0]}]}),
-        TXN_DENIED, note="WRITE on the transactional id and the topic"),
+        TXN_DENIED, note=TXN_RULE),
     Row(ApiKey.ADD_OFFSETS_TO_TXN,
         _wire(ApiKey.ADD_OFFSETS_TO_TXN, 3, lambda c: _txn(c, group_id=GROUP)),
         TXN_DENIED, note="WRITE on the transactional id, READ on the group"),
@@ -673,18 +687,19 @@ ROWS: tuple[Row, ...] = (
         effect=_changed("committed", lambda b, a: a.get((GROUP, TOPIC, 0)) == 4)),
 )  # fmt: skip
 
-# DENY over ALLOW (phase 3): a DENY, the rows (raw or client, the last of their API) refused
-# again, and the error they then get
-DENIALS: tuple[tuple[Grant, tuple[ApiKey, ...], frozenset[int]], ...] = (
+# DENY over ALLOW (phase 3): a DENY, the rows refused again ((api, note) of a row), and the
+# error they then get
+DENIALS: tuple[tuple[Grant, tuple[tuple[ApiKey, str], ...], frozenset[int]], ...] = (
     # LITERAL DENYs over the PREFIXED ALLOWs of acl-*
-    (Grant(R.TOPIC, TOPIC, O.READ, deny=True), (ApiKey.FETCH,), TOPIC_DENIED),
+    (Grant(R.TOPIC, TOPIC, O.READ, deny=True), ((ApiKey.FETCH, ""),), TOPIC_DENIED),
     (Grant(R.TOPIC, TOPIC, O.WRITE, deny=True),
-     (ApiKey.PRODUCE, ApiKey.ADD_PARTITIONS_TO_TXN), TOPIC_DENIED),
+     ((ApiKey.PRODUCE, ""), (ApiKey.ADD_PARTITIONS_TO_TXN, TXN_RULE)), TOPIC_DENIED),
     # a PREFIXED DENY of DESCRIBE over the PREFIXED ALLOW READ (which implies DESCRIBE)
-    (Grant(R.GROUP, "acl-g", O.DESCRIBE, P.PREFIXED, deny=True), (ApiKey.DESCRIBE_GROUPS,),
+    (Grant(R.GROUP, "acl-g", O.DESCRIBE, P.PREFIXED, deny=True), ((ApiKey.DESCRIBE_GROUPS, "confluent-kafka"),),
      GROUP_DENIED),
     # DENY ALL over the ALLOW ALTER on the cluster
-    (Grant(R.CLUSTER, CLUSTER_NAME, O.ALL, deny=True), (ApiKey.ELECT_LEADERS,), CLUSTER_DENIED),
+    (Grant(R.CLUSTER, CLUSTER_NAME, O.ALL, deny=True), ((ApiKey.ELECT_LEADERS, "confluent-kafka"),),
+     CLUSTER_DENIED),
 )  # fmt: skip
 
 
@@ -846,14 +861,15 @@ def test_every_api_refused_without_its_acl_and_served_with_it(ctx: Ctx) -> None:
     print("grant -> served on the open connection (s):", {k: round(v, 2) for k, v in waits.items()})
 
     # phase 3: DENY wins over ALLOW (LITERAL over PREFIXED, PREFIXED, ALL)
-    by_api = {row.api: row for row in ROWS}
-    for deny, apis, code in DENIALS:
-        for api in apis:
-            assert by_api[api].call(ctx) == by_api[api].allowed, api.name
+    by_key = {(row.api, row.note): row for row in ROWS}
+    for deny, keys, code in DENIALS:
+        rows = [by_key[k] for k in keys]
+        for row in rows:
+            assert row.call(ctx) == row.allowed, _name(row)
         for fut in ctx.cf_admin.create_acls([deny.binding()]).values():
             fut.result(30)
         before = snapshot(ctx)
-        for api in apis:
-            got, waited = _until(ctx, by_api[api], code)
-            assert got == code, f"{_name(by_api[api])} after DENY {deny}: {got}"
+        for row in rows:
+            got, waited = _until(ctx, row, code)
+            assert got == code, f"{_name(row)} after DENY {deny}: {got}"
         assert not _diff(before, snapshot(ctx)), f"refused after DENY {deny}, yet changed"
