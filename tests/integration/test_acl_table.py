@@ -73,6 +73,7 @@ AUTO = "acl-auto"  # Metadata auto-creation
 GROUP, GONE_GROUP, JOIN_GROUP = "acl-g", "acl-g2", "acl-join"
 TXN, CF_TXN = "acl-tx", "acl-tx-cf"
 TXN_RULE = "WRITE on the transactional id and the topic"
+OFFSET_COMMIT_RULE = "READ on the group and the topic"
 # OffsetDelete (kafka-python) of acl-t, then DeleteGroups (confluent-kafka); the offset of
 # acl-parts keeps the group (a group without offsets is gone)
 CLIENT_GROUP = "acl-g3"
@@ -597,7 +598,7 @@ ROWS: tuple[Row, ...] = (
     Row(ApiKey.OFFSET_COMMIT,
         _wire(ApiKey.OFFSET_COMMIT, 8, {"group_id": GROUP, "generation_id_or_member_epoch": -1,
               "member_id": "", "topics": _parts(TOPIC, committed_offset=2)}),
-        GROUP_DENIED, note="READ on the group and the topic",
+        GROUP_DENIED, note=OFFSET_COMMIT_RULE,
         effect=_changed("committed", lambda b, a: a.get((GROUP, TOPIC, 0)) == 2)),
     Row(ApiKey.OFFSET_FETCH,
         _wire(ApiKey.OFFSET_FETCH, 7, {"group_id": GROUP, "topics": [
@@ -691,7 +692,8 @@ ROWS: tuple[Row, ...] = (
 # error they then get
 DENIALS: tuple[tuple[Grant, tuple[tuple[ApiKey, str], ...], frozenset[int]], ...] = (
     # LITERAL DENYs over the PREFIXED ALLOWs of acl-*
-    (Grant(R.TOPIC, TOPIC, O.READ, deny=True), ((ApiKey.FETCH, ""),), TOPIC_DENIED),
+    (Grant(R.TOPIC, TOPIC, O.READ, deny=True), ((ApiKey.FETCH, ""), (ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_RULE),
+     (ApiKey.DESCRIBE_PRODUCERS, "kafka-python")), TOPIC_DENIED),
     (Grant(R.TOPIC, TOPIC, O.WRITE, deny=True),
      ((ApiKey.PRODUCE, ""), (ApiKey.ADD_PARTITIONS_TO_TXN, TXN_RULE)), TOPIC_DENIED),
     # a PREFIXED DENY of DESCRIBE over the PREFIXED ALLOW READ (which implies DESCRIBE)
