@@ -136,6 +136,7 @@ OK = frozenset[int]()
 
 
 # ---- what the super user reads back --------------------------------------------------------
+_SOFTWARE = {"client_software_name": "acl-table", "client_software_version": "1"}
 # DescribeAcls / DeleteAcls filters: ANY resource type, pattern, operation and permission
 _DESCRIBE_ACLS = {
     "resource_type_filter": 1,
@@ -420,9 +421,15 @@ def _cf_transaction(ctx: Ctx) -> frozenset[int]:
 
 
 def _sasl(ctx: Ctx) -> frozenset[int]:
-    """A new connection authenticates (SaslHandshake + SaslAuthenticate) without any ACL."""
-    _raw(ctx.bootstrap, "SCRAM-SHA-256", ALICE, ALICE_PW).close()
-    return OK
+    """A new connection: ApiVersions before authenticating (KIP-43), then SaslHandshake and
+    SaslAuthenticate, none of them needing an ACL."""
+    c = RawClient(ctx.bootstrap, client_id="acl-table-new")
+    try:
+        found = codes(c.call(ApiKey.API_VERSIONS, 3, _SOFTWARE))
+        c.authenticate("SCRAM-SHA-256", ALICE, ALICE_PW)
+    finally:
+        c.close()
+    return found
 
 
 def _changed(key: str, check: Callable[[Any, Any], bool]) -> Callable[[dict, dict], None]:
@@ -450,8 +457,7 @@ _BOB_QUOTA = [{"entity": [{"entity_type": "user", "entity_name": "bob"}],
 # Kafka's rule per API (KafkaApis): the row's ``grants`` are what it adds, in this order.
 ROWS: tuple[Row, ...] = (
     # always allowed
-    Row(ApiKey.API_VERSIONS, _wire(ApiKey.API_VERSIONS, 3,
-        {"client_software_name": "acl-table", "client_software_version": "1"}), OK),
+    Row(ApiKey.API_VERSIONS, _wire(ApiKey.API_VERSIONS, 3, _SOFTWARE), OK),
     Row(ApiKey.SASL_HANDSHAKE, _sasl, OK),
     Row(ApiKey.SASL_AUTHENTICATE, _sasl, OK),
     Row(ApiKey.DESCRIBE_CLUSTER, _wire(ApiKey.DESCRIBE_CLUSTER, 1, {}), OK),
@@ -604,6 +610,10 @@ ROWS: tuple[Row, ...] = (
         _wire(ApiKey.OFFSET_FETCH, 7, {"group_id": GROUP, "topics": [
             {"name": TOPIC, "partition_indexes": [0]}]}),
         GROUP_DENIED, note="DESCRIBE on the group and the topic"),
+    *(Row(ApiKey.OFFSET_FETCH,  # v1: the error per partition; v2+: top-level too
+          _wire(ApiKey.OFFSET_FETCH, v, {"group_id": GROUP, "topics": [
+              {"name": TOPIC, "partition_indexes": [0]}]}),
+          GROUP_DENIED, note=f"v{v}: DESCRIBE on the group and the topic") for v in (1, 2)),
     Row(ApiKey.OFFSET_FETCH,  # v8: the error per group
         _wire(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": GROUP, "topics": None}]}),
         GROUP_DENIED, note="DESCRIBE on the group and the topic"),
@@ -829,8 +839,7 @@ def _name(row: Row) -> str:
 def test_every_api_refused_without_its_acl_and_served_with_it(ctx: Ctx) -> None:
     served = {int(k) for k in advertised_versions()}  # the gateway's own API table
     # ApiVersions on the wire says the same
-    versions = ctx.alice.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "acl-table",
-                                                       "client_software_version": "1"})  # fmt: skip
+    versions = ctx.alice.call(ApiKey.API_VERSIONS, 3, _SOFTWARE)
     assert {e["api_key"] for e in versions["api_keys"]} == served
     missing = sorted(ApiKey(k).name for k in served - {int(r.api) for r in ROWS})
     assert not missing, f"advertised APIs without an ACL row: {missing}"
