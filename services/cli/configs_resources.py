@@ -12,7 +12,7 @@ tool refuses it.
 The requests go through ``services.cli.wire`` (DescribeConfigs v4, IncrementalAlterConfigs v1),
 not confluent-kafka: its AdminClient cannot name the cluster-wide broker default (resource name
 ``""``) and keeps synonyms in a dict keyed by name, which loses a broker config's dynamic,
-default and static synonyms of one name. The wire helper talks PLAINTEXT only.
+default and static synonyms of one name. The wire helper speaks TLS and SASL as configured.
 """
 
 from __future__ import annotations
@@ -218,12 +218,6 @@ def _targets(args: argparse.Namespace, client: ConfigsClient) -> list[Target]:
 
 
 def run(args: argparse.Namespace, conf: dict[str, Any], out: TextIO) -> int:
-    protocol = str(conf.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol != "PLAINTEXT":
-        raise CliError(
-            f"configs --entity-type {args.entity_type} talks PLAINTEXT only, not {protocol}: "
-            "give the bootstrap server of a PLAINTEXT listener"
-        )
     if args.all and not args.describe:
         raise UsageError("--all goes with --describe")
     client = ConfigsClient(str(conf["bootstrap.servers"]), args.request_timeout_ms / 1000.0)

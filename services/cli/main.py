@@ -35,7 +35,9 @@ from services.cli import (
     serve,
     topics,
     transactions,
+    wire,
 )
+from services.cli.client_security import security_properties
 from services.cli.common import (
     DEFAULT_BOOTSTRAP,
     CliError,
@@ -73,7 +75,8 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
         "--command-config",
         default=default,
         metavar="FILE",
-        help="client properties file (librdkafka names, e.g. security.protocol)",
+        help="client properties file: a Kafka tool's (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.truststore.location...) or librdkafka's names",
     )
     parser.add_argument(
         "--request-timeout-ms",
@@ -131,9 +134,12 @@ def _client_base(args: argparse.Namespace) -> dict[str, Any]:
     if args.request_timeout_ms < 1:
         raise UsageError("--request-timeout-ms must be positive")
     bootstrap = getattr(args, "bootstrap_server", None) or DEFAULT_BOOTSTRAP
-    extra = read_properties(args.command_config) if getattr(args, "command_config", None) else {}
+    path = getattr(args, "command_config", None)
+    extra = security_properties(read_properties(path)) if path else {}
     ensure_reachable(bootstrap, timeout=min(5.0, args.request_timeout_ms / 1000.0))
-    return client_config(bootstrap, args.verbose, extra)
+    conf = client_config(bootstrap, args.verbose, extra)
+    wire.configure(conf)  # the commands' own requests: the same TLS/SASL settings
+    return conf
 
 
 def _dispatch(args: argparse.Namespace) -> int:

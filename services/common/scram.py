@@ -182,3 +182,60 @@ class ScramServer:
             raise ScramError("Authentication failed: Invalid user credentials")
         server_sig = _hmac(self.digest, cred.server_key, auth_message)
         return b"v=" + base64.b64encode(server_sig)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class ScramClient:
+    """The client side of one exchange (as Kafka's ScramSaslClient): ``first()`` ->
+    client-first, ``final(server-first)`` -> client-final, ``verify(server-final)``. A bad
+    server message, an ``e=`` error or a wrong server signature raises :class:`ScramError`."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.digest = MECHANISMS[mechanism]
+        self._user = username.replace("=", "=3D").replace(",", "=2C")
+        self._password = password
+        self._nonce = secrets.token_hex(16)
+        self._bare = ""
+        self._auth_message = b""
+        self._salted = b""
+
+    def first(self) -> bytes:
+        self._bare = f"n={self._user},r={self._nonce}"
+        return f"n,,{self._bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        try:
+            text = server_first.decode("utf-8")
+            attrs = dict(_attrs(text))
+            nonce, salt, iterations = attrs["r"], base64.b64decode(attrs["s"]), int(attrs["i"])
+        except (UnicodeDecodeError, KeyError, ValueError, binascii.Error):
+            raise ScramError("Invalid SCRAM server first message") from None
+        if "e" in attrs:
+            raise ScramError(f"SCRAM error: {attrs['e']}")
+        if not nonce.startswith(self._nonce) or nonce == self._nonce:
+            raise ScramError("Invalid server nonce: does not start with the client nonce")
+        if iterations < MIN_ITERATIONS:
+            raise ScramError(f"Requested iterations {iterations} is less than {MIN_ITERATIONS}")
+        without_proof = f"c={_b64(b'n,,')},r={nonce}"
+        self._auth_message = f"{self._bare},{text},{without_proof}".encode()
+        self._salted = salted_password(self.digest, self._password, salt, iterations)
+        client_key = _hmac(self.digest, self._salted, b"Client Key")
+        stored_key = hashlib.new(self.digest, client_key).digest()
+        signature = _hmac(self.digest, stored_key, self._auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return f"{without_proof},p={_b64(proof)}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        try:
+            attrs = dict(_attrs(server_final.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise ScramError("Invalid SCRAM server final message") from None
+        if "e" in attrs:
+            raise ScramError(f"SCRAM error: {attrs['e']}")
+        server_key = _hmac(self.digest, self._salted, b"Server Key")
+        expected = _b64(_hmac(self.digest, server_key, self._auth_message))
+        if not hmac.compare_digest(attrs.get("v", ""), expected):
+            raise ScramError("Invalid server signature in the SCRAM server final message")

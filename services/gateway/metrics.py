@@ -39,9 +39,10 @@ TOTAL_TIME_MS = Histogram(
     ["request"],
     buckets=_LATENCY_BUCKETS_MS,
 )
+# Kafka's ErrorsPerSec: error codes in responses (each partition/topic/resource), NONE included
 REQUEST_ERRORS = Counter(
     "kafka_network_requestmetrics_errors",
-    "Requests that failed inside the gateway",
+    "Error codes in responses, per API and error (NONE included), as Kafka's ErrorsPerSec",
     ["request", "error"],
 )
 INFLIGHT = Gauge(

@@ -21,7 +21,11 @@ a Kafka broker guarantees, per (connection, partition):
   later batches of the same producer id and epoch (higher sequence, sent before the client saw
   the failure) are answered NOT_LEADER_OR_FOLLOWER without being sent (truthfully "not
   persisted": the client refreshes its metadata and resends them in order), until the client's
-  retry (a sequence at or below the failed one) or a new producer epoch arrives.
+  retry (a sequence at or below the failed one) or a new producer epoch arrives - or until
+  the partition's leader shows the failed batch stored after all (``fence_to_check``,
+  fence_check.py): the client may have resent it over another connection (a client keeps one
+  per broker id, and several ids can name one gateway) or through another gateway, and would
+  otherwise meet this fence on every later batch.
 
 The state lives as long as the connection; it costs one dict entry per partition produced to.
 """
@@ -50,6 +54,7 @@ class _Fence:
     producer_id: int
     producer_epoch: int
     sequence: int  # base sequence of the batch that failed
+    checking: bool = False  # a look at the leader's producer state is under way
 
 
 @dataclass(slots=True)
@@ -101,6 +106,31 @@ class ProduceOrder:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             state.fence = None  # the retry, or a new producer (epoch): the failure was seen
         return state.node if state.in_flight else leader
+
+    def fence_to_check(self, tp: TopicPartition) -> tuple[int, int, int] | None:
+        """The fence of ``tp`` (producer id, epoch, failed base sequence) when a batch met it
+        and no look at the leader is under way; marks it as being looked at."""
+        state = self._partitions.get(tp)
+        fence = state.fence if state is not None else None
+        if fence is None or fence.checking:
+            return None
+        fence.checking = True
+        return fence.producer_id, fence.producer_epoch, fence.sequence
+
+    def fence_checked(self, tp: TopicPartition, fence: tuple[int, int, int], stale: bool) -> None:
+        """The leader's answer for ``fence`` (from ``fence_to_check``): ``stale`` when the
+        failed batch is in its log, which lifts the fence (if no newer failure replaced it)."""
+        state = self._partitions.get(tp)
+        current = state.fence if state is not None else None
+        if state is None or current is None:
+            return
+        if (current.producer_id, current.producer_epoch, current.sequence) != fence:
+            return
+        current.checking = False
+        if stale:
+            state.fence = None
+            if state.in_flight <= 0:
+                del self._partitions[tp]
 
     def sent(self, tp: TopicPartition, node: int) -> None:
         """A batch of ``tp`` went to ``node``; ``answered`` must follow."""

@@ -29,7 +29,7 @@ from services.common.protocol import (
     parse_request_header,
 )
 from services.common.protocol.primitives import Buffer
-from services.gateway import authz, metrics, quota_enforcement
+from services.gateway import authz, error_counts, metrics, quota_enforcement
 from services.gateway.connection_quotas import ConnectionQuotas
 from services.gateway.context import ClientSoftware, RequestContext
 from services.gateway.fetch_park import FetchPark
@@ -320,6 +320,7 @@ class Connection(asyncio.BufferedProtocol):
                     body, header.api_version, ErrorCode.UNSUPPORTED_VERSION
                 )
                 data = encode_response_chunks(header.api_key, header.api_version, corr, resp)
+                error_counts.record(handler.name, header.api_key, header.api_version, resp)
         except Exception as exc:  # noqa: BLE001 - no schema for that version: close, as in Kafka
             self._protocol_close(
                 "unsupported_version",
@@ -356,9 +357,9 @@ class Connection(asyncio.BufferedProtocol):
                 client_id=ctx.client_id,
                 peer=self.peer,
             )
-            metrics.REQUEST_ERRORS.labels(handler.name, "UNKNOWN_SERVER_ERROR").inc()
             resp = self._safe_error_body(handler, body, version)
         self._server.observe(handler.name, version, start)
+        error_counts.record(handler.name, ctx.api_key, version, resp)
         await self._throttle(ctx, resp, arrival_throttle_ms, start)
         if slot is None:
             return

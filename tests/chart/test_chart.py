@@ -449,6 +449,12 @@ def test_monitoring_objects_only_when_asked_or_served() -> None:
     docs = render(COMBINATIONS[SECURE])
     pm = named(docs, "PodMonitor", "kafka-py")
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
+    assert pm["spec"]["podMetricsEndpoints"][0]["relabelings"] == [
+        {
+            "targetLabel": "kafka_cluster",
+            "replacement": pm["metadata"]["labels"]["app.kubernetes.io/instance"],
+        }
+    ]
     # the rule file itself, not a copy: same groups, Prometheus' {{ $value }} left as is
     shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "kafka-py-rules.yml").read_text())
     rule = named(docs, "PrometheusRule", "kafka-py")

@@ -695,3 +695,63 @@ def test_certificate_reload_without_restart(secure: Secure) -> None:
         assert time.monotonic() < deadline, "certificate not reloaded"
         time.sleep(0.3)
     assert "tls_certificates_reloaded" in secure.gateway_log()
+
+
+def test_configs_over_sasl_ssl_with_a_kafka_command_config_file(
+    secure: Secure, tmp_path: Path
+) -> None:
+    """``kafka-py configs --command-config`` takes the file kafka-configs.sh takes (Java
+    property names: SCRAM through sasl.jaas.config, a PEM trust store); a file it cannot use,
+    or a wrong password, is one line and a non-zero exit."""
+    t = _topic(secure, "cmdcfg")
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+    def props(password: str = ALICE_PW, **more: str) -> Path:
+        lines = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": f'{scram} required username="{ALICE}" password="{password}";',
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(secure.pki.ca),
+            **more,
+        }
+        path = tmp_path / f"client-{len(list(tmp_path.iterdir()))}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        return path
+
+    def configs(path: Path, *args: str) -> list[str]:
+        return [
+            "configs", "--bootstrap-server", secure.addr("SASL_SSL"), "--command-config",
+            str(path), "--request-timeout-ms", "10000", "--entity-type", "topics",
+            "--entity-name", t, *args,
+        ]  # fmt: skip
+
+    good = props()
+    out = cli_ok(*configs(good, "--alter", "--add-config", "retention.ms=3600000"))
+    assert out == f"Completed updating config for topic {t}.\n"
+    lines = cli_ok(*configs(good, "--describe")).splitlines()
+    assert lines[0] == f"Dynamic configs for topic {t} are:"
+    assert lines[1].startswith("  retention.ms=3600000 sensitive=false"), lines
+    # the librdkafka clients of the other commands read the same file
+    listed = cli_ok(
+        "topics", "--bootstrap-server", secure.addr("SASL_SSL"), "--command-config", str(good),
+        "list",
+    )  # fmt: skip
+    assert t in listed.split()
+    # the file a Kafka tool reads with a JKS trust store, a wrong password, no file at all
+    jks = tmp_path / "truststore.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")
+    bad = {
+        "JKS": props(**{"ssl.truststore.type": "JKS", "ssl.truststore.location": str(jks)}),
+        "password": props(password="wrong"),
+        "missing": tmp_path / "none.properties",
+    }
+    errors = {}
+    for what, path in bad.items():
+        res = kafka_py(*configs(path, "--describe"), timeout=60)
+        assert res.returncode != 0, (what, res.stdout)
+        errors[what] = one_line(res.stderr)
+    print(errors)
+    assert "a JKS trust store cannot be read here" in errors["JKS"]
+    assert errors["password"].startswith("error: Authentication failed at "), errors
+    assert errors["missing"].startswith("error: cannot read"), errors

@@ -296,9 +296,16 @@ class LocalCluster:
             ) from None
 
     def start_process(
-        self, role: str, index: int = 0, *, timeout: float = 60.0, wait: bool = True
+        self,
+        role: str,
+        index: int = 0,
+        *,
+        timeout: float = 60.0,
+        wait: bool = True,
+        flags: Sequence[str] = (),
     ) -> None:
         """(Re)start one process with its id, ports and data dir; by default wait until ready.
+        ``flags`` are added for this start only, last (they win: a misconfigured restart).
         When it does not get ready (it exits, the timeout passes, ``interrupt()``), it is
         stopped again before the error is raised: a failed start leaves nothing running."""
         if not self._started:
@@ -311,7 +318,7 @@ class LocalCluster:
             self._start_zookeeper(deadline)
             return
         svc = self._service(role, index)
-        self._spawn(svc)
+        self._spawn(svc, flags)
         if wait:
             try:
                 self._wait_ready([svc], deadline, timeout)
@@ -481,7 +488,7 @@ class LocalCluster:
             return self.zookeeper.proc
         return self._service(role, index).proc
 
-    def _flags(self, svc: Service) -> list[str]:
+    def _flags(self, svc: Service, once: Sequence[str] = ()) -> list[str]:
         shape = ClusterShape(
             host=self.host,
             zk_connect=self.zk_connect,
@@ -490,12 +497,12 @@ class LocalCluster:
             storage_dirs=self.storage_dirs,
         )
         secure = self.security.flags(svc.role) if self.security is not None else []
-        return service_flags(svc, shape, [*secure, *self.extra[svc.role]])
+        return service_flags(svc, shape, [*secure, *self.extra[svc.role], *once])
 
-    def _spawn(self, svc: Service) -> None:
+    def _spawn(self, svc: Service, once: Sequence[str] = ()) -> None:
         if svc.role == "storage":
             self.storage_dir(svc.index).mkdir(parents=True, exist_ok=True)
-        argv = service_argv(self.SERVICE_PACKAGE, svc.role, self._flags(svc))
+        argv = service_argv(self.SERVICE_PACKAGE, svc.role, self._flags(svc, once))
         env = processes.child_env(self.env)
         svc.log_start = log_size(svc.log_path)
         svc.proc = processes.spawn(argv, svc.log_path, cwd=self.data_dir, env=env)

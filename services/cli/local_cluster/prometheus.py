@@ -3,7 +3,8 @@
 It runs as one more process of the cluster, in ``<data_dir>/prometheus`` (config, TSDB, log
 ``logs/prometheus.log``). Targets come from file-based service discovery: ``targets.json`` lists
 the admin port (``/metrics``) of every kafka-py service that is running, labelled
-``job=<role>``, ``instance=<process name>`` and ``zone``, and is rewritten (atomically, by a
+``job=<role>``, ``instance=<process name>``, ``zone`` and ``kafka_cluster`` (the name the
+cluster-wide alert rules aggregate by: the data dir's name without a leading dot), and is rewritten (atomically, by a
 rename that Prometheus's file watcher picks up) whenever a service starts or stops. The rules file
 (``deploy/prometheus/kafka-py-rules.yml`` unless another is given) is loaded, so its alerts are
 evaluated against the cluster; ``/api/v1/alerts`` shows them.
@@ -67,13 +68,17 @@ def _duration(seconds: float) -> str:
     return f"{ms}ms"
 
 
-def targets_document(procs: Iterable[Target], host: str) -> list[dict[str, Any]]:
+def targets_document(
+    procs: Iterable[Target], host: str, cluster: str | None = None
+) -> list[dict[str, Any]]:
     """The file-SD target groups: one per running service with an admin port."""
     groups = []
     for p in procs:
         if not p.running or not p.admin_port:
             continue
         labels = {"job": p.role, "instance": p.name}
+        if cluster:
+            labels["kafka_cluster"] = cluster
         if p.zone:
             labels["zone"] = p.zone
         groups.append({"targets": [f"{host}:{p.admin_port}"], "labels": labels})
@@ -110,6 +115,11 @@ class LocalPrometheus:
         self._last_targets: list[dict[str, Any]] | None = None
 
     @property
+    def cluster(self) -> str:
+        """The ``kafka_cluster`` label: the data dir's name (``.kafka-py-data`` -> ``kafka-py-data``)."""
+        return self.dir.parent.name.lstrip(".") or "local"
+
+    @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
@@ -119,7 +129,7 @@ class LocalPrometheus:
 
     def sync(self, procs: Iterable[Target]) -> bool:
         """Rewrite ``targets.json`` if the running services changed; True when it did."""
-        doc = targets_document(procs, self.host)
+        doc = targets_document(procs, self.host, self.cluster)
         if doc == self._last_targets:
             return False
         self.dir.mkdir(parents=True, exist_ok=True)

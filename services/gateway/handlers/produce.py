@@ -30,6 +30,7 @@ from services.common.storage_wire import PartitionAppend, append_request_parts
 from services.common.topic_config import TOPIC_CONFIGS
 from services.gateway import metrics
 from services.gateway.context import GatewayServices, RequestContext
+from services.gateway.fence_check import check_fence
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 from services.gateway.produce_order import ProduceOrder
 from services.gateway.storage_errors import rpc_error_code
@@ -162,6 +163,11 @@ async def handle(ctx: RequestContext, req: Body) -> Body | None:
                 parts.append(
                     _partition(index, node, "An earlier batch of this partition failed: retry it")
                 )
+                fence = order.fence_to_check((name, index))
+                if fence is not None and info.leader >= 0:
+                    s.spawn(check_fence(s, order, (name, index), info.leader, fence), "fence")
+                elif fence is not None:
+                    order.fence_checked((name, index), fence, stale=False)
                 continue
             if node < 0:
                 parts.append(

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.cli.local_cluster import LocalCluster
+from tests.e2e.checker.client_logs import ClientLogs
 from tests.e2e.checker.group import ConsumerGroup
 from tests.e2e.checker.history import TP, History
 from tests.e2e.checker.liveness import LivenessResult, wait_live
@@ -86,16 +87,23 @@ class Checker:
         self.monitor = ControllerMonitor(cluster, self.timeline)
         self.pipeline: TxnPipeline | None = None
         self._finished = False
+        self._client_logs: ClientLogs | None = None
 
     # ---- as a context: evidence even when the test fails before finish() -------------
     def __enter__(self) -> Checker:
+        if self.evidence is not None:
+            self._client_logs = ClientLogs(self.evidence / "client.log")
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
-        if exc is not None and not self._finished:
-            self.abort(f"{exc_type.__name__ if exc_type else 'error'}: {exc}")
+        try:
+            if exc is not None and not self._finished:
+                self.abort(f"{exc_type.__name__ if exc_type else 'error'}: {exc}")
+        finally:
+            if self._client_logs is not None:
+                self._client_logs.close()
 
     def abort(self, why: str) -> None:
         """Stop everything without judging and write what was recorded (timeline, history,

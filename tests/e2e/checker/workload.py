@@ -63,9 +63,12 @@ def rdkafka_debug(writer_id: str, debug_dir: Path | None) -> dict[str, object]:
 
 def quiet_client_logs() -> None:
     """kafka-python and aiokafka log every retry at WARNING: under faults that is thousands of
-    lines in a failed test's report. Their errors still show."""
+    lines in a failed test's report. Their errors still show. A logger the checker sends to
+    the evidence directory instead (``client_logs``: it no longer propagates) keeps its level."""
     for name in ("kafka", "aiokafka"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logger = logging.getLogger(name)
+        if logger.propagate:
+            logger.setLevel(logging.ERROR)
 
 
 class Writer:

@@ -42,10 +42,10 @@ PROCS = [
 
 
 def test_targets_are_the_running_services_with_role_and_process_labels() -> None:
-    assert targets_document(PROCS, "127.0.0.1") == [
+    assert targets_document(PROCS, "127.0.0.1", "dev") == [
         {
             "targets": [f"127.0.0.1:{port}"],
-            "labels": {"job": role, "instance": name, "zone": "zone-a"},
+            "labels": {"job": role, "instance": name, "kafka_cluster": "dev", "zone": "zone-a"},
         }
         for name, role, port in [
             ("controller-0", "controller", 7001),
@@ -60,10 +60,14 @@ def test_targets_file_is_rewritten_only_when_the_processes_change(tmp_path: Path
     assert prom.sync(PROCS)
     path = tmp_path / "prometheus" / TARGETS_FILE
     assert len(json.loads(path.read_text())) == 3
+    assert {g["labels"]["kafka_cluster"] for g in json.loads(path.read_text())} == {tmp_path.name}
     assert not prom.sync(PROCS)
     assert prom.sync([*PROCS[:3], _proc("storage-1", "storage", 7003), PROCS[4]])
     assert len(json.loads(path.read_text())) == 4
     assert not list((tmp_path / "prometheus").glob("*.tmp"))
+    assert LocalPrometheus(tmp_path / ".kafka-py-data", "h", PrometheusOptions()).cluster == (
+        "kafka-py-data"
+    )
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")

@@ -94,3 +94,24 @@ def test_fuzz_never_raises_other_errors_or_authenticates() -> None:
             continue
         # only the genuine client-final may succeed
         assert bytes(base) == CLIENT_FINAL and out == SERVER_FINAL
+
+
+def test_scram_client_against_the_server_and_a_forged_server_final() -> None:
+    from services.common.scram import ScramClient, ScramServer, make_credential
+
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        cred = make_credential(mechanism, "pw", iterations=4096)
+        client, server = ScramClient(mechanism, "a,b=c", "pw"), ScramServer(mechanism)
+        assert server.first(client.first()) == "a,b=c"
+        server_final = server.final(client.final(server.server_first(cred)))
+        client.verify(server_final)
+        with pytest.raises(ScramError, match="Invalid server signature"):
+            client.verify(b"v=" + base64.b64encode(b"x" * 32))
+        with pytest.raises(ScramError, match="SCRAM error: invalid-proof"):
+            client.verify(b"e=invalid-proof")
+    client = ScramClient("SCRAM-SHA-256", "u", "pw")
+    client.first()
+    with pytest.raises(ScramError, match="does not start with the client nonce"):
+        client.final(b"r=other,s=c2FsdA==,i=4096")
+    with pytest.raises(ScramError, match="less than 4096"):
+        client.final(b"r=" + client._nonce.encode() + b"x,s=c2FsdA==,i=100")

@@ -68,6 +68,7 @@ class FakeStorageNode:
         self.append_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.fetch_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.list_offsets_handler: Callable[[Any], Awaitable[Any]] | None = None
+        self.producers_handler: Callable[[Any], Awaitable[Any]] | None = None
         self.delete_records_error: BaseException | None = None
         self.epoch_error: BaseException | None = None
 
@@ -126,8 +127,11 @@ class FakeStorageNode:
         )
 
     async def DescribeProducers(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802, ASYNC109
-        """One producer (id 7, epoch 1) with a transaction open at offset 3 in each partition."""
+        """One producer (id 7, epoch 1) with a transaction open at offset 3 in each partition
+        (or what ``producers_handler`` answers)."""
         self.calls.append(("DescribeProducers", request))
+        if self.producers_handler is not None:
+            return await self.producers_handler(request)
         return spb.DescribeProducersResponse(
             partitions=[
                 spb.DescribeProducersPartitionResult(

@@ -99,7 +99,8 @@ class _Connection:
         return asyncio.get_running_loop().create_task(produce.handle(ctx, _req(batches)))
 
     def calls(self, node: int) -> int:
-        return len(self.storage.node(node).calls)
+        """Appends that reached ``node``."""
+        return sum(1 for name, _ in self.storage.node(node).calls if name == "Append")
 
 
 def test_sequence_after_wraps() -> None:
@@ -215,3 +216,78 @@ async def test_resend_turns_chain_in_the_order_they_were_taken() -> None:
     first.set_result(None)
     second.set_result(None)
     assert order.resend_turn()[0] is None  # the line is empty again
+
+
+def _producer_state(last_sequence: int, epoch: int = 0) -> Any:
+    """A leader's DescribeProducers answer: PID at ``epoch`` with ``last_sequence`` stored."""
+
+    async def answer(request: Any) -> Any:
+        return spb.DescribeProducersResponse(
+            partitions=[
+                spb.DescribeProducersPartitionResult(
+                    topic=q.topic,
+                    partition=q.partition,
+                    active_producers=[
+                        spb.ActiveProducer(
+                            producer_id=PID, producer_epoch=epoch, last_sequence=last_sequence
+                        )
+                    ],
+                )
+                for q in request.partitions
+            ]
+        )
+
+    return answer
+
+
+async def test_a_fence_lifts_once_the_leader_holds_the_failed_batch_resent_elsewhere() -> None:
+    """The client resent the failed batch over its other connection to this gateway (a second
+    broker id naming the same gateway) or through another gateway: this connection never sees
+    the retry, and must not refuse the partition's later batches for good."""
+    cache = _cache()
+    conn, other = _Connection(cache), _Connection(cache)
+    other.svc = conn.svc
+    other.storage = conn.storage
+    conn.storage.node(11).append_handler = lambda r: _async(
+        _answer(r, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    )
+    assert _code(await conn.send({0: _batch(7)})) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    _move_leader(cache, 0, 12)
+    # the leader has not got seq 7 yet: the fence holds, however often it is asked
+    conn.storage.node(12).producers_handler = _producer_state(6)
+    for _ in range(3):
+        assert _code(await conn.send({0: _batch(8)})) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        await _settle()
+    asked = [c for c in conn.storage.node(12).calls if c[0] == "DescribeProducers"]
+    assert asked and conn.calls(12) == 0
+    # seq 7 is resent on the other connection and stored; the next look lifts the fence
+    assert _code(await other.send({0: _batch(7)})) == ErrorCode.NONE
+    conn.storage.node(12).producers_handler = _producer_state(7)
+    assert _code(await conn.send({0: _batch(8)})) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    await _settle()
+    assert _code(await conn.send({0: _batch(8)})) == ErrorCode.NONE
+    assert _code(await conn.send({0: _batch(9)})) == ErrorCode.NONE
+    assert not conn.order  # nothing kept once every batch is answered
+
+
+async def test_a_fence_lifts_when_the_leader_knows_a_newer_epoch_and_not_on_errors() -> None:
+    cache = _cache()
+    conn = _Connection(cache)
+    conn.storage.node(11).append_handler = lambda r: _async(
+        _answer(r, ErrorCode.NOT_ENOUGH_REPLICAS)
+    )
+    assert _code(await conn.send({0: _batch(3)})) == ErrorCode.NOT_ENOUGH_REPLICAS
+
+    async def unavailable(request: Any) -> Any:
+        raise ConnectionError("storage node gone")
+
+    conn.storage.node(11).producers_handler = unavailable
+    assert _code(await conn.send({0: _batch(4)})) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    await _settle()
+    assert _code(await conn.send({0: _batch(4)})) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    await _settle()
+    conn.storage.node(11).producers_handler = _producer_state(0, epoch=1)
+    assert _code(await conn.send({0: _batch(4)})) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    await _settle()
+    conn.storage.node(11).append_handler = None
+    assert _code(await conn.send({0: _batch(4)})) == ErrorCode.NONE
