@@ -335,7 +335,7 @@ def split_bootstrap(bootstrap: str) -> tuple[str, int]:
 class RawClient:
     """One connection; requests encoded with the product codec (top-level fields left out
     take their defaults), answers read in order. :meth:`authenticate` logs it in with SASL
-    (PLAIN, or SCRAM through kafka-python's client) in KIP-152 framing."""
+    (PLAIN or SCRAM) in KIP-152 framing."""
 
     def __init__(self, bootstrap: str, client_id: str = "raw-it") -> None:
         self.sock = socket.create_connection(split_bootstrap(bootstrap), timeout=10)
@@ -373,22 +373,12 @@ class RawClient:
         return self.recv(api_key, version, self.send(api_key, version, body))
 
     def authenticate(self, mechanism: str, user: str, password: str) -> None:
-        """SaslHandshake v1 + SaslAuthenticate v2; raises AssertionError when refused."""
-        hs = self.call(17, 1, {"mechanism": mechanism})
-        assert hs["error_code"] == 0, hs
-        if mechanism == "PLAIN":
-            auth = self.call(36, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
-            assert auth["error_code"] == 0, auth
-            return
-        from kafka.net.sasl.scram import ScramClient
+        """SaslHandshake v1 + SaslAuthenticate v2 (PLAIN or SCRAM) by the CLI's client side
+        (services/cli/wire_security.py); raises CliError when refused."""
+        from services.cli.wire_security import WireSecurity
 
-        scram = ScramClient(user, password, mechanism)
-        first = self.call(36, 2, {"auth_bytes": scram.first_message()})
-        assert first["error_code"] == 0, first
-        scram.process_server_first_message(first["auth_bytes"])
-        final = self.call(36, 2, {"auth_bytes": scram.final_message()})
-        assert final["error_code"] == 0, final
-        scram.process_server_final_message(final["auth_bytes"])
+        sec = WireSecurity("SASL_PLAINTEXT", mechanism, user, password)
+        sec.authenticate(self.call, "the gateway")
 
 
 def produce_confluent(
