@@ -59,7 +59,6 @@ class EntryFilter:
     resource: Callable[[RequestContext, Body, Any], Named]
     or_cluster: bool = False  # allowed too when ``op`` is allowed on the cluster (CreateTopics)
     applies: Callable[[RequestContext, Body, Any], bool] | None = None  # None: every entry
-    code: ErrorCode | None = None  # None: the resource type's authorization error
     # response entries of denied request entries (None: from the handler's error_response)
     denied: Callable[[list[Any], ErrorCode], list[Body]] | None = None
 
@@ -213,8 +212,7 @@ RULES: dict[int, Rule] = {
                 "topics",
                 or_cluster=True,
                 applies=_needs_creation,
-                code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            ),
+            ),  # refused: TOPIC_AUTHORIZATION_FAILED, as Kafka (not UNKNOWN_TOPIC_OR_PARTITION)
         ),
         responses=(ResponseFilter(O.DESCRIBE, R.TOPIC, "topics", "name", "topics"),),
         call_when_all_denied=True,
@@ -385,7 +383,21 @@ async def handle(handler: ApiHandler, ctx: RequestContext, body: Body) -> Body |
         resp[flt.response_field] = list(resp.get(flt.response_field) or []) + answers
     if after_groups is not None:
         after_groups(resp)
+    if ctx.api_key == ApiKey.CREATE_TOPICS and version >= 5:
+        _created_topic_configs(who, resp)
     return resp
+
+
+def _created_topic_configs(who: _Who, resp: Body) -> None:
+    """CreateTopics v5+ shows a topic's configs and layout only to a principal that may
+    DESCRIBE_CONFIGS it; otherwise ``topic_config_error_code`` is TOPIC_AUTHORIZATION_FAILED
+    and they are left out, as Kafka (topics that failed validation keep NONE there)."""
+    shown = (ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    for t in resp.get("topics") or []:
+        if t.get("error_code", 0) not in shown or who.can(O.DESCRIBE_CONFIGS, (R.TOPIC, t["name"])):
+            continue
+        t["topic_config_error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        t.update(configs=[], num_partitions=-1, replication_factor=-1)
 
 
 def _split(
@@ -400,7 +412,7 @@ def _split(
         elif who.can(flt.op, named) or (flt.or_cluster and who.can(flt.op, CLUSTER)):  # type: ignore[arg-type]
             kept.append(entry)
         else:
-            refused[flt.code or DENIED[named[0]]].append(entry)
+            refused[DENIED[named[0]]].append(entry)
     return kept, refused
 
 

@@ -332,6 +332,55 @@ def split_bootstrap(bootstrap: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class RawClient:
+    """One connection; requests encoded with the product codec (top-level fields left out
+    take their defaults), answers read in order. :meth:`authenticate` logs it in with SASL
+    (PLAIN or SCRAM) in KIP-152 framing."""
+
+    def __init__(self, bootstrap: str, client_id: str = "raw-it") -> None:
+        self.sock = socket.create_connection(split_bootstrap(bootstrap), timeout=10)
+        self.corr = 0
+        self.client_id = client_id
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, api_key: int, version: int, body: dict[str, Any]) -> int:
+        from services.common.protocol import default_dict, encode_request, message_spec
+
+        self.corr += 1
+        defaults = default_dict(message_spec(int(api_key), version, "request"))
+        assert set(body) <= set(defaults), f"not fields of the request: {set(body) - set(defaults)}"
+        full = {**defaults, **body}
+        try:
+            self.sock.sendall(
+                encode_request(int(api_key), version, self.corr, self.client_id, full)
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may close before it has read everything: that is a close too
+        return self.corr
+
+    def recv(self, api_key: int, version: int, corr: int) -> dict[str, Any]:
+        from services.common.protocol import decode_response
+
+        frame = read_frame(self.sock)
+        assert frame is not None, f"connection closed waiting for api {int(api_key)} {corr}"
+        got, body = decode_response(int(api_key), version, frame)
+        assert got == corr, f"response for correlation id {got}, expected {corr}"
+        return body
+
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.recv(api_key, version, self.send(api_key, version, body))
+
+    def authenticate(self, mechanism: str, user: str, password: str) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2 (PLAIN or SCRAM) by the CLI's client side
+        (services/cli/wire_security.py); raises CliError when refused."""
+        from services.cli.wire_security import WireSecurity
+
+        sec = WireSecurity("SASL_PLAINTEXT", mechanism, user, password)
+        sec.authenticate(self.call, "the gateway")
+
+
 def produce_confluent(
     bootstrap: str,
     topic: str,

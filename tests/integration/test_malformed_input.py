@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_support import (
+    RawClient,
     Rec,
     TopicFactory,
     assert_partition_logs,
@@ -32,9 +33,7 @@ from services.common.errors import ErrorCode
 from services.common.protocol import (
     ApiKey,
     decode_response,
-    default_dict,
     encode_request,
-    message_spec,
 )
 from services.common.records.record import Record, build_batch, iter_batch_records
 
@@ -323,33 +322,6 @@ def test_malformed_input(
 
 
 # ---- well-formed but wrong: Kafka's per-partition answers on raw Produce/Fetch ----
-
-
-class RawClient:
-    """One connection; requests encoded with the product codec, answers read in order."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.sock = _connect(bootstrap)
-        self.corr = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, api_key: ApiKey, version: int, body: dict) -> int:
-        self.corr += 1
-        full = {**default_dict(message_spec(int(api_key), version, "request")), **body}
-        _send(self.sock, encode_request(int(api_key), version, self.corr, "raw-it", full))
-        return self.corr
-
-    def recv(self, api_key: ApiKey, version: int, corr: int) -> dict:
-        frame = read_frame(self.sock)
-        assert frame is not None, f"connection closed waiting for {api_key.name} {corr}"
-        got, body = decode_response(int(api_key), version, frame)
-        assert got == corr, f"response for correlation id {got}, expected {corr}"
-        return body
-
-    def call(self, api_key: ApiKey, version: int, body: dict) -> dict:
-        return self.recv(api_key, version, self.send(api_key, version, body))
 
 
 def _produce_body(topic: str, partition: int, records: bytes | None, acks: int = -1) -> dict:
