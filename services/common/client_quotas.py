@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, unquote_plus
+
+from services.common.sanitizer import desanitize, sanitize
 
 DEFAULT = "<default>"  # ConfigEntityName.Default
 USER = "user"  # ClientQuotaEntity.USER
@@ -38,15 +39,6 @@ Entity = tuple[str | None, str | None]  # sanitized (user, client-id); DEFAULT f
 
 class QuotaError(ValueError):
     """An invalid entity, key or value (Kafka answers INVALID_REQUEST with this message)."""
-
-
-def sanitize(name: str) -> str:
-    """Kafka's ``Sanitizer.sanitize``: URL-encoding with ``*`` as %2A and space as %20."""
-    return quote(name, safe="-_.").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    return unquote_plus(name)
 
 
 def entity_path(entity: Entity) -> str:

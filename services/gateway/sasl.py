@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from services.common.errors import ErrorCode
 from services.common.scram import MECHANISMS as SCRAM_MECHANISMS
 from services.common.scram import ScramCredential, ScramError, ScramServer, parse_credential
-from services.common.zk import layout
 from services.common.zk.client import AsyncZk
+from services.common.zk.user_configs import user_path
 from services.gateway.listeners import Listener
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -45,9 +45,9 @@ def plain_users(jaas: str | None) -> dict[str, str]:
 
 async def scram_credential(zk: AsyncZk | None, mechanism: str, user: str) -> ScramCredential | None:
     """The user's stored credential for ``mechanism`` (None: unknown user or mechanism)."""
-    if zk is None or not user or "/" in user:
+    if zk is None or not user:
         return None
-    got = await zk.get_or_none(f"{layout.CONFIG_USERS}/{user}")
+    got = await zk.get_or_none(user_path(user))
     if got is None:
         return None
     try:

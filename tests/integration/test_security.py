@@ -200,6 +200,35 @@ def test_scram_credentials_stored_as_kafka_stores_them(secure: Secure) -> None:
     assert bad.returncode != 0 and "Too few iterations" in one_line(bad.stderr)
 
 
+def test_a_user_name_is_sanitized_in_its_znode_as_kafka_does(secure: Secure) -> None:
+    """Kafka URL-encodes a user's name in ``/config/users/<name>`` for SCRAM credentials as
+    for quotas (``Sanitizer``): one znode per user whatever its name holds (``/``, ``@``,
+    spaces), and the same znode a quota of that user is stored in."""
+    from kazoo.client import KazooClient
+
+    user, password = "ops team/bob@example.com", "bob-secret"
+    for config in (f"SCRAM-SHA-256=[password={password}]", "producer_byte_rate=1048576"):
+        cli_ok(
+            "configs", "--bootstrap-server", secure.addr("PLAINTEXT"), "--entity-type", "users",
+            "--entity-name", user, "--alter", "--add-config", config,
+        )  # fmt: skip
+    zk = KazooClient(hosts=secure.cluster.zk_connect)
+    zk.start(timeout=15)
+    try:
+        znode = json.loads(zk.get("/config/users/ops%20team%2Fbob%40example.com")[0])
+    finally:
+        zk.stop()
+    assert set(znode["config"]) == {"SCRAM-SHA-256", "producer_byte_rate"}
+    auth = {"sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password}
+    md = AdminClient(secure.conf("SASL_SSL", **auth)).list_topics(timeout=20)
+    assert md.brokers
+    out = cli_ok(
+        "configs", "--bootstrap-server", secure.addr("PLAINTEXT"), "--entity-type", "users",
+        "--entity-name", user, "--describe",
+    )  # fmt: skip
+    assert f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256" in out
+
+
 def test_confluent_sasl_ssl_scram_sha_512_and_metadata_per_listener(secure: Secure) -> None:
     auth = {"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": ALICE, "sasl.password": ALICE_PW}
     topic = _topic(secure, "sec-confluent-scram")

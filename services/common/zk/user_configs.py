@@ -1,5 +1,5 @@
 """Entity configs under ``/config`` as Kafka's ZooKeeper mode keeps them: ``/config/users/<user>``
-(SCRAM credentials, quotas), ``/config/users/<user>/clients/<client>`` and
+(SCRAM credentials, quotas; the user's name sanitized as Kafka's ``Sanitizer`` does), ``/config/users/<user>/clients/<client>`` and
 ``/config/clients/<client>`` (quotas): ``{"version":1,"config":{...}}``, each change announced
 by a ``/config/changes/config_change_`` sequential node with
 ``{"version":2,"entity_path":"users/<user>"}`` (the znode's path below ``/config``). Updates
@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
+from services.common.sanitizer import desanitize, sanitize
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 
@@ -24,7 +25,8 @@ def config_path(entity_path: str) -> str:
 
 
 def user_path(user: str) -> str:
-    return f"{layout.CONFIG_USERS}/{user}"
+    """The znode of a user (its name as Kafka sanitizes it)."""
+    return f"{layout.CONFIG_USERS}/{sanitize(user)}"
 
 
 async def read_entity_config(zk: AsyncZk, entity_path: str) -> tuple[dict[str, str], int | None]:
@@ -37,12 +39,13 @@ async def read_entity_config(zk: AsyncZk, entity_path: str) -> tuple[dict[str, s
 
 async def read_user_config(zk: AsyncZk, user: str) -> tuple[dict[str, str], int | None]:
     """The user's config and its znode version (None: no znode)."""
-    return await read_entity_config(zk, f"users/{user}")
+    return await read_entity_config(zk, f"users/{sanitize(user)}")
 
 
 async def list_users(zk: AsyncZk) -> list[str]:
+    """The users with a znode (names desanitized)."""
     try:
-        return sorted(await zk.get_children(layout.CONFIG_USERS))
+        return sorted(desanitize(u) for u in await zk.get_children(layout.CONFIG_USERS))
     except NoNodeError:
         return []
 
@@ -85,4 +88,4 @@ async def update_user_config(
     zk: AsyncZk, user: str, change: Callable[[dict[str, str]], dict[str, str]]
 ) -> dict[str, str]:
     """Apply ``change`` to the user's config atomically (with a change notification)."""
-    return await update_entity_config(zk, f"users/{user}", change)
+    return await update_entity_config(zk, f"users/{sanitize(user)}", change)
