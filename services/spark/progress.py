@@ -107,7 +107,7 @@ class ProgressMetrics:
         return [line for p in recent if (line := self.observe(p)) is not None]
 
     def observe(self, progress: Mapping[str, Any] | None) -> str | None:
-        """Record a progress (Spark's `query.lastProgress`); returns its line, or None when it
+        """Record one of Spark's query progresses; returns its line, or None when it
         was seen already."""
         if not progress or _key(progress) == self._last_key:
             return None
