@@ -85,16 +85,20 @@ def prepare(args: argparse.Namespace, conf: dict[str, Any], timeout_s: float) ->
     _topic_exists(conf, args.topic, timeout_s)
 
 
-def start(spark: Any, args: argparse.Namespace, conf: dict[str, Any]) -> Any:
-    """Start the pipeline's streaming query; a refusal (bad schema, unreadable files) is one
-    line."""
+def start(
+    spark: Any, args: argparse.Namespace, conf: dict[str, Any], client: dict[str, str]
+) -> Any:
+    """Start the pipeline's streaming query (`client`: the `kafka.*` options of the source or
+    sink); a refusal (bad schema, unreadable files) is one line."""
     try:
-        return _start(spark, args, conf)
+        return _start(spark, args, conf, client)
     except Exception as exc:  # noqa: BLE001 - Spark's errors span lines; the first says why
         raise CliError(f"pipeline {args.name}: {str(exc).strip().splitlines()[0]}") from None
 
 
-def _start(spark: Any, args: argparse.Namespace, conf: dict[str, Any]) -> Any:
+def _start(
+    spark: Any, args: argparse.Namespace, conf: dict[str, Any], client: dict[str, str]
+) -> Any:
     from services.spark.pipelines import file_export, file_import
 
     bootstrap = conf["bootstrap.servers"]
@@ -110,6 +114,10 @@ def _start(spark: Any, args: argparse.Namespace, conf: dict[str, Any]) -> Any:
             schema=args.schema,
             max_files_per_trigger=args.max_files_per_trigger,
             available_now=args.available_now,
+            sink_options={
+                **client,
+                "deliveryGuarantee": "exactly-once" if args.exactly_once else "at-least-once",
+            },
         )
     return file_export.start(
         spark,
@@ -119,4 +127,5 @@ def _start(spark: Any, args: argparse.Namespace, conf: dict[str, Any]) -> Any:
         args.format,
         _checkpoint(args, args.out_dir),
         available_now=args.available_now,
+        client_options=client,
     )

@@ -1,6 +1,9 @@
 """A running pipeline's progress: Spark's query progress as Prometheus metrics on the driver and
 as one line per micro-batch.
 
+Every progress is counted once: the CLI reads the query's recent progresses (Spark keeps the
+last 100), not only the last one, so micro-batches finishing between two polls are not lost.
+
 Offsets behind = the source's latest offset of a partition (reported by the `kafkapy` source
 when the batch was planned) minus the batch's end offset of that partition.
 """
@@ -8,7 +11,7 @@ when the batch was planned) minus the batch's end offset of that partition.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -40,6 +43,12 @@ def offsets_behind(progress: Mapping[str, Any]) -> Offsets:
         for tp, latest in _offsets(src.get("latestOffset")).items():
             out[tp] = max(0, latest - end.get(tp, 0))
     return out
+
+
+def _key(progress: Mapping[str, Any]) -> tuple[str, int]:
+    """What tells progresses apart: the trigger's time, then the batch id (an idle trigger
+    reports the batch id of the batch run after it)."""
+    return (str(progress.get("timestamp") or ""), int(progress.get("batchId", -1)))
 
 
 class ProgressMetrics:
@@ -83,15 +92,26 @@ class ProgressMetrics:
             registry=self.registry,
         )
         self._last_batch: int | None = None
+        self._last_key: tuple[str, int] | None = None
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
 
+    def observe_all(self, progresses: Sequence[Mapping[str, Any]] | None) -> list[str]:
+        """Record the progresses not seen yet of Spark's `query.recentProgress` (oldest first);
+        returns their lines."""
+        recent = list(progresses or [])
+        keys = [_key(p) for p in recent]
+        if self._last_key in keys:
+            recent = recent[keys.index(self._last_key) + 1 :]
+        return [line for p in recent if (line := self.observe(p)) is not None]
+
     def observe(self, progress: Mapping[str, Any] | None) -> str | None:
-        """Record a progress (Spark's `query.lastProgress`); returns its line, or None when it
+        """Record one of Spark's query progresses; returns its line, or None when it
         was seen already."""
-        if not progress or progress.get("batchId") == self._last_batch:
+        if not progress or _key(progress) == self._last_key:
             return None
+        self._last_key = _key(progress)
         self._last_batch = int(progress["batchId"])
         p = self.pipeline
         rows = int(progress.get("numInputRows") or 0)

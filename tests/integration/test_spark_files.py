@@ -5,8 +5,8 @@ One Spark session: text, JSON, CSV and Parquet files imported into one topic (ke
 column), two records with fixed old timestamps added by confluent-kafka, the topic exported to
 Parquet partitioned by date; the export's rows are the input rows (count and content) and
 every record field for field as confluent-kafka reads it. Then a new CSV file is imported by
-`kafka-py pipeline run file-import` from the same checkpoint (only the new file's rows are
-written), `kafka-py pipeline run file-export` resumes the Parquet export from its checkpoint
+`kafka-py pipeline run file-import --exactly-once` from the same checkpoint (only the new file's
+rows are written, in a committed transaction), `kafka-py pipeline run file-export` resumes the Parquet export from its checkpoint
 (only the new records are added, none twice) and a JSON export from scratch holds the same rows.
 """
 
@@ -167,6 +167,26 @@ def _check_export(
     assert not by_offset
 
 
+def _assert_committed_last(bootstrap: str, topic: str, keys: set[bytes]) -> None:
+    """The records with `keys` are read with read_committed, are the last records of their
+    partitions, and a transaction's commit marker (one offset) follows them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    got = consume_confluent(
+        bootstrap, topic, [0, 1], 1, extra_config={"isolation.level": "read_committed"}
+    )
+    where = {rr.rec.key: (p, rr.offset) for p, rrs in got.items() for rr in rrs}
+    assert keys <= set(where), sorted(k for k in where if k)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        for p in {where[k][0] for k in keys}:
+            last = max(rr.offset for rr in got[p])
+            assert any(where[k] == (p, last) for k in keys)
+            assert c.get_watermark_offsets(TopicPartition(topic, p), 30)[1] == last + 2
+    finally:
+        c.close()
+
+
 @pytest.mark.timeout(600)
 def test_file_import_then_export_reproduces_the_rows(
     spark: Any, bootstrap: str, topic: TopicFactory, tmp_path: Path
@@ -200,16 +220,18 @@ def test_file_import_then_export_reproduces_the_rows(
     assert {date(2024, 2, 29), date(2021, 1, 1)} < {r[6] for r in rows}
     assert (out / "date=2024-02-29").is_dir() and (out / "date=2021-01-01").is_dir()
 
-    # the command, resuming the CSV import's checkpoint: only the new file is imported
+    # the command, resuming the CSV import's checkpoint: only the new file is imported, in a
+    # transaction (--exactly-once): read_committed readers get its rows, a commit marker follows
     _write_csv(dirs["csv"] / "part-2.csv", CSV_NEW)
     os.environ.update(spark_env())
     res = kafka_py(
         "pipeline", "run", "file-import", "--bootstrap-server", bootstrap,
         "--source-dir", str(dirs["csv"]), "--format", "csv", "--topic", t, "--key-column", "id",
-        "--checkpoint", str(ckpt / "csv"), "--available-now", timeout=300,
+        "--checkpoint", str(ckpt / "csv"), "--available-now", "--exactly-once", timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     clock.lap("checks + the file-import command")
+    _assert_committed_last(bootstrap, t, {row["id"].encode() for row in CSV_NEW})
     expected = _expected([r for rs in CSV_ROWS for r in rs] + CSV_NEW)
 
     # the export command resumes the Parquet export (the new records once, nothing twice)
@@ -250,6 +272,15 @@ def test_file_pipeline_commands_refuse_bad_input(bootstrap: str, tmp_path: Path)
     res = kafka_py(*base, "t", "--out-dir", str(tmp_path), "--format", "csv")
     assert res.returncode == 2
     assert one_line(res.stderr) == "error: file-import needs --source-dir"
+    res = kafka_py(
+        "pipeline", "run", "file-export", "--bootstrap-server", bootstrap, "--topic", "t",
+        "--out-dir", str(tmp_path / "o"), "--format", "parquet", "--exactly-once",
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert (
+        one_line(res.stderr)
+        == "error: --exactly-once is for mirror and file-import, not file-export"
+    )
     res = kafka_py(
         "pipeline", "run", "file-export", "--bootstrap-server", bootstrap, "--topic",
         "no-such-topic-here", "--out-dir", str(tmp_path / "o"), "--format", "parquet",

@@ -49,3 +49,20 @@ def test_sources_other_than_kafka_have_no_offsets_behind() -> None:
         ]
     }
     assert offsets_behind(progress) == {("t", 0): 5}
+
+
+def test_batches_finishing_between_two_polls_are_all_counted() -> None:
+    """The CLI polls recentProgress once a second; two batches may finish in between, and an
+    idle trigger reports the id of the batch that runs after it."""
+    m = ProgressMetrics("mirror")
+    first = {**PROGRESS, "batchId": 0, "timestamp": "2026-01-01T00:00:00.000Z"}
+    idle = {**PROGRESS, "batchId": 1, "numInputRows": 0, "timestamp": "2026-01-01T00:00:01.000Z"}
+    second = {**PROGRESS, "batchId": 1, "numInputRows": 10, "timestamp": "2026-01-01T00:00:02.000Z"}
+    third = {**PROGRESS, "batchId": 2, "numInputRows": 5, "timestamp": "2026-01-01T00:00:03.000Z"}
+    assert len(m.observe_all([first])) == 1
+    assert len(m.observe_all([first, idle, second, third])) == 3
+    assert m.observe_all([first, idle, second, third]) == []
+    assert m.observe_all(None) == []
+    text = generate_latest(m.registry).decode()
+    assert 'kafkapy_pipeline_input_rows_total{pipeline="mirror"} 1215.0' in text
+    assert 'kafkapy_pipeline_batch_id{pipeline="mirror"} 2.0' in text

@@ -13,6 +13,7 @@ a reader listing the files directly may also see files of an interrupted attempt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from services.spark.options import KafkaPySparkError
@@ -40,14 +41,17 @@ def start(
     max_offsets_per_trigger: int | None = None,
     available_now: bool = False,
     processing_time: str = "1 second",
+    client_options: Mapping[str, str] | None = None,
 ) -> Any:
-    """Start the export query (Spark's StreamingQuery), from the topic's earliest offsets."""
+    """Start the export query (Spark's StreamingQuery), from the topic's earliest offsets;
+    `client_options` (`kafka.*`, e.g. security settings) go to the source."""
     from pyspark.sql import functions as F
 
     if fmt not in FORMATS:
         raise KafkaPySparkError(f"format must be one of {', '.join(FORMATS)}, got '{fmt}'")
     reader = (
         spark.readStream.format("kafkapy")
+        .options(**dict(client_options or {}))
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")

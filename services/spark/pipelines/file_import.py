@@ -12,7 +12,10 @@ writers should write to such a name and rename (Spark's rule).
 
 Delivery: Spark's file source records in the checkpoint which files each micro-batch took, so a
 file is imported by one batch only; a batch replayed after a crash is written again by the
-at-least-once `kafkapy` sink (records of that batch may appear twice, none are lost).
+at-least-once `kafkapy` sink (records of that batch may appear twice, none are lost), or, with
+the sink option `deliveryGuarantee=exactly-once` (`kafka-py pipeline run file-import
+--exactly-once`), skipped or rewritten in transactions so read_committed readers see each row
+once (docs/decisions.md).
 """
 
 from __future__ import annotations

@@ -2,22 +2,37 @@
 Kafka-compatible cluster to another, keeping keys, values, headers, timestamps (written as the
 copies' CreateTime) and partitions; topic names are kept.
 
-Target topics missing at start are created with the source's partition count (the target's
-default replication factor and configs); a target topic with fewer partitions than its source
-is refused, since a record could not keep its partition. Progress lives in the query's
+Target topics missing at start are created with the source's partition count and the configs
+set on the source topic (MirrorMaker 2's config sync at creation, without the configs it never
+syncs), with the target's default replication factor: a copy of old records must not be deleted
+by a shorter default `retention.ms` than its source's. A target topic with fewer partitions than
+its source is refused, since a record could not keep its partition. Progress lives in the query's
 checkpoint (the source's offsets), so a restarted mirror continues where it stopped; with
 `exactly_once` the copies are written in transactions (docs/decisions.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from services.spark.options import KafkaPySparkError, parse_source
 
 COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
+
+# MirrorMaker 2's DefaultConfigPropertyFilter: topic configs never copied to the target
+NOT_SYNCED = frozenset(
+    {
+        "follower.replication.throttled.replicas",
+        "leader.replication.throttled.replicas",
+        "message.timestamp.difference.max.ms",
+        "message.timestamp.type",
+        "unclean.leader.election.enable",
+        "min.insync.replicas",
+    }
+)
 
 
 def source_topics(
@@ -36,9 +51,43 @@ def source_topics(
     return {name: len(t.partitions) for name, t in meta.items() if opts.topic_matches(name)}
 
 
-def ensure_target_topics(conf: dict[str, Any], wanted: dict[str, int], timeout_s: float) -> None:
-    """Create the missing target topics with their source's partition count; refuse one with
-    fewer partitions than its source."""
+def source_configs(
+    conf: dict[str, Any], topics: list[str], timeout_s: float
+) -> dict[str, dict[str, str]]:
+    """The configs set on each source topic (not defaults), without those MirrorMaker 2 never
+    syncs."""
+    if not topics:
+        return {}
+    admin = AdminClient(conf)  # kept until the answers came: its end fails them
+    futures = admin.describe_configs(
+        [ConfigResource("topic", t) for t in topics], request_timeout=timeout_s
+    )
+    out: dict[str, dict[str, str]] = {}
+    for res, fut in futures.items():
+        try:
+            entries = fut.result(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: one line
+            raise KafkaPySparkError(f"reading the configs of {res.name} failed: {exc}") from None
+        out[res.name] = {
+            name: str(e.value)
+            for name, e in entries.items()
+            # confluent-kafka gives the source as its int, not as ConfigSource
+            if int(getattr(e.source, "value", e.source)) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            and name not in NOT_SYNCED
+            and e.value is not None
+            and not e.is_sensitive
+        }
+    return out
+
+
+def ensure_target_topics(
+    conf: dict[str, Any],
+    wanted: dict[str, int],
+    timeout_s: float,
+    configs: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """Create the missing target topics with their source's partition count and `configs`;
+    refuse one with fewer partitions than its source."""
     admin = AdminClient(conf)
     existing = admin.list_topics(timeout=timeout_s).topics
     for name, count in sorted(wanted.items()):
@@ -47,7 +96,11 @@ def ensure_target_topics(conf: dict[str, Any], wanted: dict[str, int], timeout_s
                 f"target topic {name} has {len(existing[name].partitions)} partitions, its source "
                 f"{count}: records could not keep their partition"
             )
-    new = [NewTopic(n, c, -1) for n, c in sorted(wanted.items()) if n not in existing]
+    new = [
+        NewTopic(n, c, -1, config=(configs or {}).get(n, {}))
+        for n, c in sorted(wanted.items())
+        if n not in existing
+    ]
     for name, fut in (admin.create_topics(new) if new else {}).items():
         try:
             fut.result(timeout=timeout_s)
@@ -68,10 +121,14 @@ def start(
     available_now: bool = False,
     processing_time: str = "1 second",
     max_offsets_per_trigger: int | None = None,
+    source_options: Mapping[str, str] | None = None,
+    target_options: Mapping[str, str] | None = None,
 ) -> Any:
-    """Start the mirror query; returns Spark's StreamingQuery."""
+    """Start the mirror query; returns Spark's StreamingQuery. `source_options` and
+    `target_options` (`kafka.*`, e.g. security settings) go to the source and the sink."""
     reader = (
         spark.readStream.format("kafkapy")
+        .options(**dict(source_options or {}))
         .option("kafka.bootstrap.servers", source_bootstrap)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
@@ -86,6 +143,7 @@ def start(
         reader.load()
         .select(*COLUMNS)
         .writeStream.format("kafkapy")
+        .options(**dict(target_options or {}))
         .option("kafka.bootstrap.servers", target_bootstrap)
         .option("deliveryGuarantee", "exactly-once" if exactly_once else "at-least-once")
         .option("checkpointLocation", checkpoint)

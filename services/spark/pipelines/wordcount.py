@@ -10,6 +10,7 @@ query's checkpoint (Spark's state store); no watermark, so the running count nev
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -48,12 +49,16 @@ def start(
     window: str | None = None,
     available_now: bool = False,
     processing_time: str = "1 second",
+    client_options: Mapping[str, str] | None = None,
 ) -> Any:
-    """Start the word-count query; returns Spark's StreamingQuery."""
+    """Start the word-count query; returns Spark's StreamingQuery. `client_options` (`kafka.*`,
+    e.g. security settings) go to the source and the sink."""
     from pyspark.sql import functions as F
 
+    client = dict(client_options or {})
     lines = (
         spark.readStream.format("kafkapy")
+        .options(**client)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
@@ -77,7 +82,7 @@ def start(
     def write_batch(batch: Any, _batch_id: int) -> None:
         # PySpark's Python streaming sinks take append mode only: the updated counts of each
         # micro-batch go out through the batch writer (a replayed batch writes the same counts)
-        batch.write.format("kafkapy").mode("append").option(
+        batch.write.format("kafkapy").mode("append").options(**client).option(
             "kafka.bootstrap.servers", bootstrap
         ).option("topic", sink).save()
 
