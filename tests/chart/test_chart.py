@@ -887,3 +887,31 @@ def test_a_broken_template_fails(tmp_path: Path) -> None:
     # the real chart's packed subcharts are untouched (pytest-xdist: another worker may be
     # rendering them now, so they are compared, never packed again here)
     assert {p.name: p.read_bytes() for p in (CHART / "charts").glob("*.tgz")} == packed
+
+
+def test_a_change_to_any_component_config_rolls_its_pods() -> None:
+    """Each workload's ``checksum/settings`` hashes what its settings ConfigMap holds, so a
+    change of a component's ``config`` (or of the controller's autoscaler values, which become
+    its settings) changes the pod template and rolls the pods, as ``helm upgrade`` users expect."""
+    keys = ("storage", "controller", "gateway", "groupCoordinator", "transactionCoordinator")
+
+    def checksums(docs: list[dict[str, Any]]) -> dict[str, str]:
+        return {
+            d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"][
+                "checksum/settings"
+            ]
+            for d in workloads(docs)
+            if component(d) not in ("zookeeper", "console")
+            and d["kind"] in ("Deployment", "StatefulSet")
+        }
+
+    base = checksums(render())
+    assert {component(d) for d in workloads(render()) if d["metadata"]["name"] in base} >= {
+        "storage", "controller", "gateway", "group-coordinator", "transaction-coordinator"
+    }  # fmt: skip
+    changed = checksums(render({k: {"config": {"log.retention.hours": 1}} for k in keys}))
+    assert changed.keys() == base.keys()
+    assert [n for n in base if changed[n] == base[n]] == []
+    scaled = checksums(render({"controller": {"autoscaler": {"enabled": True, "maxReplicas": 9}}}))
+    moved = [n for n in base if scaled[n] != base[n]]
+    assert moved and all("controller" in n for n in moved), moved
