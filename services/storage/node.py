@@ -26,7 +26,7 @@ from services.common.logging import get_logger
 from services.common.runtime import add_port, freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
-from services.common.zk.client import AsyncZk
+from services.common.zk.client import ZK_UNAVAILABLE, AsyncZk
 from services.storage.controlled_shutdown import ControlledShutdown, ShutdownSettings
 from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.log import checkpoint as ckpt
@@ -411,6 +411,10 @@ class StorageNode:
                 pass
             try:
                 await job()
+            except ZK_UNAVAILABLE as exc:  # ZooKeeper away: the next run tries again
+                log.warning(
+                    "background task skipped: ZooKeeper unavailable", task=name, error=repr(exc)
+                )
             except Exception:
                 log.exception("background task failed", task=name)
             wait_s = (period_ms() if callable(period_ms) else period_ms) / 1000.0

@@ -14,7 +14,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import ZnodeStat
 
 from services.common.logging import get_logger
@@ -35,6 +42,10 @@ StateCallback = Callable[[str], None]
 STOP_TIMEOUT_S = 3.0  # closing a session normally takes milliseconds
 
 log = get_logger("zk.client")
+
+#: what a ZooKeeper call raises while the ensemble is away (paused, restarting, partitioned):
+#: a periodic job meeting one retries at its next run instead of logging a traceback
+ZK_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError)
 
 
 class AsyncZk:

@@ -53,3 +53,36 @@ def test_cluster_id_format() -> None:
     ids = {new_cluster_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(len(i) == 22 and not i.startswith("-") and "=" not in i for i in ids)
+
+
+async def test_a_periodic_job_meeting_zookeeper_away_warns_and_runs_again() -> None:
+    """A storage node's periodic jobs (usage report, ISR expiry...) outlive a ZooKeeper pause:
+    the run that meets it logs one warning line (no traceback), the next run happens; any
+    other failure is still logged with its traceback."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+    from structlog.testing import capture_logs
+
+    from services.storage.node import StorageNode
+
+    failures: list[BaseException] = [SessionExpiredError(), ConnectionLoss(), ValueError("bug")]
+    runs = 0
+    fake = SimpleNamespace(_stop_tasks=asyncio.Event())
+
+    async def job() -> None:
+        nonlocal runs
+        runs += 1
+        if failures:
+            raise failures.pop(0)
+        fake._stop_tasks.set()
+
+    with capture_logs() as logs:
+        await asyncio.wait_for(StorageNode._periodic(fake, "usage-report", 1, 0, job), 10)  # type: ignore[arg-type]
+    assert runs == 4
+    skipped = [e for e in logs if e["event"] == "background task skipped: ZooKeeper unavailable"]
+    assert [e["task"] for e in skipped] == ["usage-report"] * 2
+    assert all(e["log_level"] == "warning" and "exc_info" not in e for e in skipped)
+    failed = [e for e in logs if e["event"] == "background task failed"]
+    assert len(failed) == 1 and failed[0].get("exc_info")
