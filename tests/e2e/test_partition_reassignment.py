@@ -55,7 +55,7 @@ from services.common.errors import ErrorCode
 from services.common.protocol import ApiKey
 from services.common.zk import layout
 from tests.e2e.checker import Checker, evidence_dir
-from tests.integration.kafka_support import cli_ok, kafka_py, one_line, running_cluster
+from tests.integration.kafka_support import cli_ok, kafka_py, one_line, running_cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -380,12 +380,17 @@ def test_reassignment_under_load(five_node_cluster: LocalCluster, tmp_path: Path
             view.wait_targets({p: targets[p]})
             successor = cluster.active_controller_index()
             assert successor not in (None, killed_controller)
-            successor_log = cluster.log_path("controller", successor).read_text()
-            assert "resuming partition reassignment" in successor_log
-            assert any(
-                "partition reassignment completed" in line and f"{TOPIC}-{p}" in line
-                for line in successor_log.splitlines()
-            ), "the new active controller did not complete the reassignment"
+            successor_log = cluster.log_path("controller", successor)
+            assert "resuming partition reassignment" in successor_log.read_text()
+            # the controller logs the completion right after the znodes the wait above saw
+            wait_for(
+                "the new active controller completing the reassignment (its log)",
+                lambda: any(
+                    "partition reassignment completed" in line and f"{TOPIC}-{p}" in line
+                    for line in successor_log.read_text().splitlines()
+                ),
+                timeout=10,
+            )
             cluster.start_process("controller", killed_controller, timeout=60)
             killed_controller = None
             checker.note("phase 4 done")
