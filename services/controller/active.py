@@ -336,14 +336,17 @@ class ActiveController:
         self, topics: list[TopicState]
     ) -> list[tuple[TopicState, dict[int, PartitionState]]]:
         """The partition states of the topics of the first step, read in the background; then
-        an event that finishes the failover (if no other event did before)."""
+        an event that finishes the failover (if no other event did before). Only the partitions
+        assigned at the first step: early events may add others meanwhile, and own their
+        states."""
+        snapshot = [(t, sorted(t.assignment)) for t in topics]
 
         async def read() -> list[tuple[TopicState, dict[int, PartitionState]]]:
-            parts = [(t.name, p) for t in topics for p in t.assignment]
+            parts = [(t.name, p) for t, ps in snapshot for p in ps]
             found = await zkstore.read_partition_states(self.zk, parts, between=self._yield)
             return [
-                (t, {p: st for p in t.assignment if (st := found.get((t.name, p))) is not None})
-                for t in topics
+                (t, {p: st for p in ps if (st := found.get((t.name, p))) is not None})
+                for t, ps in snapshot
             ]
 
         try:
