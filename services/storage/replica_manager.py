@@ -741,8 +741,15 @@ class ReplicaManager:
     async def _write_checkpoint(self, name: str, offsets: Mapping[TopicPartition, int]) -> None:
         """``name`` in every online log dir, each with its own partitions; a dir where it
         cannot be written goes offline (Kafka's checkpoint failure handling)."""
-        for d in self.log_dirs.online:
-            mine = {k: v for k, v in offsets.items() if self.log_dirs.dir_of.get(k) == d}
+        # one pass over the partitions (a Path comparison per partition and dir cost ~5 ms per
+        # checkpoint at 3,000 partitions: idle CPU that grew with the partitions)
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs.online}
+        dir_of = self.log_dirs.dir_of
+        for k, v in offsets.items():
+            mine = by_dir.get(dir_of.get(k))  # type: ignore[arg-type]
+            if mine is not None:
+                mine[k] = v
+        for d, mine in by_dir.items():
             try:
                 await asyncio.to_thread(ckpt.write_offset_checkpoint, d / name, mine)
             except OSError as exc:
