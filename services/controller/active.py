@@ -67,6 +67,7 @@ ELECTION_ATTEMPTS = 3
 ZK_RETRY_S = 0.1
 FAILOVER_ERROR_BACKOFF_S = 1.0
 REQUEST_PRIORITY_S = 1.0
+REQUEST_PRIORITY_BUDGET_S = 3.0
 
 __all__ = ["AckMap", "ActiveController", "NotControllerError"]
 
@@ -131,6 +132,7 @@ class ActiveController:
         self._states = None
         self.failover_done = False
         self._requests = 0  # client requests in flight (see request())
+        self._yielded = 0.0  # seconds the state load waited for them (see _yield)
         self._no_requests = asyncio.Event()
         self._no_requests.set()
         self.running = False
@@ -368,12 +370,18 @@ class ActiveController:
                 self._no_requests.set()
 
     async def _yield(self) -> None:
-        """Between two windows of the state load: wait while requests are served (at most
-        REQUEST_PRIORITY_S per window, so a stream of them cannot starve the failover). The
-        load's reads and parsing share this process's CPU with them; a CreateTopics answered
-        behind the whole load is what a failover must avoid."""
+        """Between two windows of the state load: wait while requests are served, at most
+        REQUEST_PRIORITY_S per window and REQUEST_PRIORITY_BUDGET_S per failover (requests
+        must not hold back the elections that finish it). The load's reads and parsing share
+        this process's CPU with them; a CreateTopics answered behind the whole load is what a
+        failover must avoid."""
+        left = REQUEST_PRIORITY_BUDGET_S - self._yielded
+        if left <= 0 or self._no_requests.is_set():
+            return
+        started = time.monotonic()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._no_requests.wait(), REQUEST_PRIORITY_S)
+            await asyncio.wait_for(self._no_requests.wait(), min(REQUEST_PRIORITY_S, left))
+        self._yielded += time.monotonic() - started
 
     async def _finish_failover(self) -> None:
         """The rest of Kafka's onControllerFailover, once, on the event worker: the loaded
