@@ -101,6 +101,8 @@ class ReplicaManager:
         self.broker_id = broker_id
         dirs = [Path(log_dir)] if isinstance(log_dir, str | Path) else [Path(d) for d in log_dir]
         self.log_dirs = LogDirs(dirs)
+        # the offsets last written to each checkpoint file (unchanged ones are not rewritten)
+        self._checkpointed: dict[Path, dict[TopicPartition, int]] = {}
         self.log_dir = dirs[0]
         # called (on the event loop) when a log dir fails: the node tells the controller
         self.on_log_dir_failure: Callable[[Path, str], None] | None = None
@@ -750,10 +752,15 @@ class ReplicaManager:
             if mine is not None:
                 mine[k] = v
         for d, mine in by_dir.items():
+            if self._checkpointed.get(d / name) == mine:
+                continue  # what this node last wrote there: an idle node rewrites nothing
             try:
                 await asyncio.to_thread(ckpt.write_offset_checkpoint, d / name, mine)
             except OSError as exc:
+                self._checkpointed.pop(d / name, None)
                 self.handle_log_dir_failure(d, f"cannot write {name}: {exc}")
+            else:
+                self._checkpointed[d / name] = mine
 
     async def checkpoint_recovery_points(self) -> None:
         offsets = self._offsets(lambda lg: lg.recovery_point)
