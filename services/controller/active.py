@@ -9,8 +9,16 @@ term (the owner resigns).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +65,9 @@ log = get_logger("controller")
 
 ELECTION_ATTEMPTS = 3
 ZK_RETRY_S = 0.1
+FAILOVER_ERROR_BACKOFF_S = 1.0
+REQUEST_PRIORITY_S = 1.0
+REQUEST_PRIORITY_BUDGET_S = 3.0
 
 __all__ = ["AckMap", "ActiveController", "NotControllerError"]
 
@@ -67,6 +78,11 @@ class _Event:
     run: Callable[[], Awaitable[Any]]
     future: asyncio.Future[Any] | None
     key: Any = None
+    early: bool = False  # may run before the failover finished (see ActiveController.start)
+
+
+class _FailoverError(Exception):
+    """Finishing the failover failed for another reason than losing control."""
 
 
 UNCLEAN = "unclean.leader.election.enable"
@@ -112,6 +128,13 @@ class ActiveController:
         self._worker: asyncio.Task[None] | None = None
         self._current: _Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._states: asyncio.Task[list[tuple[TopicState, dict[int, PartitionState]]]] | None
+        self._states = None
+        self.failover_done = False
+        self._requests = 0  # client requests in flight (see request())
+        self._yielded = 0.0  # seconds the state load waited for them (see _yield)
+        self._no_requests = asyncio.Event()
+        self._no_requests.set()
         self.running = False
 
     @property
@@ -120,15 +143,33 @@ class ActiveController:
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load the cluster from ZooKeeper and take over (Kafka's onControllerFailover)."""
+        """Take over (Kafka's onControllerFailover), serving as early as is safe.
+
+        First the brokers and the topics (assignment and config: two reads per topic); then
+        the event worker starts. The partition states (one znode per partition, most of the
+        failover's reads) load in the background. Events marked ``early`` (CreateTopics, new
+        partitions of a topic) run before they are loaded: they touch only partitions that
+        were not in ZooKeeper at the first step, so they need no loaded state. Any other event
+        first finishes the failover on the worker (:meth:`_finish_failover`: the states into
+        the context, elections, full state to every storage node, deletions, reassignments,
+        shards), as does the event the loader queues when it is done. Elections therefore
+        never plan from a state that was not read in this term, and every write stays guarded
+        by the epoch and the state znode's version."""
         self.running = True
-        await self._retrying_zk(self._on_startup)
+        self.metrics.active.set(1)
+        await self._retrying_zk(self._load_topics)
+        snapshot = list(self.ctx.topics.values())
+        log.info(
+            "controller serving, loading partition states",
+            epoch=self.epoch,
+            topics=len(snapshot),
+            partitions=self.ctx.partition_count(),
+        )
+        self._states = self.spawn(self._load_states(snapshot), "load-partition-states")
         self._worker = asyncio.create_task(self._run(), name="controller-events")
         self.spawn(purge_expired_config_changes(self.zk), "purge-config-changes")
         if self.settings.auto_leader_rebalance_enable:
             self.spawn(self.balancer.run(), "leader-balance")
-        await self._retrying_zk(self.elastic.start)
-        self.metrics.update(self.ctx)
 
     async def stop(self) -> None:
         """End the term: stop handling events, drop pending orders, fail waiting requests."""
@@ -168,8 +209,10 @@ class ActiveController:
         *,
         key: Any = None,
         want_result: bool = False,
+        early: bool = False,
     ) -> asyncio.Future[Any] | None:
-        """Queue an event; events with a ``key`` already pending are coalesced."""
+        """Queue an event; events with a ``key`` already pending are coalesced. ``early``: it
+        may run before the failover finished (see :meth:`start`)."""
         if not self.running:
             if want_result:
                 fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -181,11 +224,13 @@ class ActiveController:
                 return None
             self._pending_keys.add(key)
         future = asyncio.get_running_loop().create_future() if want_result else None
-        self._queue.put_nowait(_Event(name, run, future, key))
+        self._queue.put_nowait(_Event(name, run, future, key, early))
         return future
 
-    async def call(self, name: str, run: Callable[[], Awaitable[Any]]) -> Any:
-        fut = self.enqueue(name, run, want_result=True)
+    async def call(
+        self, name: str, run: Callable[[], Awaitable[Any]], *, early: bool = False
+    ) -> Any:
+        fut = self.enqueue(name, run, want_result=True, early=early)
         assert fut is not None
         return await fut
 
@@ -206,6 +251,7 @@ class ActiveController:
                 f"PartitionModifications({arg})",
                 lambda: self._on_partition_modification(arg),
                 key=("topic", arg),
+                early=True,
             )
         elif kind in handlers:
             self.enqueue(kind, handlers[kind], key=kind)
@@ -216,7 +262,17 @@ class ActiveController:
             if ev.key is not None:
                 self._pending_keys.discard(ev.key)
             try:
+                if not ev.early:
+                    await self._retrying_zk(self._finish_failover)
                 result = await self._retrying_zk(ev.run)
+            except _FailoverError:
+                log.exception("error while becoming controller, triggering controller movement")
+                if ev.future is not None and not ev.future.done():
+                    ev.future.set_exception(NotControllerError())
+                self.running = False
+                await asyncio.sleep(FAILOVER_ERROR_BACKOFF_S)
+                self._on_moved("failover error")
+                return
             except NotControllerError as exc:
                 if ev.future is not None and not ev.future.done():
                     ev.future.set_exception(exc)
@@ -241,7 +297,7 @@ class ActiveController:
                     ev.future.set_result(result)
             finally:
                 self._current = None
-                if self.running:
+                if self.running and self.failover_done:
                     self.metrics.update(self.ctx)
 
     async def _retrying_zk(self, run: Callable[[], Awaitable[Any]]) -> Any:
@@ -260,8 +316,9 @@ class ActiveController:
                     raise NotControllerError() from None
 
     # ---- startup --------------------------------------------------------------------------
-    async def _on_startup(self) -> None:
-        # idempotent: run again from scratch if the connection drops half-way
+    async def _load_topics(self) -> None:
+        """The failover's first step: brokers and topics without their partition states.
+        Idempotent: runs again from scratch if the connection drops half-way."""
         await self.links.close_all()
         self.ctx.topics.clear()
         self.ctx.topics_to_delete.clear()
@@ -270,25 +327,105 @@ class ActiveController:
         for broker_id, b in self.ctx.brokers.items():
             self.links.add(broker_id, b.registration.address)
         names = sorted(await self.zk.get_children(layout.BROKER_TOPICS))
-        loaded = await asyncio.gather(*(zkstore.read_topic(self.zk, n) for n in names))
+        loaded = await asyncio.gather(
+            *(zkstore.read_topic(self.zk, n, with_states=False) for n in names)
+        )
         for got in loaded:
             if got is not None:
                 await self._add_topic(*got)
-        log.info(
-            "controller context loaded",
-            epoch=self.epoch,
-            brokers=sorted(self.ctx.brokers),
-            topics=len(self.ctx.topics),
-            partitions=self.ctx.partition_count(),
-        )
-        parts = [(t, p) for t in self.eligible_topics() for p in sorted(t.assignment)]
-        applied = await self.elect(parts)
-        created = {(tr.topic, tr.partition) for tr in applied if tr.create}
-        for broker_id in sorted(self.ctx.brokers):
-            self.send_full_state(broker_id, new_parts=created)
-        await self.deleter.on_delete_topics_change()
-        await self.reassigner.resume()
-        await self.place_shards()
+
+    async def _load_states(
+        self, topics: list[TopicState]
+    ) -> list[tuple[TopicState, dict[int, PartitionState]]]:
+        """The partition states of the topics of the first step, read in the background; then
+        an event that finishes the failover (if no other event did before). Only the partitions
+        assigned at the first step: early events may add others meanwhile, and own their
+        states."""
+        snapshot = [(t, sorted(t.assignment)) for t in topics]
+
+        async def read() -> list[tuple[TopicState, dict[int, PartitionState]]]:
+            parts = [(t.name, p) for t, ps in snapshot for p in ps]
+            found = await zkstore.read_partition_states(self.zk, parts, between=self._yield)
+            return [
+                (t, {p: st for p in ps if (st := found.get((t.name, p))) is not None})
+                for t, ps in snapshot
+            ]
+
+        try:
+            return await self._retrying_zk(read)
+        finally:
+            self.enqueue("ControllerFailover", _nothing)
+
+    @contextlib.asynccontextmanager
+    async def request(self) -> AsyncIterator[None]:
+        """A client request served while the failover still loads partition states: the loader
+        yields to it (see :meth:`_yield`)."""
+        self._requests += 1
+        self._no_requests.clear()
+        try:
+            yield
+        finally:
+            self._requests -= 1
+            if not self._requests:
+                self._no_requests.set()
+
+    async def _yield(self) -> None:
+        """Between two windows of the state load: wait while requests are served, at most
+        REQUEST_PRIORITY_S per window and REQUEST_PRIORITY_BUDGET_S per failover (requests
+        must not hold back the elections that finish it). The load's reads and parsing share
+        this process's CPU with them; a CreateTopics answered behind the whole load is what a
+        failover must avoid."""
+        left = REQUEST_PRIORITY_BUDGET_S - self._yielded
+        if left <= 0 or self._no_requests.is_set():
+            return
+        started = time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_requests.wait(), min(REQUEST_PRIORITY_S, left))
+        self._yielded += time.monotonic() - started
+
+    async def _finish_failover(self) -> None:
+        """The rest of Kafka's onControllerFailover, once, on the event worker: the loaded
+        partition states into the context, then elections, the full state to every storage
+        node, pending deletions and reassignments, coordinator shards, elastic storage.
+        Idempotent until done (a dropped connection runs it again)."""
+        if self.failover_done:
+            return
+        assert self._states is not None
+        try:
+            loaded = await self._states
+            for topic, states in loaded:
+                if self.ctx.topics.get(topic.name) is topic:
+                    topic.states.update(states)
+            log.info(
+                "controller context loaded",
+                epoch=self.epoch,
+                brokers=sorted(self.ctx.brokers),
+                topics=len(self.ctx.topics),
+                partitions=self.ctx.partition_count(),
+            )
+            parts = [(t, p) for t in self.eligible_topics() for p in sorted(t.assignment)]
+            applied = await self.elect(parts)
+            created = {(tr.topic, tr.partition) for tr in applied if tr.create}
+            for broker_id in sorted(self.ctx.brokers):
+                self.send_full_state(broker_id, new_parts=created)
+            await self.deleter.on_delete_topics_change()
+            await self.reassigner.resume()
+            await self.place_shards()
+            await self.elastic.start()
+        except (
+            ControllerMovedError,
+            NotControllerError,
+            SessionExpiredError,
+            ConnectionLoss,
+            OperationTimeoutError,
+            ConnectionClosedError,
+        ):
+            raise
+        except Exception as exc:  # noqa: BLE001 - Kafka: any failover error moves the controller
+            raise _FailoverError(str(exc)) from exc
+        self.failover_done = True
+        self.metrics.update(self.ctx)
+        log.info("controller failover finished", epoch=self.epoch)
 
     async def place_shards(self) -> None:
         """Place the shards of ``__consumer_offsets`` on the live group coordinators and of
@@ -382,10 +519,9 @@ class ActiveController:
         return []
 
     async def reload_states(self, parts: Sequence[Part]) -> None:
-        states = await asyncio.gather(
-            *(zkstore.read_partition_state(self.zk, t.name, p) for t, p in parts)
-        )
-        for (topic, p), st in zip(parts, states, strict=True):
+        found = await zkstore.read_partition_states(self.zk, [(t.name, p) for t, p in parts])
+        for topic, p in parts:
+            st = found.get((topic.name, p))
             if st is None:
                 topic.states.pop(p, None)
             else:
@@ -691,3 +827,7 @@ class ActiveController:
             [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
         )
         await self.reassigner.on_isr_change(parts)
+
+
+async def _nothing() -> None:
+    """The event that finishes a failover nobody else's event finished (see ``_run``)."""

@@ -137,12 +137,16 @@ class AdminOps:
 
     # ---- CreateTopics ---------------------------------------------------------------------
     async def create_topics(self, req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
-        pending: list[_Pending] = await self.c.call(
-            "CreateTopics", lambda: self._create_topics(list(req.topics), req.validate_only)
-        )
-        if req.validate_only:
-            return pb.CreateTopicsResponse(topics=[p.result for p in pending])
-        return pb.CreateTopicsResponse(topics=await _await_acks(pending, req.timeout_ms))
+        async with self.c.request():
+            # early: a new topic needs no partition state of a failover still loading them
+            pending: list[_Pending] = await self.c.call(
+                "CreateTopics",
+                lambda: self._create_topics(list(req.topics), req.validate_only),
+                early=True,
+            )
+            if req.validate_only:
+                return pb.CreateTopicsResponse(topics=[p.result for p in pending])
+            return pb.CreateTopicsResponse(topics=await _await_acks(pending, req.timeout_ms))
 
     async def _create_topics(
         self, specs: list[pb.TopicSpec], validate_only: bool

@@ -35,7 +35,11 @@ from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import AsyncZk, ZnodeStat
 from services.common.zk.layout import Endpoint
 from services.common.zk.registration import DEREGISTER_TIMEOUT_S
-from services.controller.active import ActiveController, NotControllerError
+from services.controller.active import (
+    FAILOVER_ERROR_BACKOFF_S,
+    ActiveController,
+    NotControllerError,
+)
 from services.controller.admin import AdminOps
 from services.controller.elastic_service import ElasticService
 from services.controller.elector import Elector
@@ -56,7 +60,6 @@ CHILDREN_WATCHES = (
     (layout.GROUP_COORDINATOR_IDS, "coordinators"),
     (layout.TRANSACTION_COORDINATOR_IDS, "coordinators"),
 )
-FAILOVER_ERROR_BACKOFF_S = 1.0
 
 
 class ControllerApp:
@@ -381,4 +384,8 @@ class ControllerApp:
             if data is not None:
                 self._dispatch("topic", name)
 
-        self.zk.watch_data(layout.topic_path(name), changed)
+        # kazoo's DataWatch reads the znode synchronously when it is set: not on the loop (a
+        # failover over many topics would stall on one round trip per topic)
+        self._spawn(
+            asyncio.to_thread(self.zk.watch_data, layout.topic_path(name), changed), "watch-topic"
+        )

@@ -47,11 +47,14 @@ class ControllerCore(Protocol):
         *,
         key: Any = None,
         want_result: bool = False,
+        early: bool = False,
     ) -> asyncio.Future[Any] | None:
         """Queue an event on the controller's single event loop."""
         ...
 
-    async def call(self, name: str, run: Callable[[], Awaitable[Any]]) -> Any:
+    async def call(
+        self, name: str, run: Callable[[], Awaitable[Any]], *, early: bool = False
+    ) -> Any:
         """Queue an event and wait for its result."""
         ...
 

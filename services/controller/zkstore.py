@@ -8,18 +8,19 @@ fails and the write raises :class:`ControllerMovedError` (Kafka's ControllerMove
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError, RuntimeInconsistency
 
 from services.common.zk import layout
-from services.common.zk.client import AsyncZk
+from services.common.zk.client import AsyncZk, ZnodeStat
 from services.common.zk.layout import BrokerRegistration
 from services.controller.model import LiveBroker, PartitionState, TopicState
 
 MAX_OPS_PER_MULTI = 1000
+STATE_READ_WINDOW = 500
 
 
 class ControllerMovedError(Exception):
@@ -139,9 +140,10 @@ async def read_brokers(zk: AsyncZk) -> dict[int, LiveBroker]:
 
 async def read_partition_state(zk: AsyncZk, topic: str, partition: int) -> PartitionState | None:
     got = await zk.get_or_none(layout.partition_state_path(topic, partition))
-    if got is None:
-        return None
-    data, stat = got
+    return None if got is None else _partition_state(*got)
+
+
+def _partition_state(data: bytes, stat: ZnodeStat) -> PartitionState:
     st = layout.PartitionStateZk.from_json(data)
     return PartitionState(
         st.leader, st.leader_epoch, list(st.isr), st.controller_epoch, stat.version
@@ -164,28 +166,46 @@ async def read_assignment(
     return assignment, topic_id, got[1].version
 
 
-async def read_topic(zk: AsyncZk, name: str) -> tuple[TopicState, bool] | None:
-    """The topic with its config and partition states; the flag says the topic id is new
-    (the znode had none, so the caller must write it back)."""
+async def read_topic(
+    zk: AsyncZk, name: str, *, with_states: bool = True
+) -> tuple[TopicState, bool] | None:
+    """The topic with its config and (``with_states``) partition states; the flag says the
+    topic id is new (the znode had none, so the caller must write it back)."""
     raw = await zk.get_or_none(layout.topic_path(name))
     if raw is None:
         return None
     assignment, topic_id = layout.parse_topic_assignment(raw[0])
     adding, removing = layout.parse_topic_reassignment(raw[0])
     config = await read_topic_config(zk, name)
-    states = await asyncio.gather(*(read_partition_state(zk, name, p) for p in assignment))
+    states = (
+        {p: st for (_t, p), st in (await read_partition_states(zk, parts)).items()}
+        if with_states and (parts := [(name, p) for p in assignment])
+        else {}
+    )
     fresh_id = topic_id is None
     tid = topic_id or layout.topic_id_to_str(layout.new_topic_id())
-    topic = TopicState(
-        name,
-        tid,
-        assignment,
-        config,
-        {p: st for p, st in zip(assignment, states, strict=True) if st is not None},
-        adding,
-        removing,
-    )
+    topic = TopicState(name, tid, assignment, config, states, adding, removing)
     return topic, fresh_id
+
+
+async def read_partition_states(
+    zk: AsyncZk,
+    parts: Sequence[tuple[str, int]],
+    between: Callable[[], Awaitable[None]] | None = None,
+) -> dict[tuple[str, int], PartitionState]:
+    """The state znodes of ``parts`` that exist, read STATE_READ_WINDOW at a time: pipelined,
+    yet never so many at once that the session's other requests (ZooKeeper answers a session
+    in order) wait behind all of them. ``between`` is awaited before each further window."""
+    out: dict[tuple[str, int], PartitionState] = {}
+    for start in range(0, len(parts), STATE_READ_WINDOW):
+        if start and between is not None:
+            await between()
+        chunk = parts[start : start + STATE_READ_WINDOW]
+        got = await zk.get_many([layout.partition_state_path(t, p) for t, p in chunk])
+        for tp, answer in zip(chunk, got, strict=True):
+            if answer is not None:
+                out[tp] = _partition_state(*answer)
+    return out
 
 
 async def subtree(zk: AsyncZk, path: str) -> list[str]:

@@ -20,6 +20,7 @@ from services.gateway.authorizer import Authorizer
 from services.gateway.controller_client import ControllerClient
 from services.gateway.dynamic_config import GatewayBrokerConfig
 from services.gateway.fetch_park import FetchPark
+from services.gateway.metadata_entries import TopicEntries
 from services.gateway.offsets_cache import OffsetsCache
 from services.gateway.produce_order import ProduceOrder
 from services.gateway.quota_manager import ClientQuotaManager
@@ -54,6 +55,8 @@ class GatewayServices:
     txn_topic_creation: asyncio.Future[Any] | None = None
     authorizer: Authorizer | None = None  # None: authorizer.class.name not set
     quotas: ClientQuotaManager | None = None  # client quotas (quota_manager.py)
+    # Metadata entries of every topic, reused while unchanged (metadata_entries.py)
+    topic_entries: TopicEntries = field(default_factory=TopicEntries)
     _background: set[asyncio.Future[Any]] = field(default_factory=set)
 
     @property

@@ -101,6 +101,8 @@ class ReplicaManager:
         self.broker_id = broker_id
         dirs = [Path(log_dir)] if isinstance(log_dir, str | Path) else [Path(d) for d in log_dir]
         self.log_dirs = LogDirs(dirs)
+        # the offsets last written to each checkpoint file (unchanged ones are not rewritten)
+        self._checkpointed: dict[Path, dict[TopicPartition, int]] = {}
         self.log_dir = dirs[0]
         # called (on the event loop) when a log dir fails: the node tells the controller
         self.on_log_dir_failure: Callable[[Path, str], None] | None = None
@@ -741,12 +743,24 @@ class ReplicaManager:
     async def _write_checkpoint(self, name: str, offsets: Mapping[TopicPartition, int]) -> None:
         """``name`` in every online log dir, each with its own partitions; a dir where it
         cannot be written goes offline (Kafka's checkpoint failure handling)."""
-        for d in self.log_dirs.online:
-            mine = {k: v for k, v in offsets.items() if self.log_dirs.dir_of.get(k) == d}
+        # one pass over the partitions (a Path comparison per partition and dir cost ~5 ms per
+        # checkpoint at 3,000 partitions: idle CPU that grew with the partitions)
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs.online}
+        dir_of = self.log_dirs.dir_of
+        for k, v in offsets.items():
+            mine = by_dir.get(dir_of.get(k))  # type: ignore[arg-type]
+            if mine is not None:
+                mine[k] = v
+        for d, mine in by_dir.items():
+            if self._checkpointed.get(d / name) == mine:
+                continue  # what this node last wrote there: an idle node rewrites nothing
             try:
                 await asyncio.to_thread(ckpt.write_offset_checkpoint, d / name, mine)
             except OSError as exc:
+                self._checkpointed.pop(d / name, None)
                 self.handle_log_dir_failure(d, f"cannot write {name}: {exc}")
+            else:
+                self._checkpointed[d / name] = mine
 
     async def checkpoint_recovery_points(self) -> None:
         offsets = self._offsets(lambda lg: lg.recovery_point)

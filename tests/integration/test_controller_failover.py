@@ -110,6 +110,7 @@ async def test_kill9_of_active_controller_standby_takes_over(cluster: Cluster) -
     zk = cluster.zk
     assert (await cluster.create("before")).error_code == 0
     old_id, old_epoch = await cluster.active()
+    before = [await zk.get(f"/brokers/topics/before/partitions/{p}/state") for p in (0, 1)]
 
     killed_at = time.monotonic()
     cluster.procs[old_id].kill9()
@@ -119,6 +120,11 @@ async def test_kill9_of_active_controller_standby_takes_over(cluster: Cluster) -
     assert takeover < 5.0
     new_id, new_epoch = await cluster.active()
     assert new_epoch == old_epoch + 1
+    # at once: the new controller serves CreateTopics while it may still load partition states
+    res = await cluster.create("after")
+    assert res.error_code == 0
+    state = layout.loads((await zk.get("/brokers/topics/after/partitions/0/state"))[0])
+    assert state["controller_epoch"] == new_epoch
     assert int((await zk.get(layout.CONTROLLER_EPOCH))[0]) == new_epoch
     await wait_for(
         lambda: cluster.procs[new_id].logged("elected as active controller"),
@@ -137,11 +143,11 @@ async def test_kill9_of_active_controller_standby_takes_over(cluster: Cluster) -
             ),
             what=f"broker {node.broker_id} to get the new controller's state",
         )
-
-    res = await cluster.create("after")
-    assert res.error_code == 0
-    state = layout.loads((await zk.get("/brokers/topics/after/partitions/0/state"))[0])
-    assert state["controller_epoch"] == new_epoch
+    # the failover finished from the states it read: the led partitions were left as they were
+    # (no election, no state written again)
+    for p, (data, stat) in enumerate(before):
+        now_data, now_stat = await zk.get(f"/brokers/topics/before/partitions/{p}/state")
+        assert (now_data, now_stat.version) == (data, stat.version)
 
 
 async def test_sigterm_resigns_and_exits_cleanly(cluster: Cluster) -> None:

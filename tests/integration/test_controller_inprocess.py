@@ -247,6 +247,11 @@ async def test_leadership_goes_back_to_the_preferred_replica_once_it_is_in_sync(
     await wait_for(lambda: _leader(zk, "bal", 0, 1), what="preferred replica 1 leading bal-0")
     st = await state(zk, "bal", 0)
     assert (st["leader_epoch"], st["isr"]) == (2, [2, 3, 1])  # failover, then this election
+    # the order follows the state's write: wait for it rather than race it
+    await wait_for(
+        lambda: (o := nodes[0].latest("bal", 0)) is not None and o.leader_epoch >= 2,
+        what="broker 1 told of the election",
+    )
     order = nodes[0].latest("bal", 0)
     assert order is not None and (order.leader, order.leader_epoch) == (1, 2)
     assert [await state(zk, "bal", p) for p in (1, 2)] == balanced  # left alone

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kazoo.client import KazooState
@@ -186,6 +186,48 @@ class AsyncZk:
             return await self.get(path)
         except NoNodeError:
             return None
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """Read ``paths`` pipelined on the session; the answers in order, None for a missing
+        znode. One future for the lot (not one per znode): reading thousands of znodes costs the
+        loop a single wake-up. Any other error is raised once all answers are in."""
+        if not paths:
+            return []
+        loop = self.loop
+        fut: asyncio.Future[list[Any]] = loop.create_future()
+        out: list[Any] = [None] * len(paths)
+        left = [len(paths)]
+        lock = threading.Lock()
+
+        def resolve() -> None:
+            if fut.done():
+                return
+            error = next((r for r in out if isinstance(r, BaseException)), None)
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(out)
+
+        def answer(i: int) -> Callable[[Any], None]:
+            def done(ar: Any) -> None:
+                try:
+                    out[i] = ar.get_nowait()
+                except NoNodeError:
+                    out[i] = None
+                except BaseException as error:  # noqa: BLE001 - raised on the loop
+                    out[i] = error
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                        loop.call_soon_threadsafe(resolve)
+
+            return done
+
+        for i, path in enumerate(paths):
+            self.client.get_async(path).rawlink(answer(i))
+        return await fut
 
     async def get_children(self, path: str) -> list[str]:
         return await self._bridge(self.client.get_children_async(path))  # type: ignore[no-any-return]

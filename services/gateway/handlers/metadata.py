@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from services.common.errors import ErrorCode
@@ -69,7 +70,7 @@ def client_brokers(ctx: RequestContext) -> dict[int, Endpoint]:
     )
 
 
-def _topic_entry(topic: TopicInfo, leaders: list[int], brokers: Any) -> Body:
+def _topic_entry(topic: TopicInfo, leaders: list[int], brokers: Collection[int]) -> Body:
     h = topic_hash(topic.name)
     partitions = []
     for p in topic.partitions.values():
@@ -109,11 +110,15 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     cache = s.cache
     gateways = live_gateways(s, ctx.listener)
     leaders = candidates(gateways, client_zone(ctx.client_id, s.endpoint.rack))
-    brokers = cache.brokers
+    brokers = frozenset(cache.brokers)
     requested = req.get("topics")
     entries: list[Body] = []
+    kept = s.topic_entries
+    kept.forget_missing(cache.topics)
     if requested is None:
-        entries = [_topic_entry(t, leaders, brokers) for _, t in sorted(cache.topics.items())]
+        entries = [
+            kept.entry(t, leaders, brokers, _topic_entry) for _, t in sorted(cache.topics.items())
+        ]
     else:
         allow_auto = s.settings.auto_create_topics_enable and (
             ctx.api_version < 4 or bool(req.get("allow_auto_topic_creation", True))
@@ -133,7 +138,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 seen.add(topic_id)
                 topic = cache.topic_by_id(topic_id)
                 entries.append(
-                    _topic_entry(topic, leaders, brokers)
+                    kept.entry(topic, leaders, brokers, _topic_entry)
                     if topic is not None
                     else _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
                 )
@@ -143,7 +148,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             seen.add(name)
             topic = cache.topic(name)
             if topic is not None:
-                entries.append(_topic_entry(topic, leaders, brokers))
+                entries.append(kept.entry(topic, leaders, brokers, _topic_entry))
             elif topic_name_error(name) is not None:
                 entries.append(_error_entry(name, ErrorCode.INVALID_TOPIC_EXCEPTION))
             elif allow_auto and name not in INTERNAL_TOPICS:

@@ -790,6 +790,10 @@ class Log:
         unflushed for ``max_unflushed_ms`` (log.recovery.flush.interval.ms: keeps the recovery
         point, and a crash's rescan, near the log end). The latter also snapshots the producer
         state at the log end, so a restart replays no more than the unflushed tail either."""
+        if self._pending_flush_offset is None and self._leo <= self.recovery_point:
+            # nothing unflushed (most logs of an idle node, checked every second): answered
+            # without the lock; an append racing with this read is seen at the next check
+            return False
         now = self._now() if now_ms is None else now_ms
         with self._lock:
             if self._closed:
