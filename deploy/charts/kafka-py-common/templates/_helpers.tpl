@@ -317,7 +317,8 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
 {{/*
 A Deployment of one service with a generated node id (ctx, component, command, values, port,
 idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels; optional: listeners and advertised
-(default: one listener on port, advertised as the pod IP), extraPorts, extraEnv, mounts,
+(default: one listener on port, advertised as the pod IP; a gRPC server with internal TLS is a
+StatefulSet advertising its pod DNS name instead), extraPorts, extraEnv, mounts,
 volumes, serviceAccount, config (the settings, for the checksum)). Without idFlag: no node id
 and no listener flags (a client of the cluster, such as the console). Replicas are omitted when an HPA owns them (values.autoscaling.enabled).
 */}}
