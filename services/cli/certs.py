@@ -6,7 +6,12 @@ Files in ``--dir`` (PEM; keys mode 0600):
   certificates from the same CA, which is how certificates are rotated without a restart);
 - ``<service>.pem`` / ``<service>-key.pem``: each service's certificate (client and server
   use) with SANs for localhost, 127.0.0.1, ::1 and the Kubernetes Service DNS names of the
-  chart (``<release>-<service>``, its headless Service's pods, ``.<namespace>.svc[.<domain>]``).
+  chart (``<base>-<service>``, its headless Service's pods, ``.<namespace>.svc[.<domain>]``;
+  ``<base>`` is the chart's name rule: the release, or ``<release>-kafka-py`` when the release
+  does not contain ``kafka-py``);
+- with ``--kubernetes``: ``internal-tls-secret.yaml``, the Secret ``<base>-internal-tls`` the
+  chart's ``global.internalTls`` mounts (``kubectl apply -f``): the CA certificate and every
+  service's certificate and key, never the CA's key.
 
 The settings of a service then are ``internal.ssl.keystore.location=<service>.pem``,
 ``internal.ssl.key.location=<service>-key.pem``, ``internal.ssl.truststore.location=ca.pem``.
@@ -17,8 +22,10 @@ first, so a service reloading mid-way sees either set whole or a mismatch it ref
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -32,6 +39,7 @@ SERVICES = ("storage", "controller", "gateway", "group-coordinator", "transactio
 DEFAULT_DAYS = 365
 MAX_DAYS = 36500
 CA_FILE, CA_KEY_FILE = "ca.pem", "ca-key.pem"
+SECRET_FILE = "internal-tls-secret.yaml"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _DNS = re.compile(
     r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
@@ -52,15 +60,30 @@ class CertsLayout:
     ca: Path
     services: dict[str, ServiceFiles]
     ca_created: bool
+    secret: Path | None = None  # the Kubernetes Secret manifest (--kubernetes)
 
 
 def service_files(directory: Path, service: str) -> ServiceFiles:
     return ServiceFiles(directory / f"{service}.pem", directory / f"{service}-key.pem")
 
 
+def chart_base(release: str) -> str:
+    """The prefix of every object the chart names for ``release`` (``kafkapy.base`` in
+    deploy/charts/kafka-py-common/templates/_helpers.tpl)."""
+    base = release if "kafka-py" in release else f"{release}-kafka-py"
+    return base[:40].rstrip("-")
+
+
+def secret_name(release: str) -> str:
+    """The Secret ``global.internalTls`` mounts when its ``secretName`` is empty."""
+    return f"{chart_base(release)}-internal-tls"
+
+
 def dns_names(service: str, release: str, namespace: str, cluster_domain: str) -> list[str]:
-    """localhost and the chart's Service names of ``service`` (pods behind the headless one)."""
-    name = f"{release}-{service}"
+    """localhost and the chart's Service names of ``service``; the wildcards cover the pods
+    behind its headless Service (``<pod>.<base>-<service>-headless.<namespace>.svc...``),
+    which is what storage, and with internal TLS every gRPC server, advertises."""
+    name = f"{chart_base(release)}-{service}"[:63].rstrip("-")
     names = ["localhost"]
     for svc in (name, f"{name}-headless"):
         names += [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc"]
@@ -79,9 +102,11 @@ def init_certs(
     namespace: str = "default",
     cluster_domain: str = "cluster.local",
     extra_sans: Sequence[str] = (),
+    kubernetes: bool = False,
 ) -> CertsLayout:
-    """Make (or reuse) the CA in ``directory`` and issue a certificate per service.
-    Raises CliError (one line) on bad input or unusable files."""
+    """Make (or reuse) the CA in ``directory`` and issue a certificate per service (and with
+    ``kubernetes`` the chart's Secret manifest of them). Raises CliError (one line) on bad
+    input or unusable files."""
     _check(services, days, release, namespace, extra_sans)
     try:
         import cryptography  # noqa: F401 - the dependency, checked before any file is written
@@ -109,7 +134,34 @@ def init_certs(
         _write(files.key, _key_pem(key), private=True)
         _write(files.certificate, _cert_pem(cert))
         written[service] = files
-    return CertsLayout(directory, ca_path, written, ca_created)
+    secret = None
+    if kubernetes:
+        secret = directory / SECRET_FILE
+        _write(secret, _secret_manifest(ca_path, written, release, namespace), private=True)
+    return CertsLayout(directory, ca_path, written, ca_created, secret)
+
+
+def _secret_manifest(
+    ca: Path, services: dict[str, ServiceFiles], release: str, namespace: str
+) -> bytes:
+    """The Secret (JSON, which is YAML) keyed by file name, as the chart's volumes pick them."""
+    paths = [ca] + [p for f in services.values() for p in (f.certificate, f.key)]
+    data = {p.name: base64.b64encode(p.read_bytes()).decode("ascii") for p in paths}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(release),
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": "kafka-py",
+                "app.kubernetes.io/part-of": "kafka-py",
+            },
+        },
+        "type": "Opaque",
+        "data": data,
+    }
+    return (json.dumps(secret, indent=2) + "\n").encode()
 
 
 def _check(
@@ -310,6 +362,12 @@ def add_parser(sub: Any, _common: Callable[[argparse.ArgumentParser, bool], None
     p.add_argument(
         "--san", action="append", default=[], metavar="NAME", help="an extra DNS name or IP"
     )
+    p.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help=f"also write {SECRET_FILE}: the Secret the chart's global.internalTls mounts "
+        "(CA certificate, service certificates and keys; not the CA key)",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -322,9 +380,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         namespace=args.namespace,
         cluster_domain=args.cluster_domain,
         extra_sans=args.san,
+        kubernetes=args.kubernetes,
     )
     made = "created" if layout.ca_created else "reused"
     print(f"CA {made}: {layout.ca}", file=out)
     for service, files in layout.services.items():
         print(f"{service}: {files.certificate} (key {files.key})", file=out)
+    if layout.secret is not None:
+        print(f"Secret {secret_name(args.release)}: {layout.secret} (kubectl apply -f)", file=out)
     return 0

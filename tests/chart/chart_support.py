@@ -61,10 +61,12 @@ def update_dependencies_once(shared: Path) -> None:
             done.touch()
 
 
-def render(values: Mapping[str, Any] | None = None, chart: Path = CHART) -> list[dict[str, Any]]:
+def render(
+    values: Mapping[str, Any] | None = None, chart: Path = CHART, release: str = RELEASE
+) -> list[dict[str, Any]]:
     """Every object the chart renders for ``values`` (NOTES.txt left out)."""
     with helm.Chart.load(chart) as c:
-        out = c.render(values=dict(values or {}), name=RELEASE, namespace=NAMESPACE)
+        out = c.render(values=dict(values or {}), name=release, namespace=NAMESPACE)
     docs: list[dict[str, Any]] = []
     for path, text in sorted(out.items()):
         if path.endswith("NOTES.txt"):

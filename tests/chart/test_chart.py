@@ -43,6 +43,7 @@ from services.gateway.security import listener_security
 from services.gateway.settings import GatewaySettings
 from services.group_coordinator.settings import GroupCoordinatorSettings
 from services.storage.settings import StorageSettings
+from services.transaction_coordinator.settings import TransactionCoordinatorSettings
 
 DEV = {
     "global": {"zookeeper": {"replicas": 1}},
@@ -101,6 +102,7 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
             "zones": {"discovery": False},
             "metrics": {"scrapeAnnotations": False},
             "zookeeper": {"acl": {"enabled": True, "digestSecret": {"name": "zk-digest"}}},
+            "internalTls": {"enabled": True},
         },
         "networkPolicy": {
             "clientPeers": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
@@ -166,8 +168,11 @@ SETTINGS: dict[str, type[ServiceSettings]] = {
     "gateway": GatewaySettings,
     "controller": ControllerSettings,
     "group-coordinator": GroupCoordinatorSettings,
+    "transaction-coordinator": TransactionCoordinatorSettings,
     "console": ConsoleSettings,
 }
+# the components with gRPC servers or channels (certs init's certificate names)
+INTERNAL_TLS = ("storage", "controller", "gateway", "group-coordinator", "transaction-coordinator")
 ELASTIC = importlib.util.find_spec("services.controller.elastic_settings") is not None
 POD_ENV = {  # what the downward API gives a pod
     "POD_NAME": "kafka-py-storage-1",
@@ -301,6 +306,7 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
             assert mount["readOnly"] is True and vol["secret"]["secretName"] == "zk-digest"
             assert str(settings.zookeeper_digest_auth_file).startswith(mount["mountPath"] + "/")
         zk_connects.add(settings.zookeeper_connect)
+        _internal_tls_as_the_values_say(name, doc, c, settings)
         if isinstance(settings, ConsoleSettings):
             _console_is_a_client_of_this_release(name, docs, c, settings)
             continue
@@ -323,6 +329,31 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
     assert {"storage", "gateway", "group-coordinator"} <= checked
     assert ("console" in checked) is COMBINATIONS[name].get("console", {}).get("enabled", True)
     assert len(zk_connects) == 1  # the console reads the cluster's own ZooKeeper
+
+
+def _internal_tls_as_the_values_say(
+    name: str, doc: dict[str, Any], c: dict[str, Any], settings: ServiceSettings
+) -> None:
+    """Every gRPC server and client (not the console, a Kafka client) gets internal.ssl.* with
+    its own certificate, key and the CA from the Secret, mounted read-only; nothing else."""
+    want = COMBINATIONS[name].get("global", {}).get("internalTls", {}).get("enabled", False)
+    want = want and component(doc) in INTERNAL_TLS
+    assert settings.internal_ssl_enabled is want, doc["metadata"]["name"]
+    mounts = [m for m in c["volumeMounts"] if m["name"] == "internal-tls"]
+    volumes = [v for v in pod_spec(doc)["volumes"] if v["name"] == "internal-tls"]
+    if not want:
+        assert not mounts and not volumes
+        return
+    (mount,), (vol,) = mounts, volumes
+    assert mount["readOnly"] is True and vol["secret"]["secretName"] == "kafka-py-internal-tls"
+    files = {
+        f"{mount['mountPath']}/{i['path']}": i["key"] for i in vol["secret"]["items"]
+    }  # fmt: skip
+    assert files == {
+        settings.internal_ssl_keystore_location: f"{component(doc)}.pem",
+        settings.internal_ssl_key_location: f"{component(doc)}-key.pem",
+        settings.internal_ssl_truststore_location: "ca.pem",
+    }
 
 
 def _console_is_a_client_of_this_release(
@@ -836,7 +867,8 @@ def test_security_combinations_the_schema_cannot_express_are_refused(
             "/gateway/security/listeners/0/protocol",
         ),  # fmt: skip
         ({"gateway": {"security": {"authorizer": {"className": "acl"}}}}, "className"),
-        ({"global": {"internalTls": {"enabled": True}}}, "/global/internalTls/enabled"),
+        ({"global": {"internalTls": {"enabled": "yes"}}}, "/global/internalTls/enabled"),
+        ({"global": {"internalTls": {"secretName": "Certs"}}}, "/global/internalTls/secretName"),
         ({"global": {"zookeeper": {"acl": {"enabled": True}}}}, "digestSecret"),
         ({"console": {"readOnly": "yes"}}, "/console/readOnly"),
     ],

@@ -9,7 +9,10 @@ What a Kubernetes control plane and kubelet would do, done here by hand (docs/op
   ``$(VAR)`` expansion applied), ``env`` and ``envFrom`` ConfigMaps, the downward API values
   the chart asks for (pod name, namespace, IP, node name, pod-index label), its security
   context (user, read-only root, dropped capabilities, no-new-privileges), emptyDirs as tmpfs
-  or volumes, and ``terminationGracePeriodSeconds`` as the stop timeout.
+  or volumes, Secret volumes as read-only bind mounts of a copy of the files the test gives
+  for that Secret (its ``items``, ``defaultMode`` and the pod's ``fsGroup`` as the kubelet
+  applies them; a later change of the files is not propagated), and
+  ``terminationGracePeriodSeconds`` as the stop timeout.
 * Each zone is one podman network (its own bridge and subnet); a pod gets a fixed IP on the
   network of its node's zone and reaches pods of other zones through the host's forwarding
   between the bridges (so an nftables table dropping that forwarding cuts a zone off,
@@ -27,14 +30,18 @@ What a Kubernetes control plane and kubelet would do, done here by hand (docs/op
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 ENGINE = "podman"
@@ -74,6 +81,11 @@ class SimPod:
     def main(self) -> dict[str, Any]:
         return dict(self.spec["containers"][0])
 
+    def is_host(self, host: str) -> bool:
+        """Whether ``host`` (a registered address's host) names this pod: its IP, or its DNS
+        name under a headless Service (what gRPC servers register with internal TLS)."""
+        return host == self.ip or host.split(".", 1)[0] == self.name
+
     def port(self, name_or_number: str | int) -> int:
         if isinstance(name_or_number, int):
             return name_or_number
@@ -96,6 +108,7 @@ class Simulation:
         cluster_domain: str = "cluster.local",
         publish: Mapping[str, int] | None = None,
         reserve: Mapping[str, int] | None = None,
+        secrets: Mapping[str, Path] | None = None,
     ) -> None:
         self.docs = docs
         self.prefix = prefix
@@ -109,6 +122,8 @@ class Simulation:
         self.domain = cluster_domain
         self.publish = dict(publish or {})  # workload name -> container port published on host
         self.reserve = dict(reserve or {})  # StatefulSet name -> ordinals planned in all
+        self.secrets = dict(secrets or {})  # Secret name -> host folder of its keys' files
+        self._secret_root = Path(tempfile.mkdtemp(prefix=f"{prefix}-secrets-"))
         self.pods: list[SimPod] = []
         self.spare: list[SimPod] = []  # planned ordinals beyond replicas (``reserve``)
         self._ips = {z: (str(ip) for ip in list(n.hosts())[9:]) for z, n in self.subnets.items()}
@@ -246,6 +261,8 @@ class Simulation:
                 pod.volumes.append(volume)
             elif path == "/tmp":
                 args += ["--tmpfs", "/tmp:rw,mode=1777"]
+            elif "secret" in volumes.get(vname, {}):
+                args += ["-v", f"{self._secret_files(pod, volumes[vname])}:{path}:ro"]
             elif "emptyDir" in volumes.get(vname, {}):
                 volume = f"{self.prefix}-{vname}-{pod.name}-empty"
                 args += ["-v", f"{volume}:{path}"]
@@ -253,6 +270,28 @@ class Simulation:
             else:
                 raise ValueError(f"{pod.name}: volume {vname} is not simulated")
         return args
+
+    def _secret_files(self, pod: SimPod, volume: dict[str, Any]) -> Path:
+        """The files of a Secret volume as the kubelet lays them out: its ``items`` (all keys
+        without), ``defaultMode``, group-owned by the pod's ``fsGroup``."""
+        secret = volume["secret"]
+        if secret["secretName"] not in self.secrets:
+            raise ValueError(f"{pod.name}: Secret {secret['secretName']} is not given")
+        source = self.secrets[secret["secretName"]]
+        items = secret.get("items") or [
+            {"key": f.name, "path": f.name} for f in sorted(source.iterdir()) if f.is_file()
+        ]
+        target = self._secret_root / pod.name / volume["name"]
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        group = pod.spec.get("securityContext", {}).get("fsGroup")
+        for item in items:
+            dest = target / item["path"]
+            shutil.copyfile(source / item["key"], dest)
+            os.chmod(dest, int(secret.get("defaultMode", 0o644)))
+            if group is not None:
+                os.chown(dest, 0, int(group))
+        return target
 
     # ---- lifecycle --------------------------------------------------------------------
     def create_networks(self) -> None:
@@ -334,6 +373,7 @@ class Simulation:
             podman("volume", "rm", "-f", *volumes, check=False)
         for network in self.networks.values():
             podman("network", "rm", "-f", network, check=False)
+        shutil.rmtree(self._secret_root, ignore_errors=True)
 
 
 def _mac(ip: str) -> str:

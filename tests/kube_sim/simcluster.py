@@ -5,7 +5,8 @@ monitor, liveness, verdicts) as every other fault test instead of a checker of i
 ``logs_dir`` (the pods' logs, written there each time it is read).
 
 A controller's ``index`` is its generated controller id (the checker compares it with
-``/controller``), read from its registration ``/kafka-py/controllers/<id>`` (host = the pod's IP);
+``/controller``), read from its registration ``/kafka-py/controllers/<id>`` (host = the pod's IP,
+or its DNS name with internal TLS);
 every other pod's index is its ordinal. The checker's nemesis (signals to host processes) is not
 used here: kube-sim tests apply their faults themselves and name them with ``checker.fault``.
 """
@@ -56,7 +57,7 @@ class SimCluster:
                         host = json.loads(self._zk.get(f"{CONTROLLERS}/{cid}")[0])["host"]
                     except NoNodeError:
                         continue
-                    if host == pod.ip:
+                    if pod.is_host(host):
                         self._ids[key] = int(cid)
             return self._ids.get(key)
 

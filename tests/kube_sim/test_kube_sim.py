@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from chart_support import ROOT, render
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -37,6 +38,10 @@ from reconcile import StatefulSetReconciler
 from simcluster import SimCluster
 from zonecut import ZoneCut, nft_missing
 
+from services.cli.certs import init_certs, secret_name
+from services.common.internal_tls import InternalTls, TlsFiles
+from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
 from services.common.zk import elastic
 from services.common.zk.layout import BROKER_IDS
 from tests.e2e.checker import CLUSTER_CHECKS, Checker, evidence_dir, wait_live
@@ -96,7 +101,16 @@ def _subnets() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sim(images: None, kube_api: KubeApi) -> Iterator[tuple[Simulation, int]]:
+def internal_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The internal TLS Secret's files, as `kafka-py certs init --kubernetes` makes them for this
+    release and namespace (the Secret manifest it writes holds these files)."""
+    certs = tmp_path_factory.mktemp("internal-tls")
+    init_certs(certs, release="kafka-py", namespace=NAMESPACE, kubernetes=True)
+    return certs
+
+
+@pytest.fixture(scope="module")
+def sim(images: None, kube_api: KubeApi, internal_certs: Path) -> Iterator[tuple[Simulation, int]]:
     prefix = f"kpsim{os.getpid()}"
     subnets = _subnets()
     gw_port = _free_port()
@@ -113,6 +127,9 @@ def sim(images: None, kube_api: KubeApi) -> Iterator[tuple[Simulation, int]]:
             },
             "zookeeper": {"replicas": 1},
             "zones": {"apiUrl": api_url},
+            # mutual TLS on every internal gRPC channel: the controller and coordinators run as
+            # StatefulSets and every gRPC server advertises its pod's DNS name
+            "internalTls": {"enabled": True},
         },
         "zookeeper": {
             "image": {"repository": "localhost/kafka-py-zookeeper", "tag": VERSION},
@@ -153,6 +170,7 @@ def sim(images: None, kube_api: KubeApi) -> Iterator[tuple[Simulation, int]]:
     s = Simulation(
         render(values), prefix, subnets, ZONES, namespace=NAMESPACE,
         publish={"kafka-py-gateway": gw_port}, reserve={STORAGE: 4},
+        secrets={secret_name("kafka-py"): internal_certs},
     )  # fmt: skip
     try:
         s.create_networks()
@@ -327,6 +345,49 @@ def _zk_json(zk_host: str, path: str) -> dict[str, Any]:
         zk.stop()
 
 
+def test_internal_tls_storage_refuses_a_client_without_a_certificate(
+    sim: tuple[Simulation, int], internal_certs: Path
+) -> None:
+    """Every storage node registered its pod's DNS name (the headless Service's) and serves
+    mutual TLS: a plaintext client and one without a certificate are refused before anything
+    is appended; a client with the cluster's certificate that checks the server's name
+    against that DNS name (as the services do) completes its handshake."""
+    s, _ = sim
+    zk_host = f"{next(p for p in s.pods if s.component(p) == 'zookeeper').ip}:2181"
+    request = pb.AppendRequest(
+        acks=-1,
+        timeout_ms=5000,
+        partitions=[pb.PartitionAppend(topic="kube-sim-intruder", partition=0, records=b"")],
+    )
+    ca = (internal_certs / "ca.pem").read_bytes()
+    gateway = InternalTls(
+        TlsFiles(
+            str(internal_certs / "gateway.pem"),
+            str(internal_certs / "gateway-key.pem"),
+            str(internal_certs / "ca.pem"),
+        )
+    )
+    for pod in (p for p in s.pods if s.component(p) == "storage"):
+        registered = _zk_json(zk_host, f"{BROKER_IDS}/{pod.ordinal}")
+        host = registered["host"]
+        assert host == f"{pod.name}.{STORAGE}-headless.{NAMESPACE}.svc.cluster.local", registered
+        address = f"{pod.ip}:{registered['port']}"
+        for channel in (
+            grpc.insecure_channel(address),
+            grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca)),
+        ):
+            with channel, pytest.raises(grpc.RpcError) as refused:
+                pb_grpc.StorageStub(channel).Append(request, timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        trusted = grpc.secure_channel(
+            address,
+            gateway.channel_credentials(),
+            options=[("grpc.ssl_target_name_override", host)],
+        )
+        with trusted:
+            grpc.channel_ready_future(trusted).result(timeout=15)
+
+
 def test_killing_the_active_controllers_pod_hands_over(sim: tuple[Simulation, int]) -> None:
     """kill -9 of the active controller's container while an acks=all producer writes: the
     standby controller takes over (/controller names it), the Deployment's replacement pod
@@ -341,7 +402,7 @@ def test_killing_the_active_controllers_pod_hands_over(sim: tuple[Simulation, in
     zk_host = f"{next(p for p in s.pods if s.component(p) == 'zookeeper').ip}:2181"
     active = int(_zk_json(zk_host, "/controller")["brokerid"])
     host = _zk_json(zk_host, f"/kafka-py/controllers/{active}")["host"]
-    pod = next(p for p in s.pods if s.component(p) == "controller" and p.ip == host)
+    pod = next(p for p in s.pods if s.component(p) == "controller" and p.is_host(host))
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = "kube-sim-controller-kill"
@@ -369,7 +430,7 @@ def test_killing_the_active_controllers_pod_hands_over(sim: tuple[Simulation, in
             break
         assert time.monotonic() < deadline, "no other controller took over"
         time.sleep(0.5)
-    s.start(pod)  # the Deployment's replacement pod (a new generated id)
+    s.start(pod)  # the replacement pod (a new generated id)
     s.wait_ready([pod], 120)
     writer.join(300)
     assert not writer.is_alive() and not errors, errors

@@ -88,6 +88,13 @@ Settings shared by every service, as the KAFKAPY_* environment its settings load
 {{- $_ := set $s "zookeeper.digest.auth.file" (printf "%s/%s" (include "kafkapy.zkDigestDir" .) .digestSecret.key) -}}
 {{- end -}}
 {{- end -}}
+{{- if include "kafkapy.internalTlsOn" . -}}
+{{- $dir := include "kafkapy.internalTlsDir" . -}}
+{{- $_ := set $s "internal.ssl.enabled" "true" -}}
+{{- $_ := set $s "internal.ssl.keystore.location" (printf "%s/%s.pem" $dir .component) -}}
+{{- $_ := set $s "internal.ssl.key.location" (printf "%s/%s-key.pem" $dir .component) -}}
+{{- $_ := set $s "internal.ssl.truststore.location" (printf "%s/ca.pem" $dir) -}}
+{{- end -}}
 {{- if .zoned -}}
 {{- if $g.zones.discovery -}}
 {{- $_ := set $s "kafkapy.rack.discovery" "kubernetes" -}}
@@ -301,6 +308,7 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
   volumeMounts:
     {{- include "kafkapy.tmpMount" . | nindent 4 }}
     {{- include "kafkapy.zkDigestMount" .ctx | nindent 4 }}
+    {{- include "kafkapy.internalTlsMount" . | nindent 4 }}
     {{- with .mounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -309,15 +317,21 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
 {{/*
 A Deployment of one service with a generated node id (ctx, component, command, values, port,
 idFlag, zoned, extraArgs, nodeAffinity, nameSuffix, labels; optional: listeners and advertised
-(default: one listener on port, advertised as the pod IP), extraPorts, extraEnv, mounts,
+(default: one listener on port, advertised as the pod IP; a gRPC server with internal TLS is a
+StatefulSet advertising its pod DNS name instead), extraPorts, extraEnv, mounts,
 volumes, serviceAccount, config (the settings, for the checksum)). Without idFlag: no node id
 and no listener flags (a client of the cluster, such as the console). Replicas are omitted when an HPA owns them (values.autoscaling.enabled).
 */}}
 {{- define "kafkapy.deployment" -}}
 {{- $v := .values -}}
 {{- $name := printf "%s%s" (include "kafkapy.name" .) (.nameSuffix | default "") -}}
+{{- $named := and .idFlag (include "kafkapy.internalTlsOn" .) (has .component (include "kafkapy.grpcServers" . | fromJsonArray)) -}}
+{{- $advertised := .advertised | default (printf "$(POD_IP):%d" (int .port.port)) -}}
+{{- if $named -}}
+{{- $advertised = printf "%s:%d" (include "kafkapy.podDnsName" .) (int .port.port) -}}
+{{- end -}}
 apiVersion: apps/v1
-kind: Deployment
+kind: {{ ternary "StatefulSet" "Deployment" (not (not $named)) }}
 metadata:
   name: {{ $name }}
   labels:
@@ -328,6 +342,14 @@ spec:
   replicas: {{ $v.replicas }}
   {{- end }}
   revisionHistoryLimit: 3
+  {{- if $named }}
+  # a StatefulSet only for its pods' DNS names (<pod>.<headless Service>), which the internal
+  # TLS certificates cover; it has no volumes and its ids are still generated
+  serviceName: {{ $name }}-headless
+  podManagementPolicy: Parallel
+  updateStrategy:
+    type: RollingUpdate
+  {{- end }}
   selector:
     matchLabels:
       {{- include "kafkapy.selectorLabels" . | nindent 6 }}
@@ -347,7 +369,7 @@ spec:
       containers:
         {{- $args := list -}}
         {{- if .idFlag -}}
-        {{- $args = list .idFlag "-1" "--listeners" (.listeners | default (printf "0.0.0.0:%d" (int .port.port))) "--advertised.listeners" (.advertised | default (printf "$(POD_IP):%d" (int .port.port))) -}}
+        {{- $args = list .idFlag "-1" "--listeners" (.listeners | default (printf "0.0.0.0:%d" (int .port.port))) "--advertised.listeners" $advertised -}}
         {{- end -}}
         {{- $args = concat $args (.extraArgs | default list) -}}
         {{- $ports := concat (list .port) (.extraPorts | default list) -}}
@@ -355,19 +377,74 @@ spec:
       volumes:
         {{- include "kafkapy.tmpVolume" . | nindent 8 }}
         {{- include "kafkapy.zkDigestVolume" .ctx | nindent 8 }}
+        {{- include "kafkapy.internalTlsVolume" . | nindent 8 }}
         {{- with .volumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
 {{- end -}}
 
 {{/*
-Internal mutual TLS (issue 17 §5: `kafka-py certs init`, internal.ssl.* settings) plugs in here:
-the internal.ssl.* settings and the per-service certificate Secret's volume/mount, rendered
-from global.internalTls for every kafka-py container. Not wired yet: channels verify the
-server's name against the address dialled, and the controller and coordinators (Deployments)
-advertise their pod IP, which no certificate `certs init` issues names. Until they advertise a
-name a certificate can carry, values.schema.json keeps global.internalTls.enabled false and
-this renders nothing.
+Internal mutual TLS (global.internalTls, `kafka-py certs init --kubernetes`): every kafka-py
+service that serves or calls gRPC gets the internal.ssl.* settings and its own files of the
+Secret (ca.pem, <component>.pem, <component>-key.pem; never another component's key), mounted
+read-only (the kubelet's updates of the Secret are picked up as rotations). Channels check the
+server's certificate against the address dialled, so every gRPC server then advertises its
+pod's DNS name under its headless Service, which the certificates' wildcard SANs cover.
 */}}
-{{- define "kafkapy.internalTls" -}}
+{{- define "kafkapy.grpcServers" -}}{{ toJson (list "storage" "controller" "group-coordinator" "transaction-coordinator") }}{{- end -}}
+{{- define "kafkapy.internalTlsComponents" -}}{{ toJson (list "storage" "controller" "gateway" "group-coordinator" "transaction-coordinator") }}{{- end -}}
+{{- define "kafkapy.internalTlsDir" -}}/etc/kafka-py/internal-tls{{- end -}}
+{{/* "true" when the component of (ctx, component) runs with internal TLS. */}}
+{{- define "kafkapy.internalTlsOn" -}}
+{{- if and .ctx.Values.global.internalTls.enabled (has .component (include "kafkapy.internalTlsComponents" . | fromJsonArray)) }}true{{ end -}}
+{{- end -}}
+{{- define "kafkapy.internalTlsSecret" -}}
+{{- .ctx.Values.global.internalTls.secretName | default (printf "%s-internal-tls" (include "kafkapy.base" .ctx)) -}}
+{{- end -}}
+{{- define "kafkapy.internalTlsVolume" -}}
+{{- if include "kafkapy.internalTlsOn" . -}}
+- name: internal-tls
+  secret:
+    secretName: {{ include "kafkapy.internalTlsSecret" . }}
+    defaultMode: 288
+    items:
+      - {key: ca.pem, path: ca.pem}
+      - {key: {{ .component }}.pem, path: {{ .component }}.pem}
+      - {key: {{ .component }}-key.pem, path: {{ .component }}-key.pem}
+{{- end -}}
+{{- end -}}
+{{- define "kafkapy.internalTlsMount" -}}
+{{- if include "kafkapy.internalTlsOn" . -}}
+- name: internal-tls
+  mountPath: {{ include "kafkapy.internalTlsDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+{{/* The pod's DNS name under the component's headless Service (kube DNS for StatefulSet pods). */}}
+{{- define "kafkapy.podDnsName" -}}
+{{- printf "$(POD_NAME).%s-headless.$(POD_NAMESPACE).svc.%s" (include "kafkapy.name" .) .ctx.Values.global.clusterDomain -}}
+{{- end -}}
+{{/*
+The headless Service of a gRPC server (ctx, component, port): its pods' DNS names, published
+before they are ready (peers find a restarting node by name).
+*/}}
+{{- define "kafkapy.headlessService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "kafkapy.name" . }}-headless
+  labels:
+    {{- include "kafkapy.labels" . | nindent 4 }}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector:
+    {{- include "kafkapy.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: grpc
+      port: {{ .port }}
+      targetPort: grpc
+    - name: admin
+      port: {{ .ctx.Values.global.ports.admin }}
+      targetPort: admin
 {{- end -}}
