@@ -8,6 +8,7 @@ the range (compaction, transaction markers, aborted records under read_committed
 
 from __future__ import annotations
 
+import bisect
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,11 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from services.spark.options import KafkaPySparkError, SourceOptions, librdkafka_config
 
 ROWS_PER_BATCH = 8192
+PARTITION_FETCH_BYTES = 8 << 20  # librdkafka's default is 1 MiB (docs/benchmarks-spark.md)
+
+# confluent-kafka's Message.timestamp(): (type, epoch milliseconds)
+_STAMP = pa.struct([pa.field("type", pa.int32()), pa.field("ms", pa.int64())])
 
 HEADERS_TYPE = pa.list_(
     pa.field(
@@ -65,7 +71,8 @@ def data_loss_message(what: str) -> str:
 
 
 class _Columns:
-    """Column buffers for one Arrow record batch."""
+    """Column buffers for one Arrow record batch, filled a consumed slice of messages at a time
+    (one list comprehension per field; timestamps converted in Arrow, not per row)."""
 
     def __init__(self, include_headers: bool) -> None:
         self.include_headers = include_headers
@@ -75,36 +82,38 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.ts_types: list[int] = []
+        self.stamps: list[tuple[int, int]] = []
         self.headers: list[list[dict[str, Any]] | None] = []
 
-    def add(self, msg: Any) -> None:
-        self.keys.append(msg.key())
-        self.values.append(msg.value())
-        self.offsets.append(msg.offset())
-        ts_type, ts = msg.timestamp()
-        self.timestamps.append(ts * 1000)
-        # confluent-kafka: 1 = CreateTime, 2 = LogAppendTime; Spark: Kafka's ids 0 and 1
-        self.ts_types.append(1 if ts_type == 2 else 0)
+    def add(self, msgs: list[Any], offsets: list[int]) -> None:
+        """Messages without error, in offset order, with their offsets."""
+        self.keys += [m.key() for m in msgs]
+        self.values += [m.value() for m in msgs]
+        self.offsets += offsets
+        self.stamps += [m.timestamp() for m in msgs]
         if self.include_headers:
-            hdrs = msg.headers()
             # Spark's Kafka source gives null, not an empty array, for a record without headers
-            self.headers.append([{"key": k, "value": v} for k, v in hdrs] if hdrs else None)
+            self.headers += [
+                [{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in msgs
+            ]
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
         n = len(self.offsets)
+        stamps = pa.array(self.stamps, _STAMP)
+        # confluent-kafka: 1 = CreateTime, 2 = LogAppendTime; Spark: Kafka's ids 0 and 1
+        ts_types = pc.cast(pc.equal(stamps.field(0), 2), pa.int32())
+        millis = stamps.field(1)
         cols = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(self.ts_types, pa.int32()),
+            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+            ts_types,
         ]
         if self.include_headers:
             cols.append(pa.array(self.headers, HEADERS_TYPE))
@@ -125,6 +134,8 @@ def consumer_for(opts: SourceOptions) -> Consumer:
                 "auto.offset.reset": "error",
                 "isolation.level": opts.isolation_level,
                 "fetch.wait.max.ms": 100,
+                # one task reads one partition: larger fetches, fewer round trips per record
+                "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
             },
         )
     )
@@ -152,24 +163,46 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                     f"[{position}, {rng.until}) within kafkaConsumer.pollTimeoutMs="
                     f"{opts.poll_timeout_ms}"
                 )
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    position = _on_error(consumer, opts, rng, err, position)
-                    continue
+            had = len(cols)
+            position = _take(consumer, opts, rng, msgs, cols, position)
+            if len(cols) > had:
                 deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-                off: int = msg.offset() or 0  # set on every message without error
-                if off >= rng.until:
-                    position = rng.until
-                    break
-                cols.add(msg)
-                position = off + 1
             if len(cols) >= ROWS_PER_BATCH:
                 yield cols.batch(schema, rng.topic, rng.partition)
         if len(cols):
             yield cols.batch(schema, rng.topic, rng.partition)
     finally:
         consumer.close()
+
+
+def _take(
+    consumer: Consumer,
+    opts: SourceOptions,
+    rng: OffsetRange,
+    msgs: list[Any],
+    cols: _Columns,
+    position: int,
+) -> int:
+    """Add the records of `msgs` below `rng.until` to `cols`, slice by slice between the messages
+    carrying an error (partition EOF, out of range: `_on_error`); returns the next position."""
+    errors = [i for i, m in enumerate(msgs) if m.error() is not None]
+    lo = 0
+    for hi in [*errors, len(msgs)]:
+        if position >= rng.until:
+            break
+        if hi > lo:
+            good = msgs[lo:hi]
+            offsets = [m.offset() for m in good]
+            cut = bisect.bisect_left(offsets, rng.until)
+            if cut:
+                cols.add(good[:cut], offsets[:cut])
+                position = offsets[cut - 1] + 1
+            if cut < len(offsets):
+                return rng.until
+        if hi < len(msgs):
+            position = _on_error(consumer, opts, rng, msgs[hi].error(), position)
+        lo = hi + 1
+    return position
 
 
 def _checked_start(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> int:

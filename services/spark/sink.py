@@ -11,6 +11,7 @@ each partition-task of a micro-batch in one transaction with a commit marker
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,12 +84,6 @@ def validate_schema(schema: StructType, opts: SinkOptions) -> None:
             )
 
 
-def _bytes(v: Any) -> bytes | None:
-    if v is None or isinstance(v, bytes):
-        return v
-    return str(v).encode()
-
-
 class _Delivery:
     """Counts acknowledged records and keeps the first delivery error."""
 
@@ -103,54 +98,82 @@ class _Delivery:
             self.error = err
 
 
-def _millis(batch: pa.RecordBatch) -> list[int | None] | None:
-    """The `timestamp` column (an extension of Spark's Kafka sink: the record's CreateTime) as
-    epoch milliseconds, or None without that column."""
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     names = [n.lower() for n in batch.schema.names]
-    if "timestamp" not in names:
-        return None
-    col = batch.column(names.index("timestamp"))
+    return batch.column(names.index(name)) if name in names else None
+
+
+def _millis(col: pa.Array) -> list[int]:
+    """The `timestamp` column (an extension of Spark's Kafka sink: the record's CreateTime) as
+    epoch milliseconds (truncated); null is 0, the producer's "now"."""
     micros = pc.cast(col.cast(pa.timestamp("us", tz="UTC")), pa.int64())
-    return [None if us is None else us // 1000 for us in micros.to_pylist()]
+    return pc.fill_null(pc.divide(micros, 1000), 0).to_pylist()
+
+
+def _headers(col: pa.Array) -> list[list[tuple[str, bytes]] | None]:
+    return [[(h["key"], h["value"]) for h in row] if row else None for row in col.to_pylist()]
+
+
+def _full(producer: Producer, delivery: _Delivery) -> bool:
+    """The producer's queue is full: serve delivery reports (they arrive only in poll/flush);
+    True when one of them failed."""
+    producer.poll(0.05)
+    return delivery.error is not None
 
 
 def _produce(
     producer: Producer, opts: SinkOptions, batch: pa.RecordBatch, delivery: _Delivery
 ) -> tuple[int, str | None]:
-    """Hand every row of `batch` to the producer; returns (rows sent, first topic written)."""
-    cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+    """Hand every row of `batch` to the producer; returns (rows sent, first topic written).
+
+    Columns are turned into Python lists once (Arrow computes the defaults: partition -1 and
+    timestamp 0 are the producer's "any partition" and "now"); strings go to the producer as
+    they are (it writes them UTF-8 encoded)."""
     n = batch.num_rows
-    values = cols["value"]
-    keys = cols.get("key") or [None] * n
-    topics = [opts.topic] * n if opts.topic else cols["topic"]
-    parts = cols.get("partition") or [None] * n
-    headers = cols.get("headers") or [None] * n
-    stamps = _millis(batch) or [None] * n
-    sent = 0
-    for i in range(n):
-        topic = topics[i]
-        if topic is None:
+    if not n:
+        return 0, None
+    key, part, stamp, head = (
+        _column(batch, c) for c in ("key", "partition", "timestamp", "headers")
+    )
+    values = _column(batch, "value").to_pylist()  # type: ignore[union-attr]  # validated schema
+    keys = itertools.repeat(None, n) if key is None else key.to_pylist()
+    parts = itertools.repeat(-1, n) if part is None else pc.fill_null(part, -1).to_pylist()
+    stamps = itertools.repeat(0, n) if stamp is None else _millis(stamp)
+    headers = itertools.repeat(None, n) if head is None else _headers(head)
+    if opts.topic:
+        topics: Any = itertools.repeat(opts.topic, n)
+        first = opts.topic
+    else:
+        col = _column(batch, "topic")
+        if col is None or col.null_count:
             raise KafkaPySparkError(
                 "null topic present in the data. Use the topic option for setting a default topic."
             )
-        kwargs: dict[str, Any] = {"key": _bytes(keys[i]), "on_delivery": delivery}
-        if parts[i] is not None:
-            kwargs["partition"] = parts[i]
-        if headers[i]:
-            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-        if stamps[i] is not None:
-            kwargs["timestamp"] = stamps[i]
+        topics = col.to_pylist()
+        first = topics[0]
+    produce = producer.produce
+    if stamp is None and head is None:  # the common case, without per-row keywords of no use
+        for i, (topic, value, k, p) in enumerate(zip(topics, values, keys, parts, strict=True)):
+            while True:
+                try:
+                    produce(topic, value, k, partition=p, on_delivery=delivery)
+                    break
+                except BufferError:
+                    if _full(producer, delivery):
+                        return i, first
+        producer.poll(0)
+        return n, first
+    rows = zip(topics, values, keys, parts, stamps, headers, strict=True)
+    for i, (topic, value, k, p, ts, h) in enumerate(rows):
         while True:
             try:
-                producer.produce(topic, _bytes(values[i]), **kwargs)
+                produce(topic, value, k, partition=p, on_delivery=delivery, timestamp=ts, headers=h)
                 break
             except BufferError:
-                producer.poll(0.05)
-        sent += 1
-        if delivery.error is not None:
-            break
+                if _full(producer, delivery):
+                    return i, first
     producer.poll(0)
-    return sent, (topics[0] if n else None)
+    return n, first
 
 
 def produce_all(
