@@ -3,9 +3,14 @@ live reload when the key/certificate files change, and the principal of a client
 
 ``ssl.keystore.location`` is one PEM file with the certificate chain and the private key
 (``ssl.key.password`` decrypts the key); ``ssl.truststore.location`` holds the CA certificates
-client certificates must chain to. TLS 1.2 is the lowest version accepted. A reload replaces
-the certificates of the same context, so connections accepted afterwards get them and open
-ones are not touched.
+client certificates must chain to. TLS 1.2 is the lowest version accepted.
+
+A reload builds a whole new context from the files (off the event loop) and, only if that
+succeeds, makes it the one every later handshake switches to (the listening context's SNI
+callback, which OpenSSL calls for every ClientHello, with or without SNI). Loading new files
+into the live context instead would let a handshake meet the new certificate with the old key
+(OpenSSL replaces them one after the other) and would leave a half-loaded context behind a bad
+file. Open connections are not touched.
 """
 
 from __future__ import annotations
@@ -55,12 +60,10 @@ class ReloadingContext:
     def __init__(self, cfg: TlsConfig, listener: str) -> None:
         self.cfg = cfg
         self.listener = listener
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.verify_mode = _CLIENT_AUTH[cfg.client_auth]
-        self.context = ctx
-        self._stamp: tuple[float, ...] = ()
-        self.load()
+        self._stamp, self._current = self._build()
+        # the context the listener is created with; each handshake moves to the current one
+        self.context = self._current
+        self.context.sni_callback = self._select
 
     def _files(self) -> list[str]:
         return [f for f in (self.cfg.keystore, self.cfg.truststore) if f]
@@ -68,17 +71,25 @@ class ReloadingContext:
     def _mtimes(self) -> tuple[float, ...]:
         return tuple(os.stat(f).st_mtime_ns for f in self._files())
 
-    def load(self) -> None:
+    def _build(self) -> tuple[tuple[float, ...], ssl.SSLContext]:
+        """A fully loaded context from the files as they are now (and their stamp)."""
         try:
             stamp = self._mtimes()
-            self.context.load_cert_chain(self.cfg.keystore, password=self.cfg.key_password)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.verify_mode = _CLIENT_AUTH[self.cfg.client_auth]
+            ctx.load_cert_chain(self.cfg.keystore, password=self.cfg.key_password)
             if self.cfg.truststore:
-                self.context.load_verify_locations(cafile=self.cfg.truststore)
+                ctx.load_verify_locations(cafile=self.cfg.truststore)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(
                 f"invalid setting ssl.keystore.location: listener {self.listener}: {exc}"
             ) from None
-        self._stamp = stamp
+        return stamp, ctx
+
+    def _select(self, conn: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: Any) -> None:
+        if conn.context is not self._current:
+            conn.context = self._current
 
     async def watch(self, interval_s: float) -> None:
         """Reload whenever the files change; a bad new file is logged and the old kept."""
@@ -87,7 +98,7 @@ class ReloadingContext:
             try:
                 changed = await asyncio.to_thread(self._mtimes) != self._stamp
                 if changed:
-                    await asyncio.to_thread(self.load)
+                    self._stamp, self._current = await asyncio.to_thread(self._build)
                     log.info("tls_certificates_reloaded", listener=self.listener)
             except (ConfigError, OSError) as exc:
                 log.error("tls_reload_failed", listener=self.listener, error=str(exc))
