@@ -711,3 +711,16 @@ def running_cluster(
         yield cluster
     finally:
         cluster.stop()
+
+
+#: A gateway with one SASL_PLAINTEXT (PLAIN) listener, Kafka's ACL authorizer on and ``admin``
+#: (password ADMIN_PASSWORD) as its super user: the ACL tests' cluster
+ADMIN_PASSWORD = "admin-secret"
+ACL_GATEWAY_FLAGS = [
+    "--listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT",
+    "--listener.name.plaintext.plain.sasl.jaas.config",
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    f'username="admin" password="{ADMIN_PASSWORD}" user_admin="{ADMIN_PASSWORD}";',
+    "--authorizer.class.name", "kafka.security.authorizer.AclAuthorizer",
+    "--super.users", "User:admin",
+]  # fmt: skip

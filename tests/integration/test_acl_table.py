@@ -47,7 +47,7 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ResourceType as CfResourceType
 from kafka import TopicPartition as KpTopicPartition
-from kafka_support import RawClient, cli_ok, running_cluster
+from kafka_support import ACL_GATEWAY_FLAGS, ADMIN_PASSWORD, RawClient, cli_ok, running_cluster
 
 from services.cli.local_cluster import LocalCluster
 from services.common.acl import CLUSTER_NAME, Operation, PatternType, ResourceType
@@ -59,12 +59,8 @@ from services.gateway.handlers import advertised_versions
 
 pytestmark = [pytest.mark.integration]
 
-ADMIN_PW = "admin-secret"
+ADMIN_PW = ADMIN_PASSWORD
 ALICE, ALICE_PW = "alice", "alice-secret"
-JAAS = (
-    "org.apache.kafka.common.security.plain.PlainLoginModule required "
-    f'username="admin" password="{ADMIN_PW}" user_admin="{ADMIN_PW}";'
-)
 TOPIC = "acl-t"  # 1 partition, 3 records: produce, fetch, offsets, configs, records
 DOOMED = "acl-del"  # DeleteTopics
 GROWN = "acl-parts"  # CreatePartitions
@@ -718,12 +714,7 @@ DENIALS: tuple[tuple[Grant, tuple[tuple[ApiKey, str], ...], frozenset[int]], ...
 # ---- the cluster ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctx]:
-    gateway = [
-        "--listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT",
-        "--listener.name.plaintext.plain.sasl.jaas.config", JAAS,
-        "--authorizer.class.name", "kafka.security.authorizer.AclAuthorizer",
-        "--super.users", "User:admin",
-    ]  # fmt: skip
+    gateway = list(ACL_GATEWAY_FLAGS)
     with running_cluster(
         Path(tmp_path_factory.mktemp("acl-table")),
         gateways=1,

@@ -30,18 +30,22 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from kafka_support import cli_ok, kafka_py, one_line, running_cluster, wait_for_topic
+from kafka_support import (
+    ACL_GATEWAY_FLAGS,
+    ADMIN_PASSWORD,
+    cli_ok,
+    kafka_py,
+    one_line,
+    running_cluster,
+    wait_for_topic,
+)
 
 from services.cli.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.integration]
 
-ADMIN_PW = "admin-secret"
+ADMIN_PW = ADMIN_PASSWORD
 ALICE, ALICE_PW = "alice", "alice-secret"
-JAAS = (
-    "org.apache.kafka.common.security.plain.PlainLoginModule required "
-    f'username="admin" password="{ADMIN_PW}" user_admin="{ADMIN_PW}";'
-)
 TOPIC, SECRET = "orders-eu", "secret-payroll"
 
 
@@ -68,12 +72,7 @@ def _conf(cluster: LocalCluster, gateway: int, user: str, **extra: Any) -> dict[
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    gateway = [
-        "--listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT",
-        "--listener.name.plaintext.plain.sasl.jaas.config", JAAS,
-        "--authorizer.class.name", "kafka.security.authorizer.AclAuthorizer",
-        "--super.users", "User:admin",
-    ]  # fmt: skip
+    gateway = list(ACL_GATEWAY_FLAGS)
     with running_cluster(
         Path(tmp_path_factory.mktemp("acls")),
         gateways=2,
