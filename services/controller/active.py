@@ -79,6 +79,8 @@ class _Event:
     future: asyncio.Future[Any] | None
     key: Any = None
     early: bool = False  # may run before the failover finished (see ActiveController.start)
+    # changes nothing in the context: the gauges (a pass over every partition) are not refreshed
+    read_only: bool = False
 
 
 class _FailoverError(Exception):
@@ -213,6 +215,7 @@ class ActiveController:
         key: Any = None,
         want_result: bool = False,
         early: bool = False,
+        read_only: bool = False,
     ) -> asyncio.Future[Any] | None:
         """Queue an event; events with a ``key`` already pending are coalesced. ``early``: it
         may run before the failover finished (see :meth:`start`)."""
@@ -227,13 +230,18 @@ class ActiveController:
                 return None
             self._pending_keys.add(key)
         future = asyncio.get_running_loop().create_future() if want_result else None
-        self._queue.put_nowait(_Event(name, run, future, key, early))
+        self._queue.put_nowait(_Event(name, run, future, key, early, read_only))
         return future
 
     async def call(
-        self, name: str, run: Callable[[], Awaitable[Any]], *, early: bool = False
+        self,
+        name: str,
+        run: Callable[[], Awaitable[Any]],
+        *,
+        early: bool = False,
+        read_only: bool = False,
     ) -> Any:
-        fut = self.enqueue(name, run, want_result=True, early=early)
+        fut = self.enqueue(name, run, want_result=True, early=early, read_only=read_only)
         assert fut is not None
         return await fut
 
@@ -300,7 +308,7 @@ class ActiveController:
                     ev.future.set_result(result)
             finally:
                 self._current = None
-                if self.running and self.failover_done:
+                if self.running and self.failover_done and not ev.read_only:
                     self.metrics.update(self.ctx)
 
     async def _retrying_zk(self, run: Callable[[], Awaitable[Any]]) -> Any:

@@ -53,9 +53,15 @@ class ControllerCore(Protocol):
         ...
 
     async def call(
-        self, name: str, run: Callable[[], Awaitable[Any]], *, early: bool = False
+        self,
+        name: str,
+        run: Callable[[], Awaitable[Any]],
+        *,
+        early: bool = False,
+        read_only: bool = False,
     ) -> Any:
-        """Queue an event and wait for its result."""
+        """Queue an event and wait for its result (``read_only``: it changes nothing, the
+        gauges are not refreshed after it)."""
         ...
 
     def eligible_topics(self) -> list[TopicState]:

@@ -195,7 +195,12 @@ class ElasticStorage:
     async def look(self) -> None:
         ongoing = self._ongoing = await self.reassigner.list_ongoing()
         await self._read_usage()
-        snap = self._snapshot(ongoing)
+        # every partition is visited only when something may be planned: an idle cluster's
+        # look costs the same at 100 and at 10,000 partitions (issue 19)
+        planning = bool(
+            self.state.draining or self.state.rebalance_pending or self.s.kafkapy_autoscaler_enable
+        )
+        snap = self._snapshot(ongoing, partitions=planning)
         self.snapshot = snap
         for tp in [tp for tp in self.submitted if tp not in snap.in_flight]:
             self.metrics.bytes_moved.inc(self.submitted.pop(tp))
@@ -206,20 +211,27 @@ class ElasticStorage:
         else:
             self.plan, self.plan_error = None, ""
         idle = not (snap.in_flight or self.state.draining or self.state.rebalance_pending)
-        if idle and await self.throttle.clear(
-            self.state, {t.name for t in self.c.eligible_topics()}
+        throttled = self.state.throttled_topics or self.state.throttled_brokers
+        if (
+            idle
+            and throttled
+            and await self.throttle.clear(self.state, {t.name for t in self.c.eligible_topics()})
         ):
             await self._save()
         if self.s.kafkapy_autoscaler_enable:
             await self._autoscale(snap)
         self._export(snap)
 
-    def _snapshot(self, ongoing: Mapping[TopicPartition, Any]) -> Snapshot:
+    def _snapshot(
+        self, ongoing: Mapping[TopicPartition, Any], *, partitions: bool = True
+    ) -> Snapshot:
+        """The cluster now; without ``partitions`` only the live nodes and the moves in flight
+        (``current``, ``hosting`` and ``leaders`` left empty: nothing is planned from it)."""
         in_flight = {tp: tuple(a.target) for tp, a in ongoing.items()}
         current: dict[TopicPartition, list[int]] = {}
         hosting: set[int] = set()
         leaders: dict[int, int] = {}
-        for topic in self.c.eligible_topics():
+        for topic in self.c.eligible_topics() if partitions else ():
             for p, replicas in topic.assignment.items():
                 tp = (topic.name, p)
                 hosting.update(replicas)

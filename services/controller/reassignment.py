@@ -92,7 +92,7 @@ class Reassigner:
     ) -> dict[TopicPartition, ReplicaAssignment]:
         """Partitions being reassigned (all, or those of ``partitions`` that are)."""
         result: dict[TopicPartition, ReplicaAssignment] = await self.c.call(
-            "ListPartitionReassignments", lambda: self._list(partitions)
+            "ListPartitionReassignments", lambda: self._list(partitions), read_only=True
         )
         return result
 

@@ -38,6 +38,7 @@ async def delete_records(
         try:
             p = rm.leader_or_error(q.topic, q.partition, NO_EPOCH)
             pending.append((p, _delete_on_leader(p, q.offset), result))
+            rm.mark_changed(p.key)
         except KafkaError as exc:
             result.error_code, result.error_message = exc.code, exc.message
         except Exception:

@@ -41,8 +41,10 @@ class LogCleaner:
         settings: CleanerSettings,
         metrics: StorageMetrics,
         clock: Callable[[], int],
+        on_cleaned: Callable[[TopicPartition], None] | None = None,
     ) -> None:
         self.path = Path(log_dir) / ckpt.CLEANER_OFFSET_CHECKPOINT
+        self._on_cleaned = on_cleaned  # the log's size changed (the node's usage report)
         self._logs = logs
         self.settings = settings
         self.metrics = metrics
@@ -104,6 +106,8 @@ class LogCleaner:
                 self.metrics.cleaner_uncleanable_partitions.set(len(self.uncleanable))
                 continue
             done += 1
+            if self._on_cleaned is not None:
+                self._on_cleaned(key)
             if not self._record(key, stats):
                 break  # the log changed underneath or nothing was left to do: next pass
             await asyncio.to_thread(self._write_checkpoint)

@@ -301,6 +301,7 @@ class StorageNode:
             self.dynamic.cleaner_settings(),
             rm.metrics,
             rm.clock,
+            rm.mark_changed,
         )
         cleaner.load_checkpoint()
         return cleaner

@@ -31,6 +31,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import LONG_MAX, effective_config
 from services.storage import order_io
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
+from services.storage.changes import FLUSH, HIGH_WATERMARKS, USAGE, LogChanges
 from services.storage.delayed import DelayedOperations
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.files import parse_partition_dir, partition_dir_name
@@ -132,6 +133,13 @@ class ReplicaManager:
         self.fetchers: FollowerControl | None = None
         self.isr_control: IsrControl | None = None
         self._orders_lock = asyncio.Lock()
+        # what the periodic jobs visit (services.storage.changes): the logs marked since
+        self.changes = LogChanges()
+        self._unflushed: set[TopicPartition] = set()  # appended to and not flushed since
+        self._sizes: dict[TopicPartition, int] = {}  # the usage report's bytes per log
+        self._size_total = 0
+        # partitions led here with other replicas: the only ones an ISR shrink check visits
+        self.led_with_followers: set[TopicPartition] = set()
         self.metrics.bind_state(self.gauges)
 
     def attach_replication(
@@ -184,14 +192,21 @@ class ReplicaManager:
         return p
 
     # ---- notifications --------------------------------------------------------------------
+    def mark_changed(self, key: TopicPartition) -> None:
+        """The log's end, size, high watermark or log start may have moved: the periodic jobs
+        (flush, usage report, high-watermark checkpoint) visit it at their next run."""
+        self.changes.mark(key)
+
     def on_append(self, p: Partition) -> None:
         """New data in the log: wake follower fetches; HW may move (RF 1) and wake the rest."""
+        self.changes.mark(p.key)
         hw_moved = p.maybe_increment_high_watermark()
         self.fetch_waiters.notify(p.key)
         if hw_moved:
             self.produce_waiters.notify(p.key)
 
     def on_high_watermark(self, p: Partition) -> None:
+        self.changes.mark(p.key)
         self.produce_waiters.notify(p.key)
         self.fetch_waiters.notify(p.key)
 
@@ -215,6 +230,12 @@ class ReplicaManager:
 
     def on_state_change(self, key: TopicPartition) -> None:
         """Leadership changed or the partition went away: parked requests re-check at once."""
+        self.changes.mark(key)
+        h = self.hosted.get(key)
+        if h is not None and h.partition.is_leader and len(h.partition.replicas) > 1:
+            self.led_with_followers.add(key)
+        else:
+            self.led_with_followers.discard(key)
         self.produce_waiters.notify(key)
         self.fetch_waiters.notify(key)
         self.delete_records_waiters.notify(key)
@@ -329,6 +350,7 @@ class ReplicaManager:
             p = self._new_partition(topic, partition, opened, config, self.backend.topic_id(opened))
             self.hosted[tp] = Hosted(p, opened)
             self.log_dirs.assign(tp, log_dir)
+            self.changes.mark(tp)
             log.info(
                 "loaded log",
                 topic=topic,
@@ -580,6 +602,7 @@ class ReplicaManager:
         )
         hosted = Hosted(p, opened)
         self.hosted[(topic, partition)] = hosted
+        self.changes.mark(key)
         log.info(
             "created log", topic=topic, partition=partition, log_end_offset=opened.log_end_offset
         )
@@ -716,16 +739,29 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     # ---- maintenance ------------------------------------------------------------------------
-    async def _each_log(self, job: Callable[[ManagedLog], Any], what: str) -> None:
-        """Run ``job`` over every hosted log in one worker thread (a log deleted meanwhile is
-        closed: the engine refuses the job and it is skipped)."""
-        logs = [(key, h.log) for key, h in self.hosted.items()]
+    async def _each_log(
+        self,
+        job: Callable[[ManagedLog], Any],
+        what: str,
+        keys: Iterable[TopicPartition] | None = None,
+    ) -> list[TopicPartition]:
+        """Run ``job`` over every hosted log (or those of ``keys``) in one worker thread (a log
+        deleted meanwhile is closed: the engine refuses the job and it is skipped); returns the
+        keys for which it returned a true value."""
+        if keys is None:
+            logs = [(key, h.log) for key, h in self.hosted.items()]
+        else:
+            logs = [(key, h.log) for key in keys if (h := self.hosted.get(key)) is not None]
+        if not logs:
+            return []
         io_errors: list[tuple[TopicPartition, OSError]] = []
+        true: list[TopicPartition] = []
 
         def run_all() -> None:
             for (topic, partition), lg in logs:
                 try:
-                    job(lg)
+                    if job(lg):
+                        true.append((topic, partition))
                 except OSError as exc:
                     io_errors.append(((topic, partition), exc))
                 except KafkaError as exc:
@@ -739,16 +775,28 @@ class ReplicaManager:
         await asyncio.to_thread(run_all)
         for (topic, partition), exc in io_errors:
             self.report_io_error(topic, partition, exc)
+        return true
 
     async def run_retention(self) -> None:
         now = self.clock()
-        await self._each_log(lambda lg: lg.delete_retained_segments(now), "retention")
+        shrunk = await self._each_log(lambda lg: lg.delete_retained_segments(now), "retention")
+        self.changes.mark_many(shrunk)
 
     async def run_flush(self, max_unflushed_ms: int = LONG_MAX) -> None:
         """The background flush (``Log.maybe_flush``): rolled segments, flush.ms /
-        flush.messages, and logs unflushed for ``max_unflushed_ms``."""
+        flush.messages, and logs unflushed for ``max_unflushed_ms``. Only logs appended to
+        (or truncated, created...) since they were last fully flushed are visited."""
+        self._unflushed |= self.changes.take(FLUSH)
+        if not self._unflushed:
+            return
         now = self.clock()
-        await self._each_log(lambda lg: lg.maybe_flush(now, max_unflushed_ms), "flush")
+
+        def flush(lg: ManagedLog) -> bool:
+            lg.maybe_flush(now, max_unflushed_ms)
+            return lg.log_end_offset > lg.recovery_point  # still something to flush later
+
+        keys, self._unflushed = self._unflushed, set()
+        self._unflushed.update(await self._each_log(flush, "flush", keys))
 
     def _offsets(self, get: Callable[[ManagedLog], int]) -> dict[TopicPartition, int]:
         return {key: get(h.log) for key, h in self.hosted.items()}
@@ -779,7 +827,10 @@ class ReplicaManager:
         offsets = self._offsets(lambda lg: lg.recovery_point)
         await self._write_checkpoint(ckpt.RECOVERY_POINT_CHECKPOINT, offsets)
 
-    async def checkpoint_high_watermarks(self) -> None:
+    async def checkpoint_high_watermarks(self, force: bool = False) -> None:
+        """Written when a high watermark (or the set of partitions) changed since the last run."""
+        if not self.changes.take(HIGH_WATERMARKS) and not force:
+            return
         offsets = self._offsets(lambda lg: lg.high_watermark)
         await self._write_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT, offsets)
 
@@ -789,7 +840,7 @@ class ReplicaManager:
 
     async def checkpoint_all(self) -> None:
         await self.checkpoint_recovery_points()
-        await self.checkpoint_high_watermarks()
+        await self.checkpoint_high_watermarks(force=True)
         await self.checkpoint_log_start_offsets()
 
     async def close(self) -> bool:
@@ -820,6 +871,19 @@ class ReplicaManager:
             ok = False
             log.exception("failed to write checkpoints")
         return ok
+
+    def usage_bytes(self) -> int:
+        """Bytes of every hosted log, re-measuring only the logs marked since the last call."""
+        for key in self.changes.take(USAGE):
+            h = self.hosted.get(key)
+            try:
+                size = h.log.size_bytes() if h is not None else 0
+            except Exception:  # noqa: BLE001 - a log being deleted: counted when marked again
+                size = 0
+            self._size_total += size - self._sizes.pop(key, 0)
+            if h is not None:
+                self._sizes[key] = size
+        return self._size_total
 
     # ---- metrics ------------------------------------------------------------------------------
     def gauges(self) -> ReplicaGauges:

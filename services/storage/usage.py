@@ -57,14 +57,13 @@ class UsageReporter:
         self.path = elastic.usage_path(broker_id)
 
     def snapshot(self) -> elastic.StorageUsage:
-        hosted = list(self.rm.hosted.values())
         return elastic.StorageUsage(
             self.broker_id,
-            sum(h.log.size_bytes() for h in hosted),
+            self.rm.usage_bytes(),  # only the logs changed since the last report are measured
             self.capacity_bytes,
             self.bytes_in(),
             int(time.time() * 1000),
-            len(hosted),
+            len(self.rm.hosted),
         )
 
     async def report(self) -> None:

@@ -323,6 +323,7 @@ class ReplicaFetcher:
             p.log.leader_epoch_cache.truncate_from_end(offset)
             return
         if p.log.truncate_to(offset):
+            self.rm.mark_changed(p.key)
             self._log.info(
                 "truncated follower log",
                 topic=p.topic,
@@ -421,6 +422,7 @@ class ReplicaFetcher:
             return
         p = s.partition
         lg = p.log
+        before = (lg.log_end_offset, lg.high_watermark, lg.log_start_offset)
         records = r.records  # a view of the leader's answer
         if records:
             headers = follower_batches(records)
@@ -434,6 +436,8 @@ class ReplicaFetcher:
         lg.high_watermark = r.high_watermark
         if lg.log_start_offset < r.log_start_offset <= lg.high_watermark:
             lg.maybe_increment_log_start_offset(r.log_start_offset)
+        if (lg.log_end_offset, lg.high_watermark, lg.log_start_offset) != before:
+            self.rm.mark_changed(p.key)  # flush, usage report, HW checkpoint
         s.leader_high_watermark = r.high_watermark
         s.leader_log_end_offset = r.log_end_offset
         s.failures = 0
@@ -460,6 +464,7 @@ class ReplicaFetcher:
                 leader_log_start_offset=r.log_start_offset,
             )
             p.log.truncate_fully_and_start_at(r.log_start_offset)
+            self.rm.mark_changed(p.key)
         # otherwise the offset is in range again (the leader moved meanwhile): fetch again
 
 

@@ -130,8 +130,9 @@ class IsrManager:
         partitions got a change started."""
         now = self.rm.clock()
         started = 0
-        for p in self.rm.partitions():
-            if not p.is_leader:
+        for key in list(self.rm.led_with_followers):  # an RF 1 partition has none to shrink
+            p = self.rm.get(*key)
+            if p is None or not p.is_leader:
                 continue
             new_isr = p.isr_to_shrink(now)
             if new_isr is not None and self._may_try(p):
