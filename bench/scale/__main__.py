@@ -50,7 +50,12 @@ def table(title: str, rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
     keys = list(dict.fromkeys(k for r in rows for k in r))  # every row's columns, in order
-    fmt = lambda v: f"{v:,.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+
+    def fmt(v: Any) -> str:
+        if not isinstance(v, float):
+            return str(v)
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
     lines = [f"### {title}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.cpu import cpu_seconds
 from bench.prom import counters, summed
+from bench.scale.procs import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,13 @@ def create_topic(bootstrap: str, partitions: int, rf: int) -> str:
     name = f"scale-clients-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=60)[name].result(90)
-    time.sleep(1.0)  # metadata settles on every gateway/peer alike
+
+    def led() -> bool:  # the broker's Metadata shows every partition with a leader
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        parts = topic.partitions if topic is not None and topic.error is None else {}
+        return len(parts) == partitions and all(p.leader >= 0 for p in parts.values())
+
+    wait_until(led, 60, f"every partition of {name} led in Metadata", 0.05)
     return name
 
 
