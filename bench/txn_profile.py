@@ -18,12 +18,12 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 from bench.cpu import cpu_seconds
 from bench.peers import KafkaPyPeer, TansuPeer
+from bench.prom import counters
 from bench.run import PARTITIONS, ROOT, create_topic
 from services.common.profiling import ENV as PROFILE_ENV
 
@@ -32,25 +32,6 @@ PER_TXN = 100
 
 def _cpu_by_service(pids: dict[str, int]) -> dict[str, float]:
     return {name: cpu_seconds([pid]) for name, pid in pids.items()}
-
-
-def _counters(admin_ports: dict[str, int]) -> dict[str, dict[str, float]]:
-    """Every ``*_total`` and ``*_count`` sample of each process's /metrics."""
-    out: dict[str, dict[str, float]] = {}
-    for name, port in admin_ports.items():
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            continue
-        samples = out[name] = {}
-        for line in text.splitlines():
-            metric = line.split(" ")[0].split("{")[0]
-            if line.startswith(("#", "python_")) or not metric.endswith(("_total", "_count")):
-                continue
-            key, _, value = line.rpartition(" ")
-            samples[key] = float(value)
-    return out
 
 
 def _print_counters(
@@ -140,7 +121,7 @@ def main() -> None:
             for p in peer.cluster.processes()
             if p.admin_port and p.role != "controller"
         }
-        counters_before = _counters(admin)
+        counters_before = counters(admin)
         before = _cpu_by_service(pids)
         started = time.perf_counter()
         out = subprocess.run(
@@ -153,7 +134,7 @@ def main() -> None:
         )
         wall = time.perf_counter() - started
         after = _cpu_by_service(pids)
-        counters_after = _counters(admin)
+        counters_after = counters(admin)
     finally:
         peer.stop()
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,6 +1,7 @@
-"""``python -m bench.scale`` (``make bench-scale``): the scale suite, printed and written to
-docs/benchmarks.md's "Scale" section. ``BENCH_SCALE`` (default 1.0) scales every base size; each
-row runs at 1x, 4x and 16x of it on a fresh cluster."""
+"""``python -m bench.scale [section ...]`` (``make bench-scale``): the scale suite, printed and
+written to docs/benchmarks.md's "Scale" section (only when every section ran). ``BENCH_SCALE``
+(default 1.0) scales every base size; each row runs at 1x, 4x and 16x of it on a fresh cluster.
+Sections: partitions, connections, groups, clients, replication."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import os
 import platform
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.peers import TansuPeer
 from bench.scale import clients, connections, groups, partitions
-from bench.scale.procs import role_pids
+from bench.scale.procs import admin_ports, role_pids
 from services.cli.local_cluster import LocalCluster
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
@@ -46,8 +49,13 @@ def cluster(**options: Any) -> Iterator[LocalCluster]:
 def table(title: str, rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
-    keys = list(rows[0])
-    fmt = lambda v: f"{v:,.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+    keys = list(dict.fromkeys(k for r in rows for k in r))  # every row's columns, in order
+
+    def fmt(v: Any) -> str:
+        if not isinstance(v, float):
+            return str(v)
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
     lines = [f"### {title}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -67,9 +75,10 @@ def section(title: str, run: Callable[[], list[dict[str, Any]]]) -> str:
 def run_partitions() -> list[dict[str, Any]]:
     rows = []
     for rf in (1, 3):
+        nodes = partitions.storage_nodes_for(max(sized(625)), rf)
         for n in sized(625):
-            with cluster(storage_nodes=3, controllers=2) as c:
-                rows.append(partitions.measure(c, n, rf))
+            with cluster(storage_nodes=nodes, controllers=2) as c:
+                rows.append({"storage_nodes": nodes, **partitions.measure(c, n, rf)})
     return rows
 
 
@@ -91,38 +100,50 @@ def run_groups() -> list[dict[str, Any]]:
 
 
 def run_many_clients() -> list[dict[str, Any]]:
-    records = max(1000, int(50_000 * SCALE))
+    """Each workload on kafka-py then on the peer, back to back (both brokers stay up for the
+    whole section, each workload on a topic of its own), so load drift hits both alike."""
+    records = max(1000, int(25_000 * SCALE))
     rows = []
-    for name, start in (("kafka-py", None), ("Tansu", TansuPeer)):
-        for size in (100, 1024):
-            for acks in ("1", "all"):
-                each = records if size == 1024 else records * 5
-                if start is None:
-                    with cluster(storage_nodes=3, controllers=1) as c:
-                        pids = [p for ps in role_pids(c).values() for p in ps]
-                        row = clients.many_clients(c.bootstrap, pids, 8, 8, 48, size, each, acks)
-                else:
-                    peer = start()
-                    peer.start()
-                    try:
-                        row = clients.many_clients(
-                            peer.bootstrap, peer.pids(), 8, 8, 48, size, each, acks
-                        )
-                    finally:
-                        peer.stop()
-                rows.append({"broker": name, **row})
+    peer = TansuPeer()
+    with cluster(storage_nodes=3, controllers=1) as c:
+        peer.start()
+        try:
+            for size in (100, 1024):
+                for acks in ("1", "all"):
+                    each = records if size == 1024 else records * 5
+                    ours = clients.many_clients(
+                        c.bootstrap,
+                        role_pids(c),
+                        *(8, 8, 48, size, each, acks),
+                        storage_admin=admin_ports(c, "storage"),
+                    )
+                    theirs = clients.many_clients(
+                        peer.bootstrap, {"tansu": peer.pids()}, 8, 8, 48, size, each, acks
+                    )
+                    for phase in ("produce", "consume"):
+                        key = f"{phase}_mb_per_s"
+                        ours[f"{phase}_x_peer"] = ours[key] / theirs[key]
+                    rows += [{"broker": "kafka-py", **ours}, {"broker": peer.name, **theirs}]
+        finally:
+            peer.stop()
     return rows
 
 
 def run_replication() -> list[dict[str, Any]]:
     with cluster(storage_nodes=3, controllers=1) as c:
-        return [clients.replication_ratio(c.bootstrap, 6, 1024, max(2000, int(100_000 * SCALE)))]
+        records = max(2000, int(100_000 * SCALE))
+        return [clients.replication_ratio(c.bootstrap, 6, 1024, records, admin_ports(c, "storage"))]
 
 
-def write_doc(text: str) -> None:
+def load() -> str:
+    return ", ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def write_doc(text: str, note: str = "") -> None:
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     block = (
-        f"{BEGIN}\n## Scale (`make bench-scale`, BENCH_SCALE={SCALE:g}; {machine})\n\n{text}{END}"
+        f"{BEGIN}\n## Scale (`make bench-scale`, BENCH_SCALE={SCALE:g}; {machine})\n\n"
+        f"{note}{text}{END}"
     )
     doc = DOC.read_text() if DOC.exists() else ""
     if BEGIN in doc and END in doc:
@@ -132,16 +153,34 @@ def write_doc(text: str) -> None:
     DOC.write_text(doc)
 
 
-def main() -> None:
-    parts = [
-        section("Partitions (1x/4x/16x; RF 1 then RF 3)", run_partitions),
-        section("Connections on one gateway", run_connections),
-        section("Consumer groups (100 partitions each)", run_groups),
-        section("Many clients: 8 producers + 8 consumers, 48 partitions", run_many_clients),
-        section("Replication: RF 3 acks=all vs RF 1 acks=1", run_replication),
-    ]
-    write_doc("\n".join(parts))
+SECTIONS: dict[str, tuple[str, Callable[[], list[dict[str, Any]]]]] = {
+    "partitions": ("Partitions (1x/4x/16x; RF 1 then RF 3)", run_partitions),
+    "connections": ("Connections on one gateway (1x/4x/16x idle)", run_connections),
+    "groups": ("Consumer groups (1x/4x/16x; 100 partitions each)", run_groups),
+    "clients": ("Many clients: 8 producers + 8 consumers, 48 partitions", run_many_clients),
+    "replication": ("Replication: RF 3 acks=all vs RF 1 acks=1", run_replication),
+}
+
+
+def main(names: list[str]) -> None:
+    unknown = set(names) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    started, load_before = time.monotonic(), load()
+    at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [section(*SECTIONS[n]) for n in names or SECTIONS]
+    total = time.monotonic() - started
+    print(
+        f"whole suite: {total:.0f} s; load average {load_before} at the start, {load()} at the end"
+    )
+    if names and set(names) != set(SECTIONS):
+        return  # a partial run leaves the doc alone
+    note = (
+        f"{at}, whole suite {total / 60:.1f} min. Load average (1, 5, 15 min) {load_before} at "
+        f"the start and {load()} at the end.\n\n"
+    )
+    write_doc("\n".join(parts), note)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -42,7 +42,11 @@ def _committed(admin: AdminClient, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in fut.result(timeout=15).topic_partitions}
 
 
-def measure(cluster: Any, groups: int, partitions: int, rounds: int = 3) -> dict[str, Any]:
+def measure(
+    cluster: Any, groups: int, partitions: int, rounds: int = 3, interval: float = 1.0
+) -> dict[str, Any]:
+    """Every group commits all ``partitions`` once per ``interval`` (a round starts as soon as
+    the last one ended when that took longer), ``rounds`` times; then a coordinator's kill -9."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topic = f"scale-groups-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=60)[topic].result(90)
@@ -51,8 +55,13 @@ def measure(cluster: Any, groups: int, partitions: int, rounds: int = 3) -> dict
     cpu_before = cpu_seconds(coordinators)
     start = time.perf_counter()
     latencies: list[float] = []
+    round_s: list[float] = []
     for r in range(1, rounds + 1):
+        began = time.perf_counter()
         latencies += _commit_round(admin, names, topic, partitions, r)
+        round_s.append(time.perf_counter() - began)
+        if r < rounds:
+            time.sleep(max(0.0, began + interval - time.perf_counter()))
     elapsed = time.perf_counter() - start
     cpu = cpu_seconds(coordinators) - cpu_before
     want = {p: rounds for p in range(partitions)}
@@ -79,6 +88,8 @@ def measure(cluster: Any, groups: int, partitions: int, rounds: int = 3) -> dict
         "partition_commits_per_s": commits * partitions / elapsed,
         "commit_p50_ms": 1000 * percentile(latencies, 0.5),
         "commit_p99_ms": 1000 * percentile(latencies, 0.99),
+        "round_max_s": max(round_s),
+        "coordinator_cores": cpu / elapsed,
         "coordinator_cpu_ms_per_commit": 1000 * cpu / commits,
         "coordinator_failover_s": failover_s,
     }

@@ -4,6 +4,8 @@ failover)."""
 
 from __future__ import annotations
 
+import os
+import resource
 import signal
 import statistics
 import uuid
@@ -11,11 +13,36 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.scale.procs import cpu_over, rss_by_role, timed, wait_until
+from bench.scale.procs import cpu_over, role_pids, rss_by_role, timed, wait_until
 from services.cli.zk_view import connected, read_cluster
 from services.common.zk import layout
 
 PER_TOPIC = 100  # partitions per topic, as the issue's 100 topics x 100
+#: open files a storage node holds per replica (the active segment's .log, .index and
+#: .timeindex); each row measures it again (``storage_fds_per_replica``)
+FDS_PER_REPLICA = 3
+FD_HEADROOM = 1000  # sockets, the interpreter's own files, ZooKeeper, gRPC
+
+
+def storage_nodes_for(partitions: int, rf: int, step: int = 3) -> int:
+    """Storage nodes (a multiple of ``step``) whose replicas' files fit under this process's
+    open-file limit, which the nodes inherit (10,000 partitions at RF 3 on 3 nodes need ~30,000
+    descriptors each)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nodes = step
+    while FDS_PER_REPLICA * partitions * rf / nodes + FD_HEADROOM > soft:
+        nodes += step
+    return nodes
+
+
+def open_fds(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return total
 
 
 def create_topics(admin: AdminClient, prefix: str, partitions: int, rf: int) -> list[str]:
@@ -71,6 +98,8 @@ def measure(cluster: Any, partitions: int, rf: int, idle_seconds: float = 10.0) 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     prefix = f"scale-{rf}-{uuid.uuid4().hex[:6]}"
     rss_before = rss_by_role(cluster)
+    storage = role_pids(cluster)["storage"]
+    fds_before = open_fds(storage)
     create_s, names = timed(lambda: create_topics(admin, prefix, partitions, rf))
     create_s += wait_until(lambda: all_led(zk, names, partitions), 300, "every partition led")
     wait_until(
@@ -94,25 +123,26 @@ def measure(cluster: Any, partitions: int, rf: int, idle_seconds: float = 10.0) 
     rss_after = rss_by_role(cluster)
     for role, after in rss_after.items():
         row[f"rss_per_partition_{role}_b"] = (after - rss_before.get(role, 0)) / partitions
+    row["storage_fds_per_replica"] = (open_fds(storage) - fds_before) / (partitions * rf)
     all_pids = list(cluster.pids().values())
     row["idle_cores"] = cpu_over(all_pids, idle_seconds)
-    if rf > 1:
-        row.update(_storage_death(cluster, zk, names, partitions))
+    row.update(_storage_death(cluster, zk, names, rf))
     row.update(_storage_restarts(cluster))
     row["controller_failover_s"] = _controller_failover(cluster, admin)
     return row
 
 
-def _storage_death(cluster: Any, zk: str, names: list[str], partitions: int) -> dict[str, float]:
-    """kill -9 of storage-0: time until every partition it led is led by a live node again;
-    then its restart (recovery of its logs) until ready. Only the state znodes of the partitions
-    it led are polled, through one session, and each drops out once led elsewhere: polling every
-    partition took seconds per round at 10,000 partitions, coarser than what it measured."""
+def _storage_death(cluster: Any, zk: str, names: list[str], rf: int) -> dict[str, float]:
+    """kill -9 of storage-0: time until every partition it led is led by a live node again
+    (with ``rf`` > 1); then its restart (recovery of its logs) until ready. Only the state
+    znodes of the partitions it led are polled, through one session, and each drops out once
+    led elsewhere: polling every partition took seconds per round at 10,000 partitions, coarser
+    than what it measured."""
     led = sorted(tp for tp, (leader, _replicas) in leaders(zk, names).items() if leader == 0)
     with connected(zk, 30) as client:
         cluster.kill("storage", 0)
         cluster.wait_exit("storage", 0)
-        waiting = set(led)
+        waiting = set(led) if rf > 1 else set()
 
         def moved() -> bool:
             asked = {tp: client.get_async(layout.partition_state_path(*tp)) for tp in waiting}
@@ -124,7 +154,10 @@ def _storage_death(cluster: Any, zk: str, names: list[str], partitions: int) -> 
 
         led_s = wait_until(moved, 300, "leaders re-elected")
     ready_s, _ = timed(lambda: cluster.start_process("storage", 0, timeout=600))
-    return {"all_led_after_kill9_s": led_s, "storage_ready_after_kill9_s": ready_s}
+    out = {"storage_ready_after_kill9_s": ready_s}
+    if rf > 1:
+        out["all_led_after_kill9_s"] = led_s
+    return out
 
 
 def _storage_restarts(cluster: Any) -> dict[str, float]:

@@ -33,6 +33,15 @@ def role_pids(cluster: Any) -> dict[str, list[int]]:
     return out
 
 
+def admin_ports(cluster: Any, role: str) -> dict[str, int]:
+    """Admin (/metrics) ports of the running processes of ``role``, by process name."""
+    return {
+        p.name: p.admin_port
+        for p in cluster.processes()
+        if p.role == role and p.admin_port and p.running
+    }
+
+
 def rss_by_role(cluster: Any) -> dict[str, int]:
     return {role: rss_bytes(pids) for role, pids in role_pids(cluster).items()}
 

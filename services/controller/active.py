@@ -109,7 +109,10 @@ class ActiveController:
         self.ctx = ControllerContext(epoch, epoch_zk_version)
         self.guard = EpochGuard(zk, epoch, epoch_zk_version)
         self.links = BrokerLinks(
-            settings.controller_id, epoch, settings.controller_socket_timeout_ms / 1000
+            settings.controller_id,
+            epoch,
+            settings.controller_socket_timeout_ms / 1000,
+            ineligible=lambda: self.ctx.shutting_down,
         )
         self.metrics = metrics
         self.deleter = TopicDeleter(self)
@@ -704,6 +707,7 @@ class ActiveController:
             moved=sorted(moved),
         )
         gone = dead | bounced
+        was_shutting_down = bool(self.ctx.shutting_down & (gone | moved))
         for broker_id in sorted(gone | moved):
             await self.links.remove(broker_id)
             del self.ctx.brokers[broker_id]
@@ -715,6 +719,10 @@ class ActiveController:
         for broker_id in sorted(started):
             self.ctx.brokers[broker_id] = current[broker_id]
             self.links.add(broker_id, current[broker_id].registration.address)
+        if was_shutting_down:
+            # a node back from its controlled shutdown may rejoin the ISRs: leaders whose
+            # partitions get no new order from this change learn it too
+            self.links.announce_ineligible()
         if started:
             await self._on_brokers_startup(started)
         if new:

@@ -12,8 +12,11 @@ gives it leadership any more) and, for each of its partitions with more than one
 
 The other replicas get their new states; the stopping node gets StopReplicas (without delete)
 for every partition it no longer leads, so it stops fetching and cannot rejoin an ISR before
-it deregisters (Kafka 3.3+ refuses such ISR expansions in the controller, KIP-841; here leaders
-write ISR changes themselves, so the node is stopped instead). The answer waits for the other
+it deregisters. Other shutting-down nodes still follow (they get the new states like any
+replica), so, as Kafka 3.3+ refuses ISR expansions with a shutting-down broker (KIP-841,
+INELIGIBLE_REPLICA), every UpdatePartitions carries the shutting-down set and leaders, which
+write ISR changes themselves here, never add one of them; the set is announced to every node
+before the node's partitions change. The answer waits for the other
 replicas' acknowledgements, bounded by the request's timeout, so clients re-routed by the new
 metadata find leaders that already lead.
 """
@@ -93,7 +96,9 @@ class ControlledShutdowns:
             log.info(msg)
             return _Outcome(error=(ErrorCode.STALE_BROKER_EPOCH, msg))
         log.info("shutting down broker", broker=broker_id)
-        c.ctx.shutting_down.add(broker_id)
+        if broker_id not in c.ctx.shutting_down:
+            c.ctx.shutting_down.add(broker_id)
+            c.links.announce_ineligible()
         parts = [(t, p) for t, p in c.ctx.partitions_on(broker_id) if len(t.assignment[p]) > 1]
         led = [(t, p) for t, p in parts if t.states[p].leader == broker_id]
         followed = [(t, p) for t, p in parts if t.states[p].leader != broker_id]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +59,10 @@ class BrokerLink:
         controller_id: int,
         controller_epoch: int,
         rpc_timeout_s: float,
+        ineligible: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         self.broker_id = broker_id
+        self._ineligible = ineligible
         self.address = address
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
@@ -82,6 +84,7 @@ class BrokerLink:
             controller_id=self.controller_id,
             controller_epoch=self.controller_epoch,
             partitions=list(states),
+            ineligible_replicas=sorted(self._ineligible()),
         )
         return self._submit("UpdatePartitions", req)
 
@@ -196,12 +199,20 @@ def _name(code: int) -> str:
 
 
 class BrokerLinks:
-    """The links of one controller term, keyed by broker id."""
+    """The links of one controller term, keyed by broker id. ``ineligible`` gives the storage
+    nodes no leader may add to an ISR (those shutting down); every UpdatePartitions carries it."""
 
-    def __init__(self, controller_id: int, controller_epoch: int, rpc_timeout_s: float) -> None:
+    def __init__(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        rpc_timeout_s: float,
+        ineligible: Callable[[], Collection[int]] = frozenset,
+    ) -> None:
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
         self.rpc_timeout_s = rpc_timeout_s
+        self._ineligible = ineligible
         self._links: dict[int, BrokerLink] = {}
 
     def get(self, broker_id: int) -> BrokerLink | None:
@@ -209,10 +220,20 @@ class BrokerLinks:
 
     def add(self, broker_id: int, address: str) -> BrokerLink:
         link = BrokerLink(
-            broker_id, address, self.controller_id, self.controller_epoch, self.rpc_timeout_s
+            broker_id,
+            address,
+            self.controller_id,
+            self.controller_epoch,
+            self.rpc_timeout_s,
+            self._ineligible,
         )
         self._links[broker_id] = link
         return link
+
+    def announce_ineligible(self) -> list[asyncio.Future[OrderResult]]:
+        """Tell every node the current ineligible set (an UpdatePartitions without partitions),
+        queued ahead of the orders issued after it on each link."""
+        return [link.update_partitions(()) for link in self._links.values()]
 
     async def remove(self, broker_id: int) -> None:
         link = self._links.pop(broker_id, None)

@@ -171,8 +171,14 @@ REQUEST_TIME = Gauge(
     "Request handling time as a percentage of one second, per quota entity",
     _QUOTA_LABELS,
 )
+CONTROLLER_MUTATION_TOKENS = Gauge(
+    "kafka_server_controllermutation_tokens",
+    "Credits left in the controller mutation token bucket (KIP-599), per quota entity",
+    _QUOTA_LABELS,
+)
 QUOTA_THROTTLED = Counter(
     "kafkapy_gateway_quota_throttled",
-    "Responses throttled by a client quota, per quota type (Produce, Fetch, Request)",
+    "Responses throttled by a client quota, per quota type (Produce, Fetch, Request, "
+    "ControllerMutation)",
     ["quota"],
 )

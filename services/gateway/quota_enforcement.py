@@ -12,7 +12,9 @@ Kafka does), every non-exempt request its handling time against ``request_percen
 largest throttle time goes into the response's ``throttle_time`` and the connection is muted
 for it (KIP-219); requests of versions older than KIP-219's also have their response held back
 for that time (:func:`delays_response`), as Kafka answers clients that do not throttle
-themselves.
+themselves. CreateTopics, CreatePartitions and DeleteTopics meter their mutations in their
+handlers (:func:`mutation_quota`, mutation_quota.py); the throttle time they put in the response
+mutes the connection the same way.
 """
 
 from __future__ import annotations
@@ -21,10 +23,23 @@ from typing import Any
 
 from services.common.protocol import ApiKey
 from services.gateway.context import RequestContext
+from services.gateway.mutation_quota import UNBOUNDED, MutationQuota
 from services.gateway.quota_manager import FETCH, PRODUCE, REQUEST, principal_name
 
 # first version whose clients throttle themselves on throttle_time_ms (KIP-219)
-_KIP219_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
+_KIP219_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 6,
+    ApiKey.FETCH: 8,
+    ApiKey.CREATE_TOPICS: 3,
+    ApiKey.DELETE_TOPICS: 2,
+    ApiKey.CREATE_PARTITIONS: 1,
+}
+# first version whose controller mutation quota is strict (KIP-599: THROTTLING_QUOTA_EXCEEDED)
+_STRICT_MUTATION_VERSIONS: dict[int, int] = {
+    ApiKey.CREATE_TOPICS: 6,
+    ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.DELETE_TOPICS: 5,
+}
 # not counted against request_percentage (authentication and inter-broker calls)
 _EXEMPT = frozenset(
     {
@@ -43,6 +58,17 @@ def before(ctx: RequestContext, body: dict[str, Any]) -> None:
     cap = manager.max_value_in_window(FETCH, principal_name(ctx.session), ctx.client_id or "")
     if cap is not None:
         body["max_bytes"] = max(1, min(int(body.get("max_bytes", 0x7FFFFFFF)), int(cap)))
+
+
+def mutation_quota(ctx: RequestContext, validate_only: bool = False) -> MutationQuota:
+    """The controller mutation quota this request spends (validate_only spends nothing)."""
+    manager = getattr(ctx.services, "quotas", None)  # None: no quota manager (tests)
+    strict_since = _STRICT_MUTATION_VERSIONS.get(ctx.api_key)
+    if manager is None or validate_only or strict_since is None:
+        return UNBOUNDED
+    return manager.mutation_quota(
+        principal_name(ctx.session), ctx.client_id or "", strict=ctx.api_version >= strict_since
+    )
 
 
 def _fetch_bytes(resp: dict[str, Any]) -> int:
@@ -79,6 +105,8 @@ def after(
         if throttle > 0:
             manager.unrecord(FETCH, user, client, size)
             resp["responses"] = []
+    if ctx.api_key in _STRICT_MUTATION_VERSIONS and resp is not None:
+        throttle = max(throttle, int(resp.get("throttle_time") or 0))  # the mutation quota's
     if ctx.api_key not in _EXEMPT:
         throttle = max(throttle, manager.record(REQUEST, user, client, handled_s * 100.0))
     if throttle > 0 and resp is not None and "throttle_time" in resp:

@@ -23,11 +23,13 @@ from prometheus_client import Gauge
 
 from services.common.client_quotas import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     QuotaConfigs,
 )
 from services.gateway import metrics
+from services.gateway.mutation_quota import UNBOUNDED, MutationQuota, TokenBucket
 
 INACTIVE_SENSOR_EXPIRATION_S = 3600.0  # Kafka's InactiveSensorExpirationTimeSeconds
 _SWEEP_EVERY_S = 60.0
@@ -148,6 +150,7 @@ class ClientQuotaManager:
         self.inactive_ms = inactive_s * 1000.0
         self._clock = clock
         self._sensors: dict[tuple[str, str, str], _Sensor] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}  # controller mutations
         self._last_sweep_ms = 0.0
 
     def _now_ms(self) -> float:
@@ -198,6 +201,23 @@ class ClientQuotaManager:
         now = self._now_ms()
         self._sensor(qtype, quota.user_tag, quota.client_tag, now).usage.record(-value, now)
 
+    def mutation_quota(self, user: str, client_id: str, *, strict: bool) -> MutationQuota:
+        """The ``controller_mutation_rate`` bucket of this client's quota entity (KIP-599), as
+        one request uses it; UNBOUNDED when no quota applies."""
+        if not self.configs.enabled(CONTROLLER_MUTATION_RATE):
+            return UNBOUNDED
+        quota = self.configs.resolve(CONTROLLER_MUTATION_RATE, user, client_id)
+        if quota is None:
+            return UNBOUNDED
+        now = self._now_ms()
+        self._maybe_sweep(now)
+        labels = (quota.user_tag, quota.client_tag)
+        burst = quota.limit * self.window_num * self.window_ms / 1000.0
+        bucket = self._buckets.get(labels)
+        if bucket is None:
+            bucket = self._buckets[labels] = TokenBucket(burst, now)
+        return MutationQuota(bucket, quota.limit, burst, strict, labels, self._clock)
+
     def max_value_in_window(self, qtype: QuotaType, user: str, client_id: str) -> float | None:
         """Kafka's getMaxValueInQuotaWindow: the most one response may carry without its
         rate alone exceeding the quota (None: no quota)."""
@@ -227,7 +247,14 @@ class ClientQuotaManager:
                     gauge.remove(*sensor.labels)
                 except KeyError:
                     pass
-        return len(idle)
+        idle_buckets = [k for k, b in self._buckets.items() if now - b.last_ms > self.inactive_ms]
+        for labels in idle_buckets:
+            del self._buckets[labels]
+            try:
+                metrics.CONTROLLER_MUTATION_TOKENS.remove(*labels)
+            except KeyError:
+                pass
+        return len(idle) + len(idle_buckets)
 
 
 def principal_name(session: Any) -> str:

@@ -26,6 +26,7 @@ import grpc
 from services.common.logging import get_logger
 from services.common.protowire import Buffer
 from services.common.storage_wire import exchange_entry_parts
+from services.storage.metrics import StorageMetrics
 from services.storage.wire import (
     CANCEL,
     ERROR,
@@ -142,9 +143,13 @@ class ExchangeStreams:
 
 
 async def serve_exchange(
-    handlers: dict[int, Handler], context: Any, streams: ExchangeStreams | None = None
+    handlers: dict[int, Handler],
+    context: Any,
+    streams: ExchangeStreams | None = None,
+    metrics: StorageMetrics | None = None,
 ) -> None:
-    """The Exchange handler body; ``handlers`` by call kind (wire.APPEND, wire.FETCH)."""
+    """The Exchange handler body; ``handlers`` by call kind (wire.APPEND, wire.FETCH);
+    ``metrics`` counts the stream messages and calls each way."""
     if streams is not None and streams.closing:
         return
     session = _Session(handlers, context)
@@ -157,6 +162,9 @@ async def serve_exchange(
                 calls = await context.read()
                 if calls is grpc.aio.EOF:
                     return
+                if metrics is not None:
+                    metrics.exchange_messages.labels("in").inc()
+                    metrics.exchange_calls.labels("in").inc(len(calls))
                 session.start(calls)
         finally:
             session.reading = False
@@ -166,7 +174,12 @@ async def serve_exchange(
     try:
         while True:
             if session.ready:
-                await context.write(session.next_message())
+                answers = len(session.ready)
+                message = session.next_message()
+                if metrics is not None:
+                    metrics.exchange_messages.labels("out").inc()
+                    metrics.exchange_calls.labels("out").inc(answers - len(session.ready))
+                await context.write(message)
                 continue
             if session.ending:
                 reader.cancel()

@@ -247,6 +247,20 @@ class StorageMetrics:
             ["role"],
             registry=r,
         )
+        # Storage.Exchange (services/storage/exchange.py): calls per stream message is how much
+        # the calls of many clients share messages
+        self.exchange_messages = Counter(
+            "kafkapy_storage_exchange_messages",
+            "Exchange stream messages received (in) and sent (out)",
+            ["direction"],
+            registry=r,
+        )
+        self.exchange_calls = Counter(
+            "kafkapy_storage_exchange_calls",
+            "Exchange calls received (in) and answers sent (out)",
+            ["direction"],
+            registry=r,
+        )
         self._state_collector: _StateCollector | None = None
         self._topics: dict[str, TopicMeters] = {}
         self._timers: dict[str, Any] = {}

@@ -123,6 +123,9 @@ class ReplicaManager:
         self.clock = clock
         self.hosted: dict[TopicPartition, Hosted] = {}
         self.controller_epoch = -1  # highest controller epoch seen
+        # storage nodes in controlled shutdown, from the controller's last order: never added
+        # to an ISR (KIP-841)
+        self.ineligible_replicas: frozenset[int] = frozenset()
         self.produce_waiters = DelayedOperations("produce")  # woken when the HW moves
         self.fetch_waiters = DelayedOperations("fetch")  # woken by appends and HW moves
         # DeleteRecords: woken by follower fetches (they report their log start offsets)
@@ -382,6 +385,7 @@ class ReplicaManager:
         async with self._orders_lock:
             if self._fenced_controller(req.controller_epoch, req.controller_id, "UpdatePartitions"):
                 return pb.UpdatePartitionsResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+            self._set_ineligible(frozenset(req.ineligible_replicas))
             await self._create_new_logs(req.partitions)
             errors: list[pb.PartitionError] = []
             unwritten: list[EpochCacheLike] = []
@@ -423,6 +427,15 @@ class ReplicaManager:
                     )
                     failed.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
             return pb.UpdatePartitionsResponse(error_code=ErrorCode.NONE, partitions=errors)
+
+    def _set_ineligible(self, ineligible: frozenset[int]) -> None:
+        if ineligible != self.ineligible_replicas:
+            log.info(
+                "replicas ineligible for the ISR (shutting down)",
+                replicas=sorted(ineligible),
+                previous=sorted(self.ineligible_replicas),
+            )
+            self.ineligible_replicas = ineligible
 
     async def _create_new_logs(self, states: Sequence[pb.PartitionState]) -> None:
         """Create the logs this order adds to the node, all at once (their files are written on

@@ -54,7 +54,9 @@ class StorageService(pb_grpc.StorageServicer):
 
     async def Exchange(self, request_iterator: Any, context: Any) -> None:  # type: ignore[override]
         """Append and Fetch multiplexed on one stream (services/storage/exchange.py)."""
-        await serve_exchange({APPEND: self.Append, FETCH: self.Fetch}, context, self.exchanges)
+        await serve_exchange(
+            {APPEND: self.Append, FETCH: self.Fetch}, context, self.exchanges, self.rm.metrics
+        )
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: Any

@@ -6,6 +6,7 @@ loader. values.schema.json rejects bad values; a broken template fails."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import tarfile
@@ -35,6 +36,7 @@ from chart_support import (
 )
 
 from services.cli.configs_users import parse_add_config
+from services.cli.local_cluster import ROLES
 from services.cli.main import build_parser
 from services.common.settings import ServiceSettings
 from services.console.settings import ConsoleSettings
@@ -479,12 +481,24 @@ def test_monitoring_objects_only_when_asked_or_served() -> None:
     docs = render(COMBINATIONS[SECURE])
     pm = named(docs, "PodMonitor", "kafka-py")
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
-    assert pm["spec"]["podMetricsEndpoints"][0]["relabelings"] == [
-        {
-            "targetLabel": "kafka_cluster",
-            "replacement": pm["metadata"]["labels"]["app.kubernetes.io/instance"],
-        }
-    ]
+    relabelings = pm["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    assert relabelings[0] == {
+        "targetLabel": "kafka_cluster",
+        "replacement": pm["metadata"]["labels"]["app.kubernetes.io/instance"],
+    }
+    # every scraped workload's job is the service's name as `make run`'s Prometheus labels it
+    # (what the dashboards select on), by Prometheus' relabel semantics
+    jobs = {
+        _relabel(relabelings, w["spec"]["template"]["metadata"]["labels"])["job"]
+        for w in docs
+        if w["kind"] in ("Deployment", "StatefulSet")
+        and w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+        not in ("zookeeper", "console")
+    }
+    assert jobs == {"gateway", "storage", "controller", "group_coordinator"} | (
+        {"transaction_coordinator"} if "transaction_coordinator" in jobs else set()
+    )
+    assert jobs <= set(ROLES)  # the local cluster's job label is the role
     # the rule file itself, not a copy: same groups, Prometheus' {{ $value }} left as is
     shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "kafka-py-rules.yml").read_text())
     rule = named(docs, "PrometheusRule", "kafka-py")
@@ -492,6 +506,22 @@ def test_monitoring_objects_only_when_asked_or_served() -> None:
     assert "{{ $value }}" in str(rule["spec"])
     sts = named(docs, "StatefulSet", "kafka-py-storage")
     assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+
+
+def _relabel(rules: list[dict[str, Any]], pod_labels: dict[str, str]) -> dict[str, str]:
+    """Prometheus' relabelling (action replace) of a pod's discovered labels."""
+    labels = {
+        "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", k): v
+        for k, v in pod_labels.items()
+    }
+    labels["job"] = "namespace/podmonitor"
+    for rule in rules:
+        value = ";".join(labels.get(n, "") for n in rule.get("sourceLabels", []))
+        match = re.fullmatch(rule.get("regex", "(.*)"), value)
+        if match:
+            template = re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", rule.get("replacement", "$1"))
+            labels[rule["targetLabel"]] = match.expand(template)
+    return labels
 
 
 def _dashboards(docs: list[dict[str, Any]]) -> dict[str, str]:

@@ -181,6 +181,11 @@ def test_controlled_shutdown_moves_leaders_and_isrs(cs_cluster: LocalCluster) ->
     states = _states(cluster)
     assert states[(SOLE, 0)].leader == 2 and states[(SOLE, 0)].isr == (2,)
     assert all(v.leader == 0 and v.isr == (0,) for tp, v in states.items() if tp[0] == TOPIC)
+    # node 1, still shutting down, got node 0's new states like any replica and follows again:
+    # caught up, it still stays out of every ISR (KIP-841), as does node 2
+    time.sleep(2.0)
+    states = _states(cluster)
+    assert all(v.isr == (0,) for tp, v in states.items() if tp[0] == TOPIC), states
     # the two requests handled (the refusals are not timed), as Kafka's ControlledShutdownRateAndTimeMs
     assert (
         _metric(cluster, "kafka_controller_controllerstats_controlledshutdownrateandtimems_count")

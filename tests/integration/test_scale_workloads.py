@@ -13,7 +13,7 @@ import pytest
 from kafka_support import running_cluster
 
 from bench.scale import clients, connections, groups, partitions
-from bench.scale.procs import role_pids
+from bench.scale.procs import admin_ports, role_pids
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +34,8 @@ def test_partitions_row_survives_its_faults(cluster: Any) -> None:
     row = partitions.measure(cluster, 30, 3, idle_seconds=1.0)
     print(row)
     assert row["partitions"] == 30 and row["create_s"] > 0 and row["metadata_all_ms"] > 0
+    # each new replica's active segment holds its files open on its storage node
+    assert row["storage_fds_per_replica"] >= 1
     for key in (
         "all_led_after_kill9_s",
         "storage_ready_after_kill9_s",
@@ -55,20 +57,27 @@ def test_connections_row_keeps_every_idle_connection(cluster: Any) -> None:
 
 
 def test_groups_row_reads_commits_back_after_a_coordinator_death(cluster: Any) -> None:
-    row = groups.measure(cluster, groups=6, partitions=4, rounds=2)
+    row = groups.measure(cluster, groups=6, partitions=4, rounds=2, interval=0.0)
     print(row)
     assert row["group_commits_per_s"] > 0 and row["coordinator_failover_s"] > 0
 
 
 def test_many_clients_and_replication_rows(cluster: Any) -> None:
-    pids = [p for ps in role_pids(cluster).values() for p in ps]
-    row = clients.many_clients(cluster.bootstrap, pids, 2, 2, 6, 100, 2000, "all")
+    storage = admin_ports(cluster, "storage")
+    row = clients.many_clients(
+        cluster.bootstrap, role_pids(cluster), 2, 2, 6, 100, 2000, "all", storage_admin=storage
+    )
     print(row)
     # every consumer process read everything the producers wrote
     assert row["records_consumed"] == 2 * 2 * 2000
-    ratio = clients.replication_ratio(cluster.bootstrap, 3, 1024, 2000)
+    # the storage nodes' Exchange counters were read: at least one call per stream message
+    assert row["produce_exchange_calls_per_msg"] >= 1
+    assert row["consume_exchange_calls_per_msg"] >= 1
+    assert "storage" in row["produce_cpu_by_role"] and "gateway" in row["consume_cpu_by_role"]
+    ratio = clients.replication_ratio(cluster.bootstrap, 3, 1024, 2000, storage)
     print(ratio)
     assert ratio["rf1_mb_per_s"] > 0 and ratio["rf3_mb_per_s"] > 0
+    assert ratio["rf3_isr_shrinks"] >= 0  # read from the nodes (a missing counter raises)
 
 
 def test_doc_table_is_written_between_markers(

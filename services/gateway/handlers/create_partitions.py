@@ -17,11 +17,12 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.gateway.context import RequestContext
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code
 from services.gateway.handlers.topic_admin import (
-    controller_answers,
+    answers_within_quota,
     deadline_of,
     duplicate_names,
     unique_by_name,
 )
+from services.gateway.quota_enforcement import mutation_quota
 
 
 def _result(name: str, code: ErrorCode, message: str | None = None) -> Body:
@@ -41,6 +42,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     dupes = duplicate_names(topics)
     results: dict[str, Body] = {}
     specs: list[Any] = []
+    existing: dict[str, int] = {}
     for t in topics:
         name = t["name"]
         if name in dupes:
@@ -52,7 +54,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
             )
             continue
-        first_new = len(topic.partitions)
+        first_new = existing[name] = len(topic.partitions)
         assignments = [
             pb.ReplicaAssignment(
                 partition=first_new + i, broker_ids=list(a.get("broker_ids") or [])
@@ -76,7 +78,16 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             deadline,
         )
 
-    answers = await controller_answers(call, specs, results, _result, "create_partitions_failed")
+    quota = mutation_quota(ctx, validate_only)
+    answers = await answers_within_quota(
+        quota,
+        call,
+        specs,
+        results,
+        _result,
+        "create_partitions_failed",
+        lambda spec, _answer: max(0, spec.count - existing[spec.name]),
+    )
     waits = []
     for spec in specs:
         r = answers.get(spec.name)
@@ -102,7 +113,10 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             )
 
     await asyncio.gather(*(wait_visible(n, c) for n, c in waits))
-    return {"throttle_time": 0, "results": [results[t["name"]] for t in unique_by_name(topics)]}
+    return {
+        "throttle_time": quota.throttle_ms,
+        "results": [results[t["name"]] for t in unique_by_name(topics)],
+    }
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:

@@ -16,12 +16,13 @@ from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code, topic_name_error
 from services.gateway.handlers.configs import topic_config_entries
 from services.gateway.handlers.topic_admin import (
-    controller_answers,
+    answers_within_quota,
     deadline_of,
     duplicate_names,
     unique_by_name,
 )
 from services.gateway.handlers.visibility import wait_config_visible
+from services.gateway.quota_enforcement import mutation_quota
 
 log = get_logger("gateway.admin")
 
@@ -133,12 +134,15 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 configs=configs,
             )
         )
-    answers = await controller_answers(
+    quota = mutation_quota(ctx, validate_only)
+    answers = await answers_within_quota(
+        quota,
         lambda items: call_create(s, items, timeout_ms, validate_only, deadline),
         specs,
         results,
         _result,
         "create_topics_failed",
+        lambda _spec, answer: int(answer.num_partitions),
     )
     waits = []
     for spec in specs:
@@ -159,7 +163,10 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     await asyncio.gather(
         *(_wait_visible(s, name, n, res, configs, deadline) for name, n, res, configs in waits)
     )
-    return {"throttle_time": 0, "topics": [results[t["name"]] for t in unique_by_name(topics)]}
+    return {
+        "throttle_time": quota.throttle_ms,
+        "topics": [results[t["name"]] for t in unique_by_name(topics)],
+    }
 
 
 async def _wait_visible(

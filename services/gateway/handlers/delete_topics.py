@@ -1,4 +1,6 @@
-"""DeleteTopics (v1-6): forwarded to the controller, answered once the topics are gone."""
+"""DeleteTopics (v1-6): forwarded to the controller, answered once the topics are gone. Each
+topic spends its partition count from the client's controller mutation quota (KIP-599), checked
+and recorded topic by topic in request order before the deletion, as Kafka does."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
 from services.gateway.context import GatewayServices, RequestContext
 from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import ApiHandler, Body, as_error_code, topic_name_error
+from services.gateway.mutation_quota import THROTTLING_MESSAGE
+from services.gateway.quota_enforcement import mutation_quota
 
 log = get_logger("gateway.admin")
 
@@ -44,6 +48,7 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
     deadline = loop.time() + (timeout_ms / 1000.0 if timeout_ms > 0 else s.request_timeout_s)
     results: list[Body] = []
     to_delete: dict[str, list[Body]] = {}
+    quota = mutation_quota(ctx)
     for name, tid in _requested(req, ctx.api_version):
         if name is not None and tid is not None:
             results.append(
@@ -82,12 +87,24 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
                 )
             )
             continue
+        if name not in to_delete:
+            if quota.exhausted():
+                results.append(
+                    _result(
+                        name,
+                        topic.topic_id,
+                        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                        THROTTLING_MESSAGE,
+                    )
+                )
+                continue
+            quota.record(len(topic.partitions))
         res = _result(name, topic.topic_id, ErrorCode.NONE)
         results.append(res)
         to_delete.setdefault(name, []).append(res)
     if to_delete:
         await _delete(s, to_delete, timeout_ms, deadline)
-    return {"throttle_time": 0, "responses": results}
+    return {"throttle_time": quota.throttle_ms, "responses": results}
 
 
 async def _delete(

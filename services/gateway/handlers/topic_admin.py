@@ -1,5 +1,6 @@
 """What CreateTopics and CreatePartitions share: the request's deadline, duplicate names, the
-controller's answers by topic name, and results in request order."""
+controller's answers by topic name (within the client's controller mutation quota), and results
+in request order."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from services.common.logging import get_logger
 from services.gateway.context import GatewayServices
 from services.gateway.controller_client import ControllerError
 from services.gateway.handlers.base import Body
+from services.gateway.mutation_quota import THROTTLING_MESSAGE, MutationQuota
 
 log = get_logger("gateway.admin")
 
@@ -71,3 +73,40 @@ async def controller_answers(
         else:
             out[spec.name] = answer
     return out
+
+
+async def answers_within_quota(
+    quota: MutationQuota,
+    call: Callable[[Sequence[Any]], Awaitable[dict[str, Any]]],
+    specs: Sequence[Any],
+    results: dict[str, Body],
+    result: ResultFn,
+    event: str,
+    permits: Callable[[Any, Any], int],
+) -> dict[str, Any]:
+    """:func:`controller_answers` spending ``quota`` (KIP-599) by ``permits(spec, answer)`` per
+    mutation done. A strict quota is checked before each spec, in request order, so specs go
+    to the controller one at a time and those met with the bucket below zero are refused with
+    THROTTLING_QUOTA_EXCEEDED, as Kafka's ZooKeeper-mode admin manager does topic by topic.
+    Without a quota, or a permissive one, one call carries them all."""
+    if not (quota.bounded and quota.strict):
+        answers = await controller_answers(call, specs, results, result, event)
+        quota.record(sum(permits(spec, a) for spec in specs if _done(a := answers.get(spec.name))))
+        return answers
+    out: dict[str, Any] = {}
+    for spec in specs:
+        if quota.exhausted():
+            results[spec.name] = result(
+                spec.name, ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_MESSAGE
+            )
+            continue
+        answer = (await controller_answers(call, [spec], results, result, event)).get(spec.name)
+        if answer is not None:
+            out[spec.name] = answer
+            if _done(answer):
+                quota.record(permits(spec, answer))
+    return out
+
+
+def _done(answer: Any) -> bool:
+    return answer is not None and answer.error_code == 0

@@ -1,7 +1,8 @@
 """The leader's ISR changes, written to ZooKeeper as Kafka's ZooKeeper mode did.
 
 Expand (checked on every follower fetch): a follower outside the ISR whose LEO reached the high
-watermark and the start offset of the current leader epoch joins it. Shrink (checked every
+watermark and the start offset of the current leader epoch joins it, unless the controller's
+last order named it shutting down (KIP-841). Shrink (checked every
 replica.lag.time.max.ms / 2): a follower that has not caught up within replica.lag.time.max.ms
 leaves it. Either way the leader writes ``/brokers/topics/<t>/partitions/<p>/state`` itself with
 a conditional setData on the znode version it got from its last order (the partition epoch),
@@ -116,7 +117,10 @@ class IsrManager:
 
     # ---- triggers -----------------------------------------------------------------------
     def maybe_expand(self, p: Partition, replica_id: int) -> None:
-        """After a follower fetch: add it to the ISR if it caught up (Kafka's maybeExpandIsr)."""
+        """After a follower fetch: add it to the ISR if it caught up (Kafka's maybeExpandIsr),
+        unless the controller said it is shutting down (KIP-841's INELIGIBLE_REPLICA)."""
+        if replica_id in self.rm.ineligible_replicas:
+            return
         new_isr = p.isr_to_expand(replica_id)
         if new_isr is not None and self._may_try(p):
             self._start(p, "expand", new_isr)

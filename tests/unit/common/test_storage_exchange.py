@@ -13,6 +13,7 @@ import pytest
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.storage_exchange import StorageExchange
 from services.storage.exchange import ExchangeStreams, serve_exchange
+from services.storage.metrics import StorageMetrics
 from services.storage.wire import APPEND, FETCH, FetchReply, FetchResult, parse_exchange_requests
 
 
@@ -29,6 +30,13 @@ class Node:
         self.streams = ExchangeStreams()
         self.events: list[str] = []  # how each stream's handler ended
         self.fetching = 0
+        self.metrics = StorageMetrics()
+
+    def counted(self, what: str, direction: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            f"kafkapy_storage_exchange_{what}_total", {"direction": direction}
+        )
+        return value or 0.0
 
     def _read(self, data: bytes) -> Any:
         self.messages += 1
@@ -62,7 +70,9 @@ class Node:
 
     async def exchange(self, request_iterator: Any, context: Any) -> None:
         try:
-            await serve_exchange({APPEND: self.append, FETCH: self.fetch}, context, self.streams)
+            await serve_exchange(
+                {APPEND: self.append, FETCH: self.fetch}, context, self.streams, self.metrics
+            )
         except asyncio.CancelledError:
             self.events.append("stream cancelled")
             raise
@@ -125,10 +135,16 @@ async def test_calls_made_together_share_messages_and_keep_their_order(
     node, exchange, _, _ = node_and_client
     await exchange.append(_append(-1))  # the stream is open
     before = node.messages
+    counted = {(w, d): node.counted(w, d) for w in ("messages", "calls") for d in ("in", "out")}
     answers = await asyncio.gather(*[exchange.append(_append(p)) for p in range(50)])
     assert node.appends[1:] == list(range(50))  # the order the calls were made in
     assert [a.partitions[0].base_offset for a in answers] == list(range(1, 51))
     assert node.messages - before < 50  # queued together, written together
+    # the node's counters see the same: 50 calls each way in fewer messages
+    grown = {k: node.counted(*k) - v for k, v in counted.items()}
+    assert grown[("calls", "in")] == 50 and grown[("calls", "out")] == 50
+    assert grown[("messages", "in")] == node.messages - before
+    assert 1 <= grown[("messages", "out")] <= 50
 
 
 async def test_cancelled_call_is_stopped_on_the_node(node_and_client: Any) -> None:

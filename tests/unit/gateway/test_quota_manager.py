@@ -1,9 +1,11 @@
-"""Kafka's ClientQuotaManager arithmetic: windowed rate, throttle time, un-record, expiry."""
+"""Kafka's ClientQuotaManager arithmetic: windowed rate, throttle time, un-record, expiry; the
+controller mutation token bucket (KIP-599)."""
 
 from __future__ import annotations
 
 from services.common.client_quotas import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     QuotaConfigs,
@@ -85,3 +87,40 @@ def test_idle_sensors_expire_with_their_series() -> None:
         tuple(s.labels.values()) for metric in PRODUCE_BYTE_RATE.collect() for s in metric.samples
     }
     assert ("", "c") not in labels
+
+
+def test_strict_mutation_quota_refuses_once_below_zero() -> None:
+    m, clock = _manager(**{CONTROLLER_MUTATION_RATE: 2.0})
+    assert m.mutation_quota("u", "other", strict=True).bounded is False  # no quota for it
+    q = m.mutation_quota("u", "c", strict=True)
+    # burst 2/s x 11 windows = 22: admitted while >= 0, even when the mutation overdraws it
+    assert not q.exhausted()
+    q.record(20)
+    assert not q.exhausted()
+    q.record(10)  # -8
+    assert q.throttle_ms == 0  # strict: no throttle for what was admitted
+    assert q.exhausted()
+    assert q.throttle_ms == 4000  # 8 credits at 2/s
+    clock.t += 1.5
+    assert q.throttle_ms == 2500  # Kafka deducts the time since it was recorded
+    # the next request shares the bucket: refilled 3 credits, still below zero
+    q2 = m.mutation_quota("u", "c", strict=True)
+    assert q2.exhausted() and q2.throttle_ms == 2500
+    clock.t += 2.5
+    assert not m.mutation_quota("u", "c", strict=True).exhausted()
+    clock.t += 100
+    full = m.mutation_quota("u", "c", strict=True)
+    full.record(22)
+    assert not full.exhausted()  # refilled to the burst, not beyond
+
+
+def test_permissive_mutation_quota_throttles_and_expires() -> None:
+    m, clock = _manager(**{CONTROLLER_MUTATION_RATE: 2.0})
+    q = m.mutation_quota("u", "c", strict=False)
+    q.record(22)
+    assert q.throttle_ms == 0 and not q.exhausted()
+    q.record(4)  # -4: permissive mutations are done, then throttled
+    assert not q.exhausted() and q.throttle_ms == 2000
+    clock.t += 20.0  # idle past inactive_s: the bucket goes with its series
+    assert m.expire() == 1
+    assert m.mutation_quota("u", "c", strict=True).exhausted() is False

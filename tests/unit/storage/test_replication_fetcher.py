@@ -159,6 +159,7 @@ class Cluster:
         to: Sequence[int] | None = None,
         partition: int = 0,
         config: dict[str, str] | None = None,
+        ineligible: Sequence[int] = (),
     ) -> None:
         """Order replicas with the current state (as sent to a node that just registered)."""
         st, version = self.store.states[(T, partition)]
@@ -179,9 +180,21 @@ class Cluster:
                     controller_id=100,
                     controller_epoch=self.controller_epoch,
                     partitions=[state],
+                    ineligible_replicas=list(ineligible),
                 )
             )
             assert resp.partitions[0].error_code == 0, resp
+
+    async def announce(self, broker: int, ineligible: Sequence[int]) -> None:
+        """An order without partitions: only the controller's shutting-down set."""
+        resp = await self.rms[broker].update_partitions(
+            pb.UpdatePartitionsRequest(
+                controller_id=100,
+                controller_epoch=self.controller_epoch,
+                ineligible_replicas=list(ineligible),
+            )
+        )
+        assert resp.error_code == 0 and not resp.partitions, resp
 
 
 @pytest.fixture
@@ -285,6 +298,28 @@ async def test_caught_up_follower_joins_the_isr(cluster: Cluster) -> None:
     assert (T, 0) in cluster.store.notifications[0]
     assert sample(cluster.rms[1], "kafka_server_replicamanager_isrexpands_total") == 2
     assert sample(cluster.rms[1], "kafka_server_replicamanager_underreplicatedpartitions") == 0
+
+
+async def test_shutting_down_follower_never_joins_the_isr(cluster: Cluster) -> None:
+    # KIP-841: node 3 is in controlled shutdown; it still follows (and catches up) but the
+    # leader never adds it, until an order no longer names it
+    await cluster.elect(1, [1], [1, 2, 3], to=[1])
+    await cluster.announce(1, [3])
+    for i in range(3):
+        assert (await produce(cluster.rms[1], batch(b"x%d" % i))).error_code == 0
+    await cluster.resend([1, 2, 3], to=[2, 3], ineligible=[3])
+    await until(lambda: cluster.partition(1).isr == (1, 2))
+    leader = cluster.partition(1)
+    await until(lambda: cluster.partition(3).log.log_end_offset == leader.log.log_end_offset)
+    await until(lambda: leader.remote[3].log_end_offset == leader.log.log_end_offset)
+    await asyncio.sleep(0.3)  # several more fetch rounds from a caught-up node 3
+    assert leader.isr == (1, 2)
+    assert cluster.store.states[(T, 0)][0].isr == [1, 2]
+    assert cluster.rms[1].ineligible_replicas == frozenset({3})
+    # its shutdown ended (it re-registered): the next order, even without partitions, lifts it
+    await cluster.announce(1, [])
+    await until(lambda: sorted(cluster.partition(1).isr) == [1, 2, 3])
+    assert sorted(cluster.store.states[(T, 0)][0].isr) == [1, 2, 3]
 
 
 async def test_lagging_follower_is_shrunk_and_acks_all_proceeds(cluster: Cluster) -> None:
