@@ -66,7 +66,9 @@ def section(title: str, run: Callable[[], list[dict[str, Any]]]) -> str:
     try:
         rows = run()
     except Exception as exc:  # noqa: BLE001 - one section failing must not hide the others
-        return f"### {title}\n\nfailed: {type(exc).__name__}: {exc}\n"
+        failed = f"### {title}\n\nfailed: {type(exc).__name__}: {exc}\n"
+        print(failed, flush=True)
+        return failed
     text = table(title, rows) + f"\n({time.monotonic() - started:.0f} s)\n"
     print(text, flush=True)
     return text
@@ -131,7 +133,7 @@ def run_many_clients() -> list[dict[str, Any]]:
 
 def run_replication() -> list[dict[str, Any]]:
     with cluster(storage_nodes=3, controllers=1) as c:
-        records = max(2000, int(100_000 * SCALE))
+        records = max(2000, int(500_000 * SCALE))
         return [clients.replication_ratio(c.bootstrap, 6, 1024, records, admin_ports(c, "storage"))]
 
 
