@@ -179,7 +179,9 @@ def main(names: list[str]) -> None:
         return  # a partial run leaves the doc alone
     note = (
         f"{at}, whole suite {total / 60:.1f} min. Load average (1, 5, 15 min) {load_before} at "
-        f"the start and {load()} at the end.\n\n"
+        f"the start and {load()} at the end: with a load above the 2 cores the machine was "
+        "shared with other work, and times and rates are inflated; rerun on a quiet machine "
+        "for reference numbers. Each section's time is under its table.\n\n"
     )
     write_doc("\n".join(parts), note)
 
