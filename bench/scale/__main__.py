@@ -66,7 +66,9 @@ def section(title: str, run: Callable[[], list[dict[str, Any]]]) -> str:
     try:
         rows = run()
     except Exception as exc:  # noqa: BLE001 - one section failing must not hide the others
-        return f"### {title}\n\nfailed: {type(exc).__name__}: {exc}\n"
+        failed = f"### {title}\n\nfailed: {type(exc).__name__}: {exc}\n"
+        print(failed, flush=True)
+        return failed
     text = table(title, rows) + f"\n({time.monotonic() - started:.0f} s)\n"
     print(text, flush=True)
     return text
@@ -131,7 +133,7 @@ def run_many_clients() -> list[dict[str, Any]]:
 
 def run_replication() -> list[dict[str, Any]]:
     with cluster(storage_nodes=3, controllers=1) as c:
-        records = max(2000, int(100_000 * SCALE))
+        records = max(2000, int(500_000 * SCALE))
         return [clients.replication_ratio(c.bootstrap, 6, 1024, records, admin_ports(c, "storage"))]
 
 
@@ -177,7 +179,9 @@ def main(names: list[str]) -> None:
         return  # a partial run leaves the doc alone
     note = (
         f"{at}, whole suite {total / 60:.1f} min. Load average (1, 5, 15 min) {load_before} at "
-        f"the start and {load()} at the end.\n\n"
+        f"the start and {load()} at the end: with a load above the 2 cores the machine was "
+        "shared with other work, and times and rates are inflated; rerun on a quiet machine "
+        "for reference numbers. Each section's time is under its table.\n\n"
     )
     write_doc("\n".join(parts), note)
 

@@ -137,6 +137,7 @@ def many_clients(
         "consume_exchange_calls_per_msg": consume.calls_per_message(),
         "consume_cpu_by_role": consume.cpu_split(),
         "records_consumed": sum(int(r["mb"] * 1e6 / size) for r in consumed),
+        "consumer_errors": sum(r.get("errors", 0) for r in consumed),
     }
 
 
