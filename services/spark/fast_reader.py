@@ -57,9 +57,11 @@ _SSL = {
     "ssl.key.location": "keyfile",
     "ssl.key.password": "password",
 }
-# settings of the source's own (or Java-only) that do not change how records are fetched
+# settings the source applies itself (RangeFetcher), or Java-only ones, or not about fetching
 _IGNORED = frozenset(
     {
+        "max.partition.fetch.bytes",
+        "fetch.max.bytes",
         "isolation.level",
         "group.id",
         "default.api.timeout.ms",

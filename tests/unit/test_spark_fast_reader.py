@@ -153,7 +153,8 @@ def test_control_batches_and_aborted_transactions() -> None:
 
 
 def test_settings_map_onto_aiokafka_or_fall_back_to_confluent() -> None:
-    assert aiokafka_settings({"bootstrap.servers": "h:1", "isolation.level": "read_committed"}) == {
+    applied_here = {"isolation.level": "read_committed", "max.partition.fetch.bytes": "1000"}
+    assert aiokafka_settings({"bootstrap.servers": "h:1", **applied_here}) == {
         "bootstrap_servers": "h:1"
     }
     sasl = aiokafka_settings(
