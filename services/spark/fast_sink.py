@@ -282,7 +282,12 @@ def _rows_by_partition(
 def write_fast(
     opts: SinkOptions, settings: dict[str, Any], codec: int, batches: Iterator[pa.RecordBatch]
 ) -> int:
-    """Write every row of `batches` (at-least-once, idempotent); returns the rows written."""
+    """Write every row of `batches` (at-least-once, idempotent); returns the rows written. A task
+    without rows (a shuffle leaves many) connects to nothing."""
+    rows_in = (b for b in batches if b.num_rows)
+    first = next(rows_in, None)
+    if first is None:
+        return 0
     loop = asyncio.new_event_loop()
     client = AIOKafkaClient(loop=loop, request_timeout_ms=REQUEST_TIMEOUT_MS, **settings)
     try:
@@ -293,9 +298,7 @@ def write_fast(
         producer = BatchProducer(client, opts, codec)
         loop.run_until_complete(producer.init())
         sent = 0
-        for batch in batches:
-            if not batch.num_rows:
-                continue
+        for batch in itertools.chain([first], rows_in):
             rows = _rows_by_partition(producer, loop, opts, batch)
             encoded = {tp: producer.encode(*tp, r) for tp, r in rows.items()}
             loop.run_until_complete(producer.send(encoded))
