@@ -1,7 +1,8 @@
 """Executor side of the source: one offset range of one partition -> Arrow record batches.
 
-Records come through confluent-kafka (librdkafka); see docs/decisions.md for the measurement
-behind that choice. Offsets below the log start are lost data: `failOnDataLoss=true` fails the
+Records come through Fetch requests decoded by aiokafka's Cython record-batch reader
+(services/spark/fast_reader.py) or, for `kafka.*` settings only librdkafka takes, through
+confluent-kafka; see docs/decisions.md for the measurements behind that choice. Offsets below the log start are lost data: `failOnDataLoss=true` fails the
 task with Spark's message, `false` skips to the first offset still there. Offsets missing inside
 the range (compaction, transaction markers, aborted records under read_committed) are no loss.
 """
@@ -101,25 +102,50 @@ class _Columns:
         return len(self.offsets)
 
     def batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
-        n = len(self.offsets)
         stamps = pa.array(self.stamps, _STAMP)
-        # confluent-kafka: 1 = CreateTime, 2 = LogAppendTime; Spark: Kafka's ids 0 and 1
-        ts_types = pc.cast(pc.equal(stamps.field(0), 2), pa.int32())
-        millis = stamps.field(1)
-        cols = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(self.offsets, pa.int64()),
-            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
-            ts_types,
-        ]
-        if self.include_headers:
-            cols.append(pa.array(self.headers, HEADERS_TYPE))
-        out = pa.RecordBatch.from_arrays(cols, schema=schema)
+        out = arrow_batch(
+            schema,
+            topic,
+            partition,
+            keys=self.keys,
+            values=self.values,
+            offsets=self.offsets,
+            millis=stamps.field(1),
+            # confluent-kafka: 1 = CreateTime, 2 = LogAppendTime; Spark: Kafka's ids 0 and 1
+            types=pc.cast(pc.equal(stamps.field(0), 2), pa.int32()),
+            headers=self.headers if self.include_headers else None,
+        )
         self.clear()
         return out
+
+
+def arrow_batch(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    *,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    offsets: list[int],
+    millis: pa.Array,
+    types: pa.Array,
+    headers: list[list[dict[str, Any]] | None] | None,
+) -> pa.RecordBatch:
+    """One Arrow batch of Spark's Kafka-source schema from column lists (timestamps in epoch
+    milliseconds, timestamp types as Kafka's ids; topic and partition repeated by Arrow)."""
+    n = len(offsets)
+    cols = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+        types,
+    ]
+    if headers is not None:
+        cols.append(pa.array(headers, HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def consumer_for(opts: SourceOptions) -> Consumer:
@@ -142,7 +168,22 @@ def consumer_for(opts: SourceOptions) -> Consumer:
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Every record of `rng` in offset order, as Arrow record batches of Spark's schema."""
+    """Every record of `rng` in offset order, as Arrow record batches of Spark's schema: through
+    Fetch requests and aiokafka's Cython decoder when the `kafka.*` settings allow
+    (services/spark/fast_reader.py), else through confluent-kafka."""
+    if rng.until <= rng.start:
+        return
+    from services.spark.fast_reader import aiokafka_settings, read_range_fast  # imports this module
+
+    settings = aiokafka_settings(opts.client)
+    if settings is not None:
+        yield from read_range_fast(opts, settings, rng.topic, rng.partition, rng.start, rng.until)
+        return
+    yield from read_range_confluent(opts, rng)
+
+
+def read_range_confluent(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """read_range through a confluent-kafka consumer (any `kafka.*` setting librdkafka takes)."""
     if rng.until <= rng.start:
         return
     schema = arrow_schema(opts.include_headers)

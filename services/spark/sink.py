@@ -201,12 +201,18 @@ def produce_all(
 
 
 def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WrittenRecords:
-    """The task's write: at-least-once (idempotent producer), or one transaction per task with
+    """The task's write: at-least-once (idempotent producer: aiokafka's batch builder and client
+    when the `kafka.*` settings allow, else confluent-kafka), or one transaction per task with
     `deliveryGuarantee=exactly-once` (services/spark/exactly_once.py)."""
     if opts.exactly_once:
         from services.spark.exactly_once import write_in_transaction
 
         return write_in_transaction(opts, batches)
+    from services.spark.fast_sink import producer_settings, write_fast
+
+    fast = producer_settings(opts)
+    if fast is not None:  # Produce requests of whole record batches (services/spark/fast_sink.py)
+        return WrittenRecords(write_fast(opts, *fast, batches))
     conf = librdkafka_config(
         opts.client,
         **{"enable.idempotence": True, "acks": "all", "linger.ms": 5},
