@@ -49,15 +49,17 @@ def _tier_rank(item: pytest.Item) -> int:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tiers in TIER_ORDER; the order inside a tier (and so fixture reuse) is unchanged."""
-    items.sort(key=_tier_rank)
+    """Tiers in TIER_ORDER, MODULE_GROUPS' modules first in theirs; otherwise the order inside a
+    tier (and so fixture reuse) is unchanged."""
+    items.sort(key=lambda item: (_tier_rank(item), item.nodeid.split("::")[0] not in MODULE_GROUPS))
 
 
 # `make test` runs the integration tier with `pytest -n N --dist loadfile`: a module is one unit of
 # work, run whole on one worker (its module-scoped cluster starts once; each worker starts its
 # own session cluster). A group below is one unit too, its modules one after the other on one
 # worker: the Spark modules (one Spark JVM, local[2], per module) never run two at once, and
-# run beside at most N-1 other modules.
+# run beside at most N-1 other modules. Units go out in collection order (pytest-xdist's default
+# is by number of tests), grouped modules first: the Spark unit is the longest (~1/3 of the tier).
 MODULE_GROUPS = {
     "tests/integration/test_spark_files.py": "spark",
     "tests/integration/test_spark_pipelines.py": "spark",
@@ -71,6 +73,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     under pytest 9: xdist sets a node id attribute pytest no longer reads)."""
     if config.getvalue("dist") != "loadfile":
         return None
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadFileScheduling
 
     class ModuleGroups(LoadFileScheduling):
