@@ -33,50 +33,59 @@ $(RPC_STAMP): $(PROTOS) $(STAMP)
 run: install
 	$(VENV)/bin/kafka-py cluster up $(if $(SECURE),--secure)
 
-# `make test` is two pytest runs and one exit code (non-zero when either fails; PYTEST_ARGS go to
-# both). First the tiers that start no cluster (chart, unit: CPU-bound, ~4,500 tests) on every
-# core with pytest-xdist (TEST_WORKERS: `-n` of pytest-xdist); then the tiers that start real
-# processes (e2e, integration with spark, kube-sim) in one process, one test at a time: they
-# are timing-sensitive on 2 cores. tests/conftest.py orders the tiers inside each run.
+# `make test` is three pytest runs and one exit code (non-zero when any fails; PYTEST_ARGS go to
+# each). 1: the tiers that start no cluster (chart, unit: CPU-bound, ~4,500 tests) on every core
+# with pytest-xdist (TEST_WORKERS: `-n` of pytest-xdist). 2: the integration tier (with spark),
+# CLUSTER_WORKERS test modules at a time (pytest-xdist, one module per worker: a module's
+# fixtures and cluster stay on one worker; each worker starts its own session cluster): those
+# tests mostly wait on their clusters and clients. 3: the fault-injection tiers (e2e: kills,
+# partitions, stalls; kube_sim: the zone cut) one test at a time, alone on the machine: they
+# measure liveness under faults. tests/conftest.py orders the tiers inside each run.
 # The kube-sim tier's images (minutes on a fresh machine: debootstrap, pip, apt) are built in the
-# background while the first run goes; the tier's fixture runs scripts/build-image.sh again,
+# background while the first two runs go; the tier's fixture runs scripts/build-image.sh again,
 # which waits for this build (flock) and then finds them cached. PREBUILD_IMAGES=0: no
-# background build. The build runs at nice 19: the first run is shorter than a cold build, and
-# the rest of the build must take only the CPU the cluster tiers leave idle (their timings).
+# background build. The build runs at nice 19: it takes only the CPU the test runs leave idle.
 PREBUILD_IMAGES ?= 1
 IMAGE_BUILD_LOG ?= image-build.log
 TEST_WORKERS ?= logical
+CLUSTER_WORKERS ?= 3
 NO_CLUSTER_TIERS := tests/chart tests/unit
-CLUSTER_TIERS := tests/e2e tests/integration tests/kube_sim
+PARALLEL_CLUSTER_TIERS := tests/integration
+SERIAL_CLUSTER_TIERS := tests/e2e tests/kube_sim
 
-# exit code 5 (nothing collected: a PYTEST_ARGS -m/-k selecting tests of the other run only) is a
-# pass for one run, not for both
+# exit code 5 (nothing collected: a PYTEST_ARGS -m/-k selecting tests of other runs only) is a
+# pass for one run, not for all three
 test: install chart-deps
 	@build=; \
 	if [ "$(PREBUILD_IMAGES)" = 1 ]; then \
 	  nice -n 19 ./scripts/build-image.sh >$(IMAGE_BUILD_LOG) 2>&1 & build=$$!; \
 	fi; \
-	echo "== 1/2 chart and unit tiers, pytest-xdist -n $(TEST_WORKERS): $(NO_CLUSTER_TIERS)"; \
-	start=$$(date +%s); \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) $(NO_CLUSTER_TIERS) $(PYTEST_ARGS); first=$$?; \
-	mid=$$(date +%s); \
-	echo "== 2/2 e2e, integration, spark and kube-sim tiers, one at a time: $(CLUSTER_TIERS)"; \
-	$(PY) -m pytest -q $(CLUSTER_TIERS) $(PYTEST_ARGS); second=$$?; \
-	if [ $$first = 5 ] && [ $$second != 5 ]; then first=0; fi; \
-	if [ $$second = 5 ] && [ $$first != 5 ]; then second=0; fi; \
-	end=$$(date +%s); \
+	codes=; summary=; \
+	run() { \
+	  label=$$1; shift; echo "== $$label: $$*"; start=$$(date +%s); \
+	  $(PY) -m pytest -q "$$@" $(PYTEST_ARGS); rc=$$?; \
+	  codes="$$codes $$rc"; summary="$$summary; $$label exit $$rc in $$(($$(date +%s) - start))s"; \
+	}; \
+	run "chart+unit" -n $(TEST_WORKERS) $(NO_CLUSTER_TIERS); \
+	run "integration+spark" -n $(CLUSTER_WORKERS) --dist loadfile $(PARALLEL_CLUSTER_TIERS); \
+	run "e2e+kube-sim" $(SERIAL_CLUSTER_TIERS); \
 	if [ -n "$$build" ] && ! wait $$build; then \
 	  echo "background image build failed (the kube-sim tier builds or skips itself): $(IMAGE_BUILD_LOG)" >&2; \
 	fi; \
-	echo "== make test: chart+unit exit $$first in $$((mid - start))s;" \
-	  "e2e+integration+kube-sim exit $$second in $$((end - mid))s"; \
-	[ $$first = 0 ] && [ $$second = 0 ]
+	echo "== make test:$${summary#;}"; \
+	ok=1; all5=1; \
+	for rc in $$codes; do \
+	  [ $$rc = 5 ] || all5=0; [ $$rc = 0 ] || [ $$rc = 5 ] || ok=0; \
+	done; \
+	[ $$ok = 1 ] && [ $$all5 = 0 ]
 
 unit: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit $(PYTEST_ARGS)
 
 integration: install
-	$(PY) -m pytest -q tests/integration tests/e2e $(PYTEST_ARGS)
+	@$(PY) -m pytest -q -n $(CLUSTER_WORKERS) --dist loadfile tests/integration $(PYTEST_ARGS); \
+	first=$$?; $(PY) -m pytest -q tests/e2e $(PYTEST_ARGS); second=$$?; \
+	[ $$first = 0 ] && [ $$second = 0 ]
 
 # The image (podman, or docker when podman is absent): scripts/build-image.sh says which base.
 image:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,10 +31,11 @@ def zk_connect(zk_server: ZooKeeperProcess) -> str:
 _TESTS = Path(__file__).resolve().parent
 # Tiers that start no cluster run first: `make test` builds the kube-sim images in the
 # background meanwhile (CPU-bound, timing-insensitive tests beside a mostly I/O-bound build),
-# and the cluster tiers then run without a build beside them. `make test` runs the first two
-# tiers in one pytest run on every core (pytest-xdist: each worker sorts the same collection
-# the same way), then the others in a second run, one test at a time; one plain `pytest` run
-# of everything gets the same order.
+# and the integration tier next, the fault-injection tiers (e2e, kube_sim) last, without a build
+# beside them. `make test` runs the first two tiers in one pytest run on every core
+# (pytest-xdist: each worker sorts the same collection the same way), the integration tier in a
+# second (pytest-xdist, whole modules: pytest_xdist_make_scheduler below), e2e and kube_sim in a
+# third, one test at a time; one plain `pytest` run of everything gets the tier order below.
 TIER_ORDER = ("chart", "unit", "e2e", "integration", "kube_sim")
 
 
@@ -47,5 +49,36 @@ def _tier_rank(item: pytest.Item) -> int:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tiers in TIER_ORDER; the order inside a tier (and so fixture reuse) is unchanged."""
-    items.sort(key=_tier_rank)
+    """Tiers in TIER_ORDER, MODULE_GROUPS' modules first in theirs; otherwise the order inside a
+    tier (and so fixture reuse) is unchanged."""
+    items.sort(key=lambda item: (_tier_rank(item), item.nodeid.split("::")[0] not in MODULE_GROUPS))
+
+
+# `make test` runs the integration tier with `pytest -n N --dist loadfile`: a module is one unit of
+# work, run whole on one worker (its module-scoped cluster starts once; each worker starts its
+# own session cluster). A group below is one unit too, its modules one after the other on one
+# worker: the Spark modules (one Spark JVM, local[2], per module) never run two at once, and
+# run beside at most N-1 other modules. Units go out in collection order (pytest-xdist's default
+# is by number of tests), grouped modules first: the Spark unit is the longest (~1/3 of the tier).
+MODULE_GROUPS = {
+    "tests/integration/test_spark_files.py": "spark",
+    "tests/integration/test_spark_pipelines.py": "spark",
+    "tests/integration/test_spark_sink.py": "spark",
+    "tests/integration/test_spark_source.py": "spark",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with MODULE_GROUPS (pytest-xdist's `loadgroup` marks do not group
+    under pytest 9: xdist sets a node id attribute pytest no longer reads)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    config.option.loadscopereorder = False
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return MODULE_GROUPS.get(module, module)
+
+    return ModuleGroups(config, log)

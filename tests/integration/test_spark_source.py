@@ -337,7 +337,13 @@ def test_pattern_new_topics_deleted_topic_and_min_offsets_with_max_delay(
     try:
         wait_for("the first topic", lambda: len(rows()) == 50, timeout=180, interval=0.5)
         produce_confluent(bootstrap, first, _texts(10, 1, first + "-2"))  # below the minimum
-        wait_for("the small backlog", lambda: len(rows()) == 60, timeout=180, interval=0.5)
+        # the memory sink has a batch's rows before the query reports the batch's progress
+        wait_for(
+            "the small backlog and its progress",
+            lambda: len(rows()) == 60 and sum(n for _, n in data_batches()) == 60,
+            timeout=180,
+            interval=0.5,
+        )
         (t50, n50), (t10, n10) = data_batches()[-2:]
         assert (n50, n10) == (50, 10)
         # the 10 rows waited for maxTriggerDelay (4 s from the last batch; trigger times are
