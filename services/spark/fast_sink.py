@@ -1,16 +1,17 @@
 """The sink's fast path (at-least-once writes): rows encoded into Kafka record batches by
 aiokafka's C-accelerated (Cython) batch builder and sent with aiokafka's own idempotent producer
-(`AIOKafkaProducer(enable_idempotence=True, acks="all")`, `create_batch`/`send_batch`): the library
-owns the protocol (InitProducerId, per-partition sequence numbers, retries keeping their
+(`AIOKafkaProducer(enable_idempotence=True, acks="all")`, `create_batch`/`send_batch`): the
+library owns the protocol (InitProducerId, per-partition sequence numbers, retries keeping their
 sequence, per-partition order), so a retried request is deduplicated by the broker, as
 librdkafka's would be.
 
 confluent-kafka costs ~1 µs of CPU per row (a `produce()` call, librdkafka's per-message
-queueing, a delivery report); this path ~0.3 µs (docs/decisions.md, "Spark sink: Produce +
-aiokafka's Cython batch builder"). It is taken when every `kafka.*` setting maps onto aiokafka's
-client; sink.write_batches falls back to confluent-kafka otherwise, and for exactly-once.
-Partitions as librdkafka's default partitioner (`consistent_random`) picks them: CRC-32 of a
-non-empty key modulo the partition count, a random partition (one per Arrow batch) otherwise.
+queueing, a delivery report); the whole write 1.6-1.9 µs with it, ~0.65 µs here, outside Spark (docs/decisions.md
+D75, "Spark source and sink fast paths"). It is taken when every `kafka.*` setting maps onto
+aiokafka's client; sink.write_batches falls back to confluent-kafka otherwise, and for
+exactly-once. Partitions as librdkafka's default partitioner (`consistent_random`) picks them:
+CRC-32 of a non-empty key modulo the partition count, a random partition (one per Arrow batch)
+otherwise.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ _PRODUCER_KEYS = frozenset({"compression.type", "compression.codec", "linger.ms"
 
 
 def producer_settings(opts: SinkOptions) -> tuple[dict[str, Any], str | None] | None:
-    """(aiokafka client keywords, aiokafka compression type) for at-least-once writes, or None when a
-    `kafka.*` setting has no equivalent here (the sink then uses confluent-kafka)."""
+    """(aiokafka client keywords, aiokafka compression type) for at-least-once writes, or None
+    when a `kafka.*` setting has no equivalent here (the sink then uses confluent-kafka)."""
     if opts.exactly_once:
         return None
     client = {k: v for k, v in opts.client.items() if k not in _PRODUCER_KEYS}
@@ -112,15 +113,18 @@ class BatchWriter:
             while done < n:
                 batch = self.producer.create_batch()
                 done = _fill(batch, part_rows, done)
-                acks.append(await self._send_batch(batch, topic, partition))
+                acks.append((topic, partition, await self._send_batch(batch, topic, partition)))
         try:
-            await asyncio.wait_for(asyncio.gather(*acks), DELIVERY_TIMEOUT_S)
+            async with asyncio.timeout(DELIVERY_TIMEOUT_S):
+                for topic, partition, ack in acks:
+                    try:
+                        await ack
+                    except KafkaError as e:
+                        raise self._fail(f"{type(e).__name__} ({topic}-{partition})") from None
         except TimeoutError:
             raise self._fail(f"not acknowledged within {DELIVERY_TIMEOUT_S:.0f} s") from None
-        except KafkaError as e:
-            raise self._fail(type(e).__name__) from None
 
-    async def _send_batch(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+    async def _send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> asyncio.Future[Any]:
         try:
             fut: asyncio.Future[Any] = await self.producer.send_batch(
                 batch, topic, partition=partition
@@ -133,9 +137,9 @@ class BatchWriter:
 def _fill(batch: BatchBuilder, rows: Rows, start: int) -> int:
     """Append rows[start:] to an empty `batch` until it is full; returns the next row's index.
     The records go straight into the batch's Cython builder, as BatchBuilder.append does one by
-    one but without its keyword call and per-record metadata object (0.51 against 0.75 µs of CPU
-    per row written, docs/decisions.md D75); the BatchBuilder's record count is kept in step, so
-    the producer numbers and sends the batch as its own."""
+    one but without its keyword call and per-record metadata object (0.62-0.67 against 0.73-0.84
+    µs of CPU per row written, docs/decisions.md D75); the BatchBuilder's record count is kept in
+    step, so the producer numbers and sends the batch as its own."""
     append = batch._builder.append
     keys, values, stamps, headers = rows
     offset = 0
