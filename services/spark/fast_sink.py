@@ -1,14 +1,17 @@
 """The sink's fast path (at-least-once writes): rows encoded into Kafka record batches by
-aiokafka's C-accelerated (Cython) batch builder and sent in Produce requests through aiokafka's
-client, as an idempotent producer (a producer id from InitProducerId, per-partition sequence
-numbers, acks=all): a retried request is deduplicated by the broker, as librdkafka's would be.
+aiokafka's C-accelerated (Cython) batch builder and sent with aiokafka's own idempotent producer
+(`AIOKafkaProducer(enable_idempotence=True, acks="all")`, `create_batch`/`send_batch`): the
+library owns the protocol (InitProducerId, per-partition sequence numbers, retries keeping their
+sequence, per-partition order), so a retried request is deduplicated by the broker, as
+librdkafka's would be.
 
 confluent-kafka costs ~1 µs of CPU per row (a `produce()` call, librdkafka's per-message
-queueing, a delivery report); this path ~0.3 µs (docs/decisions.md, "Spark sink: Produce +
-aiokafka's Cython batch builder"). It is taken when every `kafka.*` setting maps onto aiokafka's
-client; sink.write_batches falls back to confluent-kafka otherwise, and for exactly-once.
-Partitions as librdkafka's default partitioner (`consistent_random`) picks them: CRC-32 of a
-non-empty key modulo the partition count, a random partition (one per Arrow batch) otherwise.
+queueing, a delivery report); the whole write 1.6-1.9 µs with it, ~0.65 µs here, outside Spark (docs/decisions.md
+D75, "Spark source and sink fast paths"). It is taken when every `kafka.*` setting maps onto
+aiokafka's client; sink.write_batches falls back to confluent-kafka otherwise, and for
+exactly-once. Partitions as librdkafka's default partitioner (`consistent_random`) picks them:
+CRC-32 of a non-empty key modulo the partition count, a random partition (one per Arrow batch)
+otherwise.
 """
 
 from __future__ import annotations
@@ -25,12 +28,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import for_code
-from aiokafka.protocol.produce import ProduceRequest
-from aiokafka.protocol.transaction import InitProducerIdRequest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from aiokafka.structs import TopicPartition
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from services.spark.fast_reader import aiokafka_settings
 from services.spark.options import KafkaPySparkError, SinkOptions
@@ -38,14 +38,14 @@ from services.spark.options import KafkaPySparkError, SinkOptions
 BATCH_BYTES = 1 << 20  # Kafka's default max.request.size / message.max.bytes
 DELIVERY_TIMEOUT_S = 120.0  # librdkafka's default delivery.timeout.ms is 300 s, Java's 120 s
 REQUEST_TIMEOUT_MS = 30_000
-_DUPLICATE_SEQUENCE = 46
-_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+STOP_TIMEOUT_S = 5.0
+_CODECS = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
 _PRODUCER_KEYS = frozenset({"compression.type", "compression.codec", "linger.ms"})
 
 
-def producer_settings(opts: SinkOptions) -> tuple[dict[str, Any], int] | None:
-    """(aiokafka client keywords, compression codec id) for at-least-once writes, or None when a
-    `kafka.*` setting has no equivalent here (the sink then uses confluent-kafka)."""
+def producer_settings(opts: SinkOptions) -> tuple[dict[str, Any], str | None] | None:
+    """(aiokafka client keywords, aiokafka compression type) for at-least-once writes, or None
+    when a `kafka.*` setting has no equivalent here (the sink then uses confluent-kafka)."""
     if opts.exactly_once:
         return None
     client = {k: v for k, v in opts.client.items() if k not in _PRODUCER_KEYS}
@@ -85,131 +85,73 @@ def _partitions(keys: list[bytes | None], part: pa.Array | None, count: int) -> 
 Rows = tuple[Sequence[bytes | None], Sequence[bytes | None], Sequence[int], Sequence[list[Any]]]
 
 
-class _Partition:
-    """One topic partition's idempotent sequence."""
+class BatchWriter:
+    """Rows into record batches handed to aiokafka's idempotent producer, which numbers, sends,
+    retries and acknowledges them (acks=all)."""
 
-    def __init__(self) -> None:
-        self.sequence = 0
-
-
-class BatchProducer:
-    """Idempotent Produce requests of whole record batches, one in flight per task."""
-
-    def __init__(self, client: AIOKafkaClient, opts: SinkOptions, codec: int) -> None:
-        self.client = client
+    def __init__(self, producer: AIOKafkaProducer, opts: SinkOptions) -> None:
+        self.producer = producer
         self.opts = opts
-        self.codec = codec
-        self.pid = -1
-        self.epoch = -1
-        self.partitions: dict[tuple[str, int], _Partition] = {}
 
     def _fail(self, what: str) -> KafkaPySparkError:
         return KafkaPySparkError(f"Writing to {self.opts.bootstrap} failed: {what}")
 
-    async def init(self) -> None:
-        node = self.client.get_random_node()
-        resp = await self.client.send(node, InitProducerIdRequest(None, 60_000))  # type: ignore[arg-type]
-        if resp.error_code:
-            raise self._fail(for_code(resp.error_code).__name__)
-        self.pid, self.epoch = resp.producer_id, resp.producer_epoch
-
     async def partition_count(self, topic: str) -> int:
-        deadline = time.monotonic() + DELIVERY_TIMEOUT_S / 4
-        await self.client.add_topic(topic)
-        while True:
-            parts = self.client.cluster.partitions_for_topic(topic)
-            if parts:
-                return len(parts)
-            if time.monotonic() > deadline:
-                raise self._fail(f"Unknown topic or partition: {topic}")
-            await asyncio.sleep(0.2)
-            await self.client.force_metadata_update()
+        try:
+            return len(await self.producer.partitions_for(topic))
+        except UnknownTopicOrPartitionError:
+            raise self._fail(f"Unknown topic or partition: {topic}") from None
+        except KafkaError as e:
+            raise self._fail(type(e).__name__) from None
 
-    def encode(self, topic: str, partition: int, rows: Rows) -> list[tuple[bytes, int]]:
-        """Record batches (bytes, record count) of `rows` (keys, values, timestamps, headers)
-        at the partition's next sequence numbers."""
-        out = []
-        state = self.partitions.setdefault((topic, partition), _Partition())
-        seq = state.sequence
-        keys, values, stamps, headers = rows
-        i, n = 0, len(keys)
-        while i < n:
-            builder = DefaultRecordBatchBuilder(
-                2, self.codec, 0, self.pid, self.epoch, seq, BATCH_BYTES
+    async def send(self, rows: dict[tuple[str, int], Rows]) -> None:
+        """Every row of `rows` (keys, values, timestamps, headers by partition) in record batches
+        of up to BATCH_BYTES, each acknowledged (acks=all) within DELIVERY_TIMEOUT_S."""
+        acks = []
+        for (topic, partition), part_rows in rows.items():
+            done, n = 0, len(part_rows[0])
+            while done < n:
+                batch = self.producer.create_batch()
+                done = _fill(batch, part_rows, done)
+                acks.append((topic, partition, await self._send_batch(batch, topic, partition)))
+        try:
+            async with asyncio.timeout(DELIVERY_TIMEOUT_S):
+                for topic, partition, ack in acks:
+                    try:
+                        await ack
+                    except KafkaError as e:
+                        raise self._fail(f"{type(e).__name__} ({topic}-{partition})") from None
+        except TimeoutError:
+            raise self._fail(f"not acknowledged within {DELIVERY_TIMEOUT_S:.0f} s") from None
+
+    async def _send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> asyncio.Future[Any]:
+        try:
+            fut: asyncio.Future[Any] = await self.producer.send_batch(
+                batch, topic, partition=partition
             )
-            append = builder.append
-            delta = 0
-            for key, value, ts, hdrs in zip(
-                keys[i:], values[i:], stamps[i:], headers[i:], strict=True
-            ):
-                if append(delta, ts, key, value, hdrs) is None:
-                    break
-                delta += 1
-            out.append((bytes(builder.build()), delta))
-            seq = (seq + delta) & 0x7FFFFFFF
-            i += delta
-        state.sequence = seq
-        return out
+        except KafkaError as e:
+            raise self._fail(f"{type(e).__name__} ({topic}-{partition})") from None
+        return fut
 
-    async def send(self, batches: dict[tuple[str, int], list[tuple[bytes, int]]]) -> None:
-        """Every batch written (acks=all), in order per partition: one batch per partition per
-        request (Kafka's rule for magic 2); a retried batch keeps its sequence, so a request
-        that was written before its response was lost comes back as a duplicate, not twice."""
-        pending = {tp: list(bs) for tp, bs in batches.items() if bs}
-        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
-        error = ""
-        while pending:
-            by_leader: dict[int, list[tuple[str, int]]] = {}
-            for tp in pending:
-                await self.client.add_topic(tp[0])
-                leader = self.client.cluster.leader_for_partition(TopicPartition(*tp))
-                if leader is not None and leader >= 0:
-                    by_leader.setdefault(leader, []).append(tp)
-            results = await asyncio.gather(
-                *(self._send_one(node, tps, pending) for node, tps in by_leader.items()),
-                return_exceptions=True,
-            )
-            retry = not by_leader
-            for res in results:
-                if isinstance(res, KafkaPySparkError):
-                    raise res
-                if isinstance(res, BaseException):
-                    retry, error = True, repr(res)
-                elif res:
-                    retry, error = True, res
-            if pending and (retry or not results):
-                if time.monotonic() > deadline:
-                    raise self._fail(f"not acknowledged within {DELIVERY_TIMEOUT_S:.0f} s {error}")
-                await asyncio.sleep(0.1)
-                await self.client.force_metadata_update()
 
-    async def _send_one(
-        self,
-        node: int,
-        tps: list[tuple[str, int]],
-        pending: dict[tuple[str, int], list[tuple[bytes, int]]],
-    ) -> str:
-        """One Produce request to `node` with the next batch of each of `tps`; acknowledged
-        batches leave `pending`. Returns the name of a retriable error, or ""."""
-        topics: dict[str, list[tuple[int, bytes]]] = {}
-        for topic, partition in tps:
-            topics.setdefault(topic, []).append((partition, pending[(topic, partition)][0][0]))
-        req = ProduceRequest(None, -1, REQUEST_TIMEOUT_MS, list(topics.items()))
-        resp = await self.client.send(node, req)
-        retriable = ""
-        for topic, parts in resp.topics:
-            for part in parts:
-                tp, code = (topic, part[0]), part[1]
-                if code in (0, _DUPLICATE_SEQUENCE):
-                    pending[tp].pop(0)
-                    if not pending[tp]:
-                        del pending[tp]
-                    continue
-                err = for_code(code)
-                if not err.retriable and not getattr(err, "invalid_metadata", False):
-                    raise self._fail(f"{err.__name__} ({topic}-{part[0]})")
-                retriable = err.__name__
-        return retriable
+def _fill(batch: BatchBuilder, rows: Rows, start: int) -> int:
+    """Append rows[start:] to an empty `batch` until it is full; returns the next row's index.
+    The records go straight into the batch's Cython builder, as BatchBuilder.append does one by
+    one but without its keyword call and per-record metadata object (0.62-0.67 against 0.73-0.84
+    µs of CPU per row written, docs/decisions.md D75); the BatchBuilder's record count is kept in
+    step, so the producer numbers and sends the batch as its own."""
+    append = batch._builder.append
+    keys, values, stamps, headers = rows
+    offset = 0
+    for key, value, ts, hdrs in zip(
+        keys[start:], values[start:], stamps[start:], headers[start:], strict=True
+    ):
+        if append(offset, ts, key, value, hdrs) is None:  # full (an empty batch takes any record)
+            break
+        offset += 1
+    batch._relative_offset = offset
+    batch.close()
+    return start + offset
 
 
 def _pick(items: Sequence[Any], idx: list[int]) -> Sequence[Any]:
@@ -220,7 +162,7 @@ def _pick(items: Sequence[Any], idx: list[int]) -> Sequence[Any]:
 
 
 def _rows_by_partition(
-    producer: BatchProducer,
+    producer: BatchWriter,
     loop: asyncio.AbstractEventLoop,
     opts: SinkOptions,
     batch: pa.RecordBatch,
@@ -280,30 +222,63 @@ def _rows_by_partition(
 
 
 def write_fast(
-    opts: SinkOptions, settings: dict[str, Any], codec: int, batches: Iterator[pa.RecordBatch]
+    opts: SinkOptions,
+    settings: dict[str, Any],
+    codec: str | None,
+    batches: Iterator[pa.RecordBatch],
 ) -> int:
-    """Write every row of `batches` (at-least-once, idempotent); returns the rows written. A task
-    without rows (a shuffle leaves many) connects to nothing."""
+    """Write every row of `batches` (at-least-once, idempotent); returns the rows written, all
+    acknowledged. A task without rows (a shuffle leaves many) connects to nothing."""
     rows_in = (b for b in batches if b.num_rows)
     first = next(rows_in, None)
     if first is None:
         return 0
     loop = asyncio.new_event_loop()
-    client = AIOKafkaClient(loop=loop, request_timeout_ms=REQUEST_TIMEOUT_MS, **settings)
-    try:
+
+    async def start() -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            enable_idempotence=True,
+            acks="all",
+            compression_type=codec,
+            max_batch_size=BATCH_BYTES,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            **settings,
+        )
         try:
-            loop.run_until_complete(client.bootstrap())
+            await producer.start()
         except Exception as e:  # noqa: BLE001 - one readable line instead of a worker traceback
+            await producer.stop()
             raise KafkaPySparkError(f"Writing to {opts.bootstrap} failed: {e}") from None
-        producer = BatchProducer(client, opts, codec)
-        loop.run_until_complete(producer.init())
+        return producer
+
+    producer = loop.run_until_complete(start())
+    try:
+        writer = BatchWriter(producer, opts)
         sent = 0
         for batch in itertools.chain([first], rows_in):
-            rows = _rows_by_partition(producer, loop, opts, batch)
-            encoded = {tp: producer.encode(*tp, r) for tp, r in rows.items()}
-            loop.run_until_complete(producer.send(encoded))
+            rows = _rows_by_partition(writer, loop, opts, batch)
+            loop.run_until_complete(writer.send(rows))
             sent += batch.num_rows
         return sent
     finally:
-        loop.run_until_complete(client.close())
+        _stop(loop, producer)
+
+
+def _stop(loop: asyncio.AbstractEventLoop, producer: AIOKafkaProducer) -> None:
+    """Close the producer and the loop. After a failure, batches still retrying (an idempotent
+    producer retries until acknowledged) are not waited for beyond STOP_TIMEOUT_S."""
+
+    async def stop() -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            pass
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(stop())
+    finally:
         loop.close()
