@@ -124,7 +124,9 @@ class BatchWriter:
         except TimeoutError:
             raise self._fail(f"not acknowledged within {DELIVERY_TIMEOUT_S:.0f} s") from None
 
-    async def _send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> asyncio.Future[Any]:
+    async def _send_batch(
+        self, batch: BatchBuilder, topic: str, partition: int
+    ) -> asyncio.Future[Any]:
         try:
             fut: asyncio.Future[Any] = await self.producer.send_batch(
                 batch, topic, partition=partition
