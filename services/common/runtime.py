@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -64,6 +65,21 @@ def tune_malloc() -> bool:
     mallopt.restype = ctypes.c_int
     ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
     return mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1 and ok
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (the JVM does this for a Kafka broker,
+    ``-XX:+MaxFDLimit``); returns (soft before, soft after). A storage node holds 3 descriptors
+    per replica (docs/operations.md) and container runtimes often start processes with a low soft
+    limit under a high hard one. Unchanged when the hard limit is unlimited or refuses it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == hard:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        return soft, soft
+    return soft, hard
 
 
 def freeze_startup_heap() -> None:
@@ -168,6 +184,7 @@ def run(main: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
     """Run a service's async main under uvloop, with its event loop's lag measured
     (``loop_lag``); config errors exit 2 with one line."""
     tune_malloc()
+    raise_open_file_limit()
     code: int | None
     try:
         with profiled():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -207,6 +208,7 @@ class StorageNode:
         log.info(
             "storage node started",
             broker_id=s.broker_id,
+            open_file_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             cluster_id=self.cluster_id,
             grpc=f"{adv.host}:{adv.port}",
             admin_port=self.admin.port,
