@@ -191,7 +191,11 @@ def _assert_committed_last(bootstrap: str, topic: str, keys: set[bytes]) -> None
 def test_file_import_then_export_reproduces_the_rows(
     spark: Any, bootstrap: str, topic: TopicFactory, tmp_path: Path
 ) -> None:
-    t = topic(2)
+    # records with 2021/2024 CreateTimes are written on purpose: with the default 7-day
+    # retention a partition holding only such a record is rolled and deleted, as Kafka does
+    # (CI: the text import's rows all went to the other partition and the export met the
+    # moved log start), so this topic keeps everything
+    t = topic(2, config={"retention.ms": "-1"})
     dirs = _write_inputs(tmp_path / "in")
     ckpt = tmp_path / "ckpt"
     keys = {"json": "id", "csv": "id", "parquet": "sku"}
