@@ -49,6 +49,18 @@ def _raw_leaders(address: str, topic: str) -> set[int]:
     return {p["leader_id"] for t in body["topics"] for p in t["partitions"]}
 
 
+def _wait_known_to(addresses: list[str], topic: str, timeout: float = 30.0) -> None:
+    """Until every gateway, asked directly, lists ``topic`` with a leader for each partition.
+
+    Another gateway learns of a new topic from ZooKeeper a moment after CreateTopics returns
+    (as another Kafka broker does from the controller), so a test that asks it must wait."""
+    deadline = time.monotonic() + timeout
+    for address in addresses:
+        while not (leaders := _raw_leaders(address, topic)) or -1 in leaders:
+            assert time.monotonic() < deadline, f"{address} does not know {topic}: {leaders}"
+            time.sleep(0.1)
+
+
 def _read_exactly(sock: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
@@ -63,6 +75,7 @@ def test_leaders_follow_the_client_zone(two_gateways: LocalCluster) -> None:
     second = two_gateways.address("gateway", 1)
     admin = AdminClient({"bootstrap.servers": first})
     admin.create_topics([NewTopic("zoned", 6, 1)])["zoned"].result(30)
+    _wait_known_to([first, second], "zoned")
 
     md = admin.list_topics(timeout=10)
     assert sorted(md.brokers) == [0, 1]
@@ -117,6 +130,7 @@ def test_consumer_fetches_from_a_gateway_of_its_rack(two_gateways: LocalCluster)
     admin = AdminClient({"bootstrap.servers": first})
     admin.create_topics([NewTopic("ffr", 1, 2)])["ffr"].result(30)
     wait_for_topic(admin, "ffr", 1)
+    _wait_known_to([first, two_gateways.address("gateway", 1)], "ffr")
     assert _leaders(first, "ffr", "ffr zone=zone-a") == {0}
     producer = Producer({"bootstrap.servers": first})
 
