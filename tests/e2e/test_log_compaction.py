@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -62,23 +63,29 @@ def replica_records(
     return out
 
 
-def test_a_compacted_topic_keeps_the_last_value_of_each_key_on_every_replica(
-    cluster: LocalCluster,
-) -> None:
-    bootstrap = cluster.bootstrap
+KEYS = 40
+
+
+@pytest.fixture(scope="module")
+def compacted_topic(cluster: LocalCluster) -> tuple[str, dict[bytes, bytes | None], int]:
+    """A compacted topic (RF 3, tiny segments) written with five rounds over the same keys:
+    its name, the last value (or tombstone) of each key, and how many records were produced.
+    Module-scoped so that every test of the module can read it, in any order."""
     topic = "compacted"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     config = {
         "cleanup.policy": "compact",
         "segment.bytes": "2048",
         "min.cleanable.dirty.ratio": "0.01",
     }
     admin.create_topics([NewTopic(topic, 1, 3, config=config)])[topic].result(timeout=30)
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
-    keys, rounds = 40, 5
+    p = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 0}
+    )
+    rounds = 5
     expected: dict[bytes, bytes | None] = {}
     for r in range(rounds):
-        for k in range(keys):
+        for k in range(KEYS):
             key = b"k%d" % k
             # the last round deletes every tenth key: a tombstone, kept for delete.retention.ms
             value = None if r == rounds - 1 and k % 10 == 0 else b"round%d-%d" % (r, k)
@@ -89,7 +96,15 @@ def test_a_compacted_topic_keeps_the_last_value_of_each_key_on_every_replica(
     for i in range(20):
         p.produce(topic, key=b"filler%d" % i, value=b"x" * 100, partition=0)
         assert p.flush(30) == 0
-    produced = keys * rounds + 20
+    return topic, expected, KEYS * rounds + 20
+
+
+def test_a_compacted_topic_keeps_the_last_value_of_each_key_on_every_replica(
+    cluster: LocalCluster, compacted_topic: tuple[str, dict[bytes, bytes | None], int]
+) -> None:
+    bootstrap = cluster.bootstrap
+    topic, expected, produced = compacted_topic
+    keys = KEYS
 
     def compacted_view() -> dict[bytes, bytes | None] | None:
         got = consume_confluent(bootstrap, topic, [0], 0, timeout=30)[0]
@@ -211,11 +226,22 @@ def test_consumer_offsets_are_compacted_and_reloaded_after_a_coordinator_restart
         reader.close()
 
 
-def test_dump_log_reads_compacted_segments(cluster: LocalCluster) -> None:
+def test_dump_log_reads_compacted_segments(
+    cluster: LocalCluster, compacted_topic: tuple[str, dict[bytes, bytes | None], int]
+) -> None:
     """dump-log (Kafka's DumpLogSegments) reads cleaned segments: the records it prints are
     the ones on disk, with the offsets compaction left (gaps), and the indexes check out."""
-    d = cluster.storage_dir(0) / "compacted-0"  # compacted by the first test of this module
-    segments = sorted(d.glob("*.log"))
+    topic, expected, _ = compacted_topic
+    d = cluster.storage_dir(0) / f"{topic}-0"
+
+    def compacted() -> list[Path] | None:
+        views = replica_records(cluster, 0, topic, 0)
+        if views is None:
+            return None
+        kept = [r for r in views if r[1] is not None and not r[1].startswith(b"filler")]
+        return sorted(d.glob("*.log")) if len(kept) == len(expected) else None
+
+    segments = wait_for("node 0's replica to be compacted", compacted, 60)
     on_disk = [
         (str(rec.offset), rec.key.decode())
         for seg in segments
