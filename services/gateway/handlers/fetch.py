@@ -316,7 +316,12 @@ def _apply_result(
     """Fill the responses of one node; returns (record bytes, whether an error was reported)."""
     exc = task.exception()
     if exc is not None:
-        code = rpc_error_code("Fetch", exc)
+        # A Kafka broker never times a Fetch partition out, and the Java consumer throws
+        # IllegalStateException on a partition error it does not expect there,
+        # REQUEST_TIMED_OUT included. A storage node that did not answer in
+        # time is one the client should look up again: NOT_LEADER_OR_FOLLOWER, which every
+        # client retries after a metadata refresh, as for a node whose connection broke.
+        code = rpc_error_code("Fetch", exc, timed_out=ErrorCode.NOT_LEADER_OR_FOLLOWER)
         for _, res in items:
             res.update(_partition(res["partition_index"], code))
         return 0, True

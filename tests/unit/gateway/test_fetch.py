@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import grpc
+import pytest
 
 from services.common.errors import ErrorCode
 from services.common.metadata_cache import MetadataCache
@@ -283,6 +284,23 @@ async def test_node_error_answers_immediately() -> None:
     parts = _parts(resp)
     assert parts[("a", 0)]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert parts[("a", 1)]["error_code"] == 0
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED])
+async def test_a_storage_call_past_its_deadline_is_not_a_timeout_error(
+    status: grpc.StatusCode,
+) -> None:
+    """REQUEST_TIMED_OUT is not a Fetch partition error in Kafka: the Java consumer throws
+    IllegalStateException on it. A node that did not answer is looked up again instead."""
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def late(request: Any) -> Any:
+        raise grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(), "late")
+
+    storage.node(11).fetch_handler = late
+    resp = await fetch.handle(context(svc, ApiKey.FETCH, 12), _req(("a", 0), max_wait=100))
+    assert _parts(resp)[("a", 0)]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 async def test_max_bytes_keeps_first_and_drops_overflow() -> None:
