@@ -7,16 +7,23 @@
 - kill -9 of the active controller: the standby is elected over TLS and creates a topic;
 - ZooKeeper refuses a plaintext client and a TLS client without a certificate;
 - a storage node trusting another CA fails to start with one readable error line (as a Kafka
-  broker that cannot reach ZooKeeper), having logged each failed handshake.
+  broker that cannot reach ZooKeeper), having logged each failed handshake;
+- a running session whose connection drops while its files fail the handshake keeps retrying,
+  and resumes the same session once they are fixed (files are read for every connection).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.cli.certs import init_certs
 from services.cli.local_cluster import LocalCluster
+from services.common.zk.client import AsyncZk
 from services.common.zk.security import NO_SECURITY, ZkSecurity, ZkTls, kazoo_client, tls_error
 from tests.integration.kafka_support import (
     cli_ok,
@@ -199,3 +207,81 @@ def test_storage_node_trusting_another_ca_fails_to_start(
     ), errors[0]
     assert "zookeeper TLS handshake failed, retrying" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+class _Relay:
+    """Bytes both ways between clients and ``upstream`` (TLS passes through untouched);
+    ``cut()`` closes every relayed connection, as a network blip does."""
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.rpartition(":")
+        self._upstream = (host, int(port))
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+                upstream = socket.create_connection(self._upstream)
+            except OSError:
+                return
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._server.close()
+        self.cut()
+
+
+async def test_a_failing_handshake_at_runtime_is_retried_until_the_files_are_fixed(
+    tls_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    tls = tls_cluster.zk_security.tls
+    assert tls is not None and tls.keystore is not None and tls.truststore is not None
+    ca = tmp_path / "ca.pem"
+    shutil.copy(tls.truststore, ca)
+    other_ca = init_certs(tmp_path / "other", ("other",)).ca
+    relay = _Relay(tls_cluster.zk_connect)
+    zk = AsyncZk(relay.address, 6000, ZkSecurity(tls=ZkTls(str(ca), tls.keystore)))
+    try:
+        await zk.start(10)
+        session = zk.session_id
+        shutil.copy(other_ca, ca)  # the service's truststore replaced by a wrong one
+        relay.cut()
+        why = await asyncio.to_thread(
+            wait_for, "a failed handshake", lambda: tls_error(zk.client), 10
+        )
+        assert "certificate verify failed" in why, why
+        assert not zk.connected
+        shutil.copy(tls.truststore, ca)  # fixed: the next retry connects, same session
+        await asyncio.to_thread(wait_for, "a reconnection", lambda: zk.connected, 10)
+        assert zk.session_id == session
+        assert tls_error(zk.client) is None
+        assert await zk.get_children("/brokers/ids") == ["0"]
+    finally:
+        await zk.stop()
+        relay.close()
