@@ -20,6 +20,8 @@ if [ ! -f "$ZOO_CONF_DIR/zoo.cfg" ]; then
     else
       for server in $ZOO_SERVERS; do echo "$server"; done
     fi
+    # further zoo.cfg lines, space-separated (secureClientPort, ssl.*), as the official image
+    for entry in ${ZOO_CFG_EXTRA:-}; do echo "$entry"; done
   } >"$ZOO_CONF_DIR/zoo.cfg"
 fi
 [ -f "$ZOO_DATA_DIR/myid" ] || echo "$ZOO_MY_ID" >"$ZOO_DATA_DIR/myid"

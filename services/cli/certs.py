@@ -141,6 +141,18 @@ def init_certs(
     return CertsLayout(directory, ca_path, written, ca_created, secret)
 
 
+def write_keystore(files: ServiceFiles, path: Path) -> Path:
+    """A PEM keystore as ZooKeeper (``ssl.keyStore.type=PEM``) and kafka-py's ZooKeeper clients
+    (``zookeeper.ssl.keystore.location``) read it: the certificate chain and its key in one
+    file (mode 0600)."""
+    try:
+        pem = files.certificate.read_bytes() + files.key.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    _write(path, pem, private=True)
+    return path
+
+
 def _secret_manifest(
     ca: Path, services: dict[str, ServiceFiles], release: str, namespace: str
 ) -> bytes:

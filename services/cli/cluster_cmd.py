@@ -92,6 +92,13 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         "by 'certs init') and ZooKeeper digest auth with znode ACLs; default plaintext",
     )
     p.add_argument(
+        "--zookeeper-tls",
+        action="store_true",
+        help="ZooKeeper on a TLS-only port (secureClientPort, client certificates required) and "
+        "every service connecting with Kafka's zookeeper.ssl.* settings (a CA and certificates "
+        "made in <data-dir>/certs); default plaintext",
+    )
+    p.add_argument(
         "--prometheus",
         action="store_true",
         help="also run Debian's prometheus, scraping every service (file-based discovery "
@@ -259,6 +266,7 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         host=args.host,
         extra={"controller": controller_flags},
         secure=args.secure,
+        zookeeper_tls=args.zookeeper_tls,
         prometheus=prometheus,
     )
     stopping = False
@@ -292,6 +300,8 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"zookeeper: {cluster.zk_connect}", file=out)
         if cluster.security is not None:
             print(f"internal mTLS certificates: {cluster.security.certs_dir}", file=out)
+        if cluster.zk_tls is not None:
+            print(f"zookeeper TLS certificates: {cluster.zk_tls.certs_dir}", file=out)
         if cluster.prometheus_url:
             print(f"prometheus: {cluster.prometheus_url}", file=out)
         print("processes:", file=out)
@@ -304,6 +314,7 @@ def run_up(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
                 args.host,
                 args.console_port,
                 cluster.logs_dir / "console.log",
+                cluster.zk_tls.flags() if cluster.zk_tls is not None else (),
             )
             ready = console.wait_ready(args.start_timeout)
             state = "" if ready else f" (not answering yet: see {cluster.logs_dir}/console.log)"

@@ -19,12 +19,14 @@ from services.cli.cluster_control import ControlClient, ControlError, Status
 from services.cli.common import CliError, UsageError
 from services.cli.local_cluster.layout import STATE_FILE
 from services.cli.local_cluster.processes import PIDS_FILE
+from services.cli.local_cluster.security import zk_tls_of
 from services.cli.rolling_restart import (
     ClusterView,
     RollingRestart,
     RollingRestartError,
     TopicPartition,
 )
+from services.common.zk.security import ZkSecurity
 
 ROLLING_ROLES = ("storage",)
 
@@ -118,7 +120,7 @@ def run_restart(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             raise RollingRestartError(str(exc)) from None
 
     try:
-        view = ClusterView(zk_connect)
+        view = ClusterView(zk_connect, security=ZkSecurity(tls=zk_tls_of(data_dir)))
     except RollingRestartError as exc:
         raise CliError(str(exc)) from None
     try:

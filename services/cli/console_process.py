@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 DEFAULT_PORT = 8080
@@ -28,7 +29,15 @@ def free_port(host: str, wanted: int) -> int:
 
 
 class LocalConsole:
-    def __init__(self, bootstrap: str, zk_connect: str, host: str, port: int, log: Path) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        zk_connect: str,
+        host: str,
+        port: int,
+        log: Path,
+        zk_flags: Sequence[str] = (),
+    ) -> None:
         self.port = free_port(host, port)
         self.url = f"http://{host}:{self.port}/"
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
@@ -45,6 +54,7 @@ class LocalConsole:
                 host,
                 "--console.port",
                 str(self.port),
+                *zk_flags,  # ZooKeeper TLS of the cluster
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import grpc
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from services.cli.common import CliError, UsageError
+from services.cli.zk_client import add_zk_tls_argument, open_zk, tool_zk_security
 from services.common.errors import ErrorCode
 from services.common.internal_tls import tool_channel
 from services.common.rpc.kafkapy.v1 import elastic_pb2 as pb
 from services.common.rpc.kafkapy.v1 import elastic_pb2_grpc
 from services.common.settings import ConfigError
 from services.common.zk import layout
+from services.common.zk.security import ZkSecurity
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 RETRY_S = 0.5
@@ -61,21 +61,14 @@ def _common(p: argparse.ArgumentParser) -> None:
         help=f"ZooKeeper connect string of the cluster (default {DEFAULT_ZOOKEEPER})",
     )
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
+    add_zk_tls_argument(p)
 
 
 class ControllerFinder:
     """The active controller's gRPC address, read from ZooKeeper."""
 
-    def __init__(self, connect: str, timeout: float) -> None:
-        quiet = logging.getLogger("kafka-py.cli.kazoo")
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
-        self.zk = KazooClient(hosts=connect, timeout=min(timeout, 10.0), logger=quiet)
-        try:
-            self.zk.start(timeout=min(timeout, 10.0))
-        except Exception:  # noqa: BLE001 - kazoo's timeout class varies
-            self.zk.close()
-            raise CliError(f"cannot connect to ZooKeeper at {connect}") from None
+    def __init__(self, connect: str, timeout: float, security: ZkSecurity | None = None) -> None:
+        self.zk = open_zk(connect, min(timeout, 10.0), security)
 
     def address(self) -> str | None:
         try:
@@ -96,7 +89,9 @@ def call_active(
 ) -> Any:
     """Call ``method`` on the active controller, retrying NOT_CONTROLLER until ``--timeout``."""
     deadline = time.monotonic() + args.timeout
-    finder = ControllerFinder(args.zookeeper, args.timeout)
+    finder = ControllerFinder(
+        args.zookeeper, args.timeout, tool_zk_security(args.zk_tls_config_file)
+    )
     last = "no active controller"
     try:
         while True:

@@ -15,8 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+
+from services.cli.common import CliError
+from services.cli.zk_client import open_zk
+from services.common.zk.security import NO_SECURITY, ZkSecurity
 
 POLL_S = 0.25
 ELECT_AGAIN_S = 1.0
@@ -62,13 +65,13 @@ def _text(tps: Sequence[TopicPartition], limit: int = 5) -> str:
 class ClusterView:
     """Topic assignments and partition states as ZooKeeper holds them."""
 
-    def __init__(self, zk_connect: str, timeout: float = 10.0) -> None:
-        self.zk = KazooClient(hosts=zk_connect, timeout=timeout)
+    def __init__(
+        self, zk_connect: str, timeout: float = 10.0, security: ZkSecurity = NO_SECURITY
+    ) -> None:
         try:
-            self.zk.start(timeout)
-        except Exception as exc:
-            self.zk.close()
-            raise RollingRestartError(f"cannot reach ZooKeeper at {zk_connect}: {exc}") from None
+            self.zk = open_zk(zk_connect, timeout, security)
+        except CliError as exc:
+            raise RollingRestartError(str(exc)) from None
 
     def close(self) -> None:
         self.zk.stop()

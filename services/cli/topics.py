@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from services.cli.common import CliError, UsageError, kafka_error_text
+from services.cli.zk_client import add_zk_tls_argument, tool_zk_security
 from services.cli.zk_view import PartitionState
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -262,7 +263,8 @@ class TopicsCommand:
             topics_with_overrides=args.topics_with_overrides,
         )
         configs = self._configs(names)
-        state = read_cluster(self.zookeeper_connect(args), names, self.timeout)
+        security = tool_zk_security(args.zk_tls_config_file)
+        state = read_cluster(self.zookeeper_connect(args), names, self.timeout, security)
         for name in names:
             topic = state.topics.get(name)
             if topic is None:
@@ -459,6 +461,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser, bool], None]
         metavar="HOST:PORT[/CHROOT]",
         help="where to read partition state (default: the zookeeper.connect the gateway reports)",
     )
+    add_zk_tls_argument(p)
     reports = p.add_mutually_exclusive_group()
     reports.add_argument(
         "--under-replicated-partitions",

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from services.cli.common import CliError, client_logger
+from services.cli.zk_client import open_zk
 from services.common.zk import layout
+from services.common.zk.security import ZkSecurity
 
 NO_LEADER = -1
 
@@ -52,20 +53,18 @@ class ClusterState:
 
 
 @contextmanager
-def connected(zk_connect: str, timeout_s: float) -> Iterator[KazooClient]:
-    """A started kazoo client (chroot included), stopped on exit; one-line errors."""
+def connected(
+    zk_connect: str, timeout_s: float, security: ZkSecurity | None = None
+) -> Iterator[KazooClient]:
+    """A started kazoo client (chroot included), stopped on exit; one-line errors.
+    ``security``: the environment's (zk_client) by default."""
     # kazoo logs connection trouble; it goes where the client libraries' logs go (--verbose)
-    client = KazooClient(
-        hosts=zk_connect, timeout=timeout_s, read_only=True, logger=client_logger(False)
-    )
     try:
-        client.start(timeout=timeout_s)
-    except KazooTimeoutError:
-        client.close()
-        raise CliError(
-            f"cannot connect to ZooKeeper at {zk_connect} within {timeout_s:g}s "
-            "(give its address with --zookeeper)"
-        ) from None
+        client = open_zk(
+            zk_connect, timeout_s, security, logger=client_logger(False), read_only=True
+        )
+    except CliError as exc:
+        raise CliError(f"{exc} (give its address with --zookeeper)") from None
     try:
         yield client
     finally:
@@ -73,9 +72,11 @@ def connected(zk_connect: str, timeout_s: float) -> Iterator[KazooClient]:
         client.close()
 
 
-def read_cluster(zk_connect: str, names: Iterable[str], timeout_s: float) -> ClusterState:
+def read_cluster(
+    zk_connect: str, names: Iterable[str], timeout_s: float, security: ZkSecurity | None = None
+) -> ClusterState:
     """Partition states of ``names`` (topics missing from ZooKeeper are left out)."""
-    with connected(zk_connect, timeout_s) as client:
+    with connected(zk_connect, timeout_s, security) as client:
         return read_state(client, list(names))
 
 

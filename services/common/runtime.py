@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from services.common import internal_tls, loop_lag
 from services.common.profiling import profiled
 from services.common.settings import ConfigError
+from services.common.zk.client import ZkConnectError
 
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
@@ -182,7 +183,7 @@ async def _watching_loop_lag(main: Coroutine[Any, Any, int | None]) -> int | Non
 
 def run(main: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
     """Run a service's async main under uvloop, with its event loop's lag measured
-    (``loop_lag``); config errors exit 2 with one line."""
+    (``loop_lag``); config errors exit 2 with one line, no ZooKeeper session at start 1."""
     tune_malloc()
     raise_open_file_limit()
     code: int | None
@@ -192,6 +193,9 @@ def run(main: Callable[[], Coroutine[Any, Any, int | None]]) -> None:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except ZkConnectError as exc:  # as a Kafka broker that cannot reach ZooKeeper at start
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         code = 0
     sys.exit(code or 0)

@@ -78,6 +78,49 @@ class ServiceSettings(BaseModel):
         "zookeeper.digest.auth.file",
         "file holding user:password for ZooKeeper's digest scheme (never on the command line)",
     )
+    # ---- TLS to ZooKeeper (Kafka's KIP-515 names; PEM files only) ---------------------
+    zookeeper_connection_timeout_ms: int | None = kafka_prop(
+        None,
+        "zookeeper.connection.timeout.ms",
+        "how long a service waits for ZooKeeper at start before it exits "
+        "(default: zookeeper.session.timeout.ms, at least 15000)",
+        gt=0,
+    )
+    zookeeper_ssl_client_enable: bool = kafka_prop(
+        False, "zookeeper.ssl.client.enable", "connect to ZooKeeper over TLS (its secureClientPort)"
+    )
+    zookeeper_client_cnxn_socket: str | None = kafka_prop(
+        None,
+        "zookeeper.clientCnxnSocket",
+        "accepted for Kafka configs (ClientCnxnSocketNetty); kazoo has one socket implementation",
+    )
+    zookeeper_ssl_keystore_location: str | None = kafka_prop(
+        None,
+        "zookeeper.ssl.keystore.location",
+        "PEM: the client certificate chain and its private key, in one file",
+    )
+    zookeeper_ssl_keystore_password: str | None = kafka_prop(
+        None, "zookeeper.ssl.keystore.password", "password of the keystore's encrypted private key"
+    )
+    zookeeper_ssl_keystore_type: str | None = kafka_prop(
+        None, "zookeeper.ssl.keystore.type", "PEM (the only type kafka-py reads)"
+    )
+    zookeeper_ssl_truststore_location: str | None = kafka_prop(
+        None,
+        "zookeeper.ssl.truststore.location",
+        "PEM: the CA(s) ZooKeeper's certificate must chain to (default: the system's CAs)",
+    )
+    zookeeper_ssl_truststore_password: str | None = kafka_prop(
+        None, "zookeeper.ssl.truststore.password", "accepted; a PEM truststore has no password"
+    )
+    zookeeper_ssl_truststore_type: str | None = kafka_prop(
+        None, "zookeeper.ssl.truststore.type", "PEM (the only type kafka-py reads)"
+    )
+    zookeeper_ssl_endpoint_identification_algorithm: str = kafka_prop(
+        "HTTPS",
+        "zookeeper.ssl.endpoint.identification.algorithm",
+        "HTTPS: ZooKeeper's certificate must name the host dialled; empty: not checked",
+    )
     # ---- mutual TLS between services (internal gRPC) ----------------------------------
     internal_ssl_enabled: bool = kafka_prop(
         False, "internal.ssl.enabled", "mutual TLS on every internal gRPC server and channel"
@@ -113,7 +156,25 @@ class ServiceSettings(BaseModel):
             raise ValueError(
                 "invalid setting zookeeper.digest.auth.file: required when zookeeper.set.acl is true"
             )
+        self._check_zookeeper_ssl()
         return self
+
+    def _check_zookeeper_ssl(self) -> None:
+        if not self.zookeeper_ssl_client_enable:
+            return
+        for store in ("keystore", "truststore"):
+            kind = getattr(self, f"zookeeper_ssl_{store}_type")
+            if kind is not None and kind.upper() != "PEM":
+                raise ValueError(
+                    f"invalid setting zookeeper.ssl.{store}.type: {kind} is not supported, "
+                    "kafka-py reads PEM files only (convert the store with keytool and openssl)"
+                )
+        algorithm = self.zookeeper_ssl_endpoint_identification_algorithm
+        if algorithm.upper() not in ("HTTPS", ""):
+            raise ValueError(
+                "invalid setting zookeeper.ssl.endpoint.identification.algorithm: "
+                f"{algorithm!r} is not supported (HTTPS, or empty to disable)"
+            )
 
     @classmethod
     def properties(cls) -> dict[str, str]:

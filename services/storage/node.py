@@ -27,7 +27,7 @@ from services.common.logging import get_logger
 from services.common.runtime import add_port, freeze_startup_heap, new_grpc_server, set_serving
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
-from services.common.zk.client import ZK_UNAVAILABLE, AsyncZk
+from services.common.zk.client import ZK_UNAVAILABLE, AsyncZk, ZkConnectError
 from services.storage.controlled_shutdown import ControlledShutdown, ShutdownSettings
 from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.log import checkpoint as ckpt
@@ -151,6 +151,8 @@ class StorageNode:
             await self.zk.start()
         except Exception as exc:
             await self.zk.stop()
+            if isinstance(exc, ZkConnectError):  # already names the address and the reason
+                raise StartupError(str(exc)) from None
             raise StartupError(
                 f"cannot connect to ZooKeeper at {s.zookeeper_connect}: {exc!r}"
             ) from None

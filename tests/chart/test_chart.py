@@ -103,7 +103,10 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         "global": {
             "zones": {"discovery": False},
             "metrics": {"scrapeAnnotations": False},
-            "zookeeper": {"acl": {"enabled": True, "digestSecret": {"name": "zk-digest"}}},
+            "zookeeper": {
+                "acl": {"enabled": True, "digestSecret": {"name": "zk-digest"}},
+                "tls": {"enabled": True},
+            },
             "internalTls": {"enabled": True},
         },
         "networkPolicy": {
@@ -308,6 +311,8 @@ def test_args_env_and_probes_are_what_the_services_accept(combo: Any) -> None:
             assert mount["readOnly"] is True and vol["secret"]["secretName"] == "zk-digest"
             assert str(settings.zookeeper_digest_auth_file).startswith(mount["mountPath"] + "/")
         zk_connects.add(settings.zookeeper_connect)
+        zk_tls = COMBINATIONS[name].get("global", {}).get("zookeeper", {}).get("tls", {})
+        assert settings.zookeeper_ssl_client_enable is zk_tls.get("enabled", False)
         _internal_tls_as_the_values_say(name, doc, c, settings)
         if isinstance(settings, ConsoleSettings):
             _console_is_a_client_of_this_release(name, docs, c, settings)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import itertools
 import signal
 import subprocess
@@ -45,7 +46,12 @@ from services.cli.local_cluster.layout import (
 from services.cli.local_cluster.prometheus import LocalPrometheus, PrometheusOptions
 from services.cli.local_cluster.readiness import wait_ready
 from services.cli.local_cluster.rebind import REBIND_ATTEMPTS, bind_lost, log_size, repick
-from services.cli.local_cluster.security import SecureLayout, secure_layout
+from services.cli.local_cluster.security import (
+    SecureLayout,
+    ZkTlsLayout,
+    secure_layout,
+    zk_tls_layout,
+)
 from services.cli.local_cluster.zookeeper import active_controller_id, start_zookeeper, zk_log_path
 from services.common.zk.security import NO_SECURITY, ZkSecurity
 from services.common.zk.server import ZooKeeperProcess
@@ -98,6 +104,7 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         log_dirs_per_node: int = 1,
         secure: bool = False,
+        zookeeper_tls: bool = False,
         prometheus: PrometheusOptions | None = None,
     ) -> None:
         if gateways < 1 or storage_nodes < 1 or controllers < 1:
@@ -121,6 +128,9 @@ class LocalCluster:
         #: internal mTLS + ZooKeeper ACLs (security.py); made at start()
         self.secure = secure
         self.security: SecureLayout | None = None
+        #: ZooKeeper on a TLS-only port, clients with certificates (security.py); made at start()
+        self.zookeeper_tls = zookeeper_tls
+        self.zk_tls: ZkTlsLayout | None = None
         self._counts = {
             "controller": controllers,
             "storage": storage_nodes,
@@ -158,8 +168,12 @@ class LocalCluster:
 
     @property
     def zk_security(self) -> ZkSecurity:
-        """What a ZooKeeper client of this cluster authenticates with (secure clusters)."""
-        return self.security.zk_security if self.security is not None else NO_SECURITY
+        """What a ZooKeeper client of this cluster connects with: digest credentials (secure
+        clusters), TLS (``zookeeper_tls``)."""
+        security = self.security.zk_security if self.security is not None else NO_SECURITY
+        if self.zk_tls is not None:
+            security = dataclasses.replace(security, tls=self.zk_tls.client)
+        return security
 
     @property
     def gateway_ports(self) -> list[int]:
@@ -206,6 +220,8 @@ class LocalCluster:
             processes.reap_leftovers(self.data_dir)
             if self.secure:
                 self.security = secure_layout(self.data_dir)
+            if self.zookeeper_tls:
+                self.zk_tls = zk_tls_layout(self.data_dir, self.host)
             self._layout()
             self._start_zookeeper_rebinding(deadline)
             # Launched in dependency order, but without waiting between tiers: every service
@@ -425,7 +441,7 @@ class LocalCluster:
 
     def active_controller_id(self, timeout: float = 5.0) -> int | None:
         """``brokerid`` in ZooKeeper's ``/controller``, or None when no controller is active."""
-        return active_controller_id(self.zk_connect, timeout)
+        return active_controller_id(self.zk_connect, timeout, self.zk_security)
 
     def active_controller_index(self, timeout: float = 5.0) -> int | None:
         """Index of the active controller (controller i has controller.id i), or None."""
@@ -448,7 +464,7 @@ class LocalCluster:
                 port = self._requested["gateway"] + i
                 fixed[f"gateway-{i}"] = picker.pick(port, None, f"gateway-{i}")
         zk_port = fixed.get(ZOOKEEPER) or picker.pick(0, book.zookeeper, ZOOKEEPER)
-        self._zk = ZooKeeperProcess(self.data_dir / ZOOKEEPER, port=zk_port, host=self.host)
+        self._zk = self._zookeeper_process(zk_port)
         for role in ROLES:
             self._services[role] = [
                 slot(
@@ -463,6 +479,10 @@ class LocalCluster:
                 for i in range(self._counts[role])
             ]
         save_state(self.data_dir, self.host, zk_port, book, self._all())
+
+    def _zookeeper_process(self, port: int) -> ZooKeeperProcess:
+        tls = self.zk_tls.server if self.zk_tls is not None else None
+        return ZooKeeperProcess(self.data_dir / ZOOKEEPER, port=port, host=self.host, tls=tls)
 
     def _require_layout(self) -> None:
         if not any(self._services.values()):
@@ -497,6 +517,8 @@ class LocalCluster:
             storage_dirs=self.storage_dirs,
         )
         secure = self.security.flags(svc.role) if self.security is not None else []
+        if self.zk_tls is not None:
+            secure += self.zk_tls.flags()
         return service_flags(svc, shape, [*secure, *self.extra[svc.role], *once])
 
     def _spawn(self, svc: Service, once: Sequence[str] = ()) -> None:
@@ -530,7 +552,7 @@ class LocalCluster:
                 fixed = {"port"} if self._requested[ZOOKEEPER] > 0 else set()
                 ports = {"port": self.zookeeper.port}
                 port = repick(self.host, ZOOKEEPER, ports, fixed, self._ports_taken())["port"]
-                self._zk = ZooKeeperProcess(self.data_dir / ZOOKEEPER, port=port, host=self.host)
+                self._zk = self._zookeeper_process(port)
                 self._save_state()
 
     def _wait_ready_rebinding(

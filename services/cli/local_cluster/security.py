@@ -2,7 +2,12 @@
 and one certificate per role made by ``certs init`` in ``<data_dir>/certs``, and ZooKeeper
 digest credentials (``<data_dir>/certs/zookeeper.digest``, mode 0600) with ``zookeeper.set.acl``.
 
-Both are made once per data dir and kept, so a restarted cluster keeps its CA and credentials.
+``cluster up --zookeeper-tls``: ZooKeeper on its ``secureClientPort`` only, requiring client
+certificates, and every service and tool of the cluster connecting with TLS (``ZkTlsLayout``):
+certificates ``zookeeper`` and ``zookeeper-client`` from the same CA, each with a PEM keystore
+(certificate + key in one file, as ZooKeeper reads it).
+
+All are made once per data dir and kept, so a restarted cluster keeps its CA and credentials.
 """
 
 from __future__ import annotations
@@ -12,12 +17,16 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.cli.local_cluster.layout import ROLES
-from services.common.zk.security import ZkSecurity, read_digest
+from services.cli.local_cluster.layout import ROLES, ZOOKEEPER
+from services.common.zk.security import ZkSecurity, ZkTls, read_digest
+from services.common.zk.server import ServerTls
 
 CERTS_DIR = "certs"
 DIGEST_FILE = "zookeeper.digest"
 ZK_USER = "kafkapy"
+ZK_SERVER_CERT = "zookeeper"
+ZK_CLIENT_CERT = "zookeeper-client"
+NETTY_CLIENT_SOCKET = "org.apache.zookeeper.ClientCnxnSocketNetty"
 
 
 def cert_name(role: str) -> str:
@@ -69,3 +78,61 @@ def secure_layout(data_dir: Path) -> SecureLayout:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(f"{ZK_USER}:{secrets.token_urlsafe(24)}\n")
     return layout
+
+
+@dataclass(frozen=True, slots=True)
+class ZkTlsLayout:
+    """The files of ``cluster up --zookeeper-tls`` in ``<data_dir>/certs``."""
+
+    certs_dir: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.certs_dir / "ca.pem"
+
+    def keystore(self, name: str) -> Path:
+        return self.certs_dir / f"{name}-keystore.pem"
+
+    @property
+    def server(self) -> ServerTls:
+        return ServerTls(self.keystore(ZK_SERVER_CERT), self.ca, self.keystore(ZK_CLIENT_CERT))
+
+    @property
+    def client(self) -> ZkTls:
+        return ZkTls(str(self.ca), str(self.keystore(ZK_CLIENT_CERT)))
+
+    def flags(self) -> list[str]:
+        """Kafka's ZooKeeper TLS settings (KIP-515) for every service of the cluster."""
+        return [
+            "--zookeeper.ssl.client.enable", "true",
+            "--zookeeper.clientCnxnSocket", NETTY_CLIENT_SOCKET,
+            "--zookeeper.ssl.keystore.location", str(self.keystore(ZK_CLIENT_CERT)),
+            "--zookeeper.ssl.keystore.type", "PEM",
+            "--zookeeper.ssl.truststore.location", str(self.ca),
+            "--zookeeper.ssl.truststore.type", "PEM",
+        ]  # fmt: skip
+
+
+def zk_tls_layout(data_dir: Path, host: str) -> ZkTlsLayout:
+    """Make (or find) ZooKeeper's and its clients' certificates (the cluster CA's, names
+    ``localhost``, 127.0.0.1 and ``host``) and their PEM keystores."""
+    from services.cli.certs import init_certs, service_files, write_keystore
+
+    layout = ZkTlsLayout(data_dir / CERTS_DIR)
+    names = (ZK_SERVER_CERT, ZK_CLIENT_CERT)
+    if not layout.ca.exists() or not all(layout.keystore(n).exists() for n in names):
+        init_certs(layout.certs_dir, names, extra_sans=[host])
+        for name in names:
+            write_keystore(service_files(layout.certs_dir, name), layout.keystore(name))
+    return layout
+
+
+def zk_tls_of(data_dir: Path) -> ZkTls | None:
+    """The client TLS of the cluster in ``data_dir`` when its ZooKeeper was configured with
+    TLS (its zoo.cfg has a secureClientPort), else None: for tools that find a cluster by its
+    data dir."""
+    try:
+        cfg = (data_dir / ZOOKEEPER / "zoo.cfg").read_text()
+    except OSError:
+        return None
+    return ZkTlsLayout(data_dir / CERTS_DIR).client if "secureClientPort=" in cfg else None

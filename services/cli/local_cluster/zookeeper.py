@@ -9,6 +9,7 @@ from pathlib import Path
 
 from services.cli.local_cluster.errors import process_failed
 from services.cli.local_cluster.layout import ZOOKEEPER
+from services.common.zk.security import NO_SECURITY, ZkSecurity, kazoo_client
 from services.common.zk.server import ZooKeeperError, ZooKeeperProcess
 
 
@@ -24,12 +25,13 @@ def zk_log_path(zk: ZooKeeperProcess) -> Path:
     return zk.data_dir / "zookeeper.out"
 
 
-def active_controller_id(connect: str, timeout: float) -> int | None:
+def active_controller_id(
+    connect: str, timeout: float, security: ZkSecurity = NO_SECURITY
+) -> int | None:
     """``brokerid`` in ZooKeeper's ``/controller``, or None when no controller is active."""
-    from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    zk = KazooClient(hosts=connect, timeout=timeout)
+    zk = kazoo_client(connect, security, timeout=timeout)
     zk.start(timeout)
     try:
         data, _ = zk.get("/controller")

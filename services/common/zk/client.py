@@ -32,10 +32,18 @@ from services.common.zk.security import (
     SECURED_ROOTS,
     ZkSecurity,
     kazoo_client,
+    tls_error,
     zk_security,
 )
 
-__all__ = ["AsyncZk", "NodeExistsError", "NoNodeError", "ZnodeStat", "KazooState"]
+__all__ = [
+    "AsyncZk",
+    "NodeExistsError",
+    "NoNodeError",
+    "ZnodeStat",
+    "KazooState",
+    "ZkConnectError",
+]
 
 StateCallback = Callable[[str], None]
 
@@ -48,14 +56,28 @@ log = get_logger("zk.client")
 ZK_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError)
 
 
+#: how long ``start`` waits for a first session unless told (zookeeper.connection.timeout.ms)
+DEFAULT_CONNECT_TIMEOUT_S = 15.0
+
+
+class ZkConnectError(RuntimeError):
+    """No session within the connection timeout at start (one readable line: the address, the
+    timeout and, over TLS, the last handshake failure). Kafka's broker exits on it too."""
+
+
 class AsyncZk:
     """One ZooKeeper session used from asyncio code."""
 
     def __init__(
-        self, connect: str, session_timeout_ms: int = 18000, security: ZkSecurity = NO_SECURITY
+        self,
+        connect: str,
+        session_timeout_ms: int = 18000,
+        security: ZkSecurity = NO_SECURITY,
+        connection_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         self.connect_string = connect
         self.security = security
+        self.connection_timeout_s = connection_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self.client = kazoo_client(
             connect,
@@ -69,12 +91,16 @@ class AsyncZk:
 
     @classmethod
     def for_service(cls, settings: ServiceSettings) -> AsyncZk:
-        """The session of a service: its connect string, timeout, digest credentials and
-        ``zookeeper.set.acl`` (security.py); ConfigError on an unreadable credentials file."""
+        """The session of a service: its connect string, timeouts, digest credentials,
+        ``zookeeper.set.acl`` and TLS (security.py); ConfigError on an unusable file."""
+        connection_ms = settings.zookeeper_connection_timeout_ms
         return cls(
             settings.zookeeper_connect,
             settings.zookeeper_session_timeout_ms,
             zk_security(settings),
+            connection_ms / 1000.0
+            if connection_ms is not None
+            else max(DEFAULT_CONNECT_TIMEOUT_S, settings.zookeeper_session_timeout_ms / 1000.0),
         )
 
     @property
@@ -83,21 +109,33 @@ class AsyncZk:
         return self._loop
 
     # ---- lifecycle ------------------------------------------------------------------
-    async def start(self, timeout: float = 15.0) -> None:  # noqa: ASYNC109 - kazoo connect timeout
-        """Connect (kazoo blocks up to ``timeout``). Cancellable: a process stopped while
-        ZooKeeper does not answer need not wait for the attempt (it runs on a daemon thread)."""
+    async def start(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - kazoo's
+        """Connect (kazoo blocks up to ``timeout``, by default the connection timeout);
+        ZkConnectError when no session came. Cancellable: a process stopped while ZooKeeper
+        does not answer need not wait for the attempt (it runs on a daemon thread)."""
         self._loop = asyncio.get_running_loop()
+        timeout = self.connection_timeout_s if timeout is None else timeout
         hosts, _, chroot = self.connect_string.partition("/")
-        if chroot:
-            await _on_daemon_thread(
-                self._ensure_chroot, hosts, "/" + chroot, timeout, self.security
-            )
-        await _on_daemon_thread(self.client.start, timeout)
+        try:
+            if chroot:
+                await _on_daemon_thread(
+                    self._ensure_chroot, hosts, "/" + chroot, timeout, self.security
+                )
+            await _on_daemon_thread(self.client.start, timeout)
+        except self.client.handler.timeout_exception as exc:
+            why = tls_error(self.client) or _chroot_tls_error(exc) or "no answer"
+            raise ZkConnectError(
+                f"cannot connect to ZooKeeper at {self.connect_string} within {timeout:g}s: {why}"
+            ) from None
 
     @staticmethod
     def _ensure_chroot(hosts: str, chroot: str, timeout: float, security: ZkSecurity) -> None:
         base = kazoo_client(hosts, security, timeout=timeout)
-        base.start(timeout)
+        try:
+            base.start(timeout)
+        except base.handler.timeout_exception as exc:
+            exc.tls_error = tls_error(base)  # for the start's error line
+            raise
         try:
             base.ensure_path(chroot)
         finally:
@@ -304,6 +342,10 @@ class AsyncZk:
             loop.call_soon_threadsafe(_run, callback, data, stat)
 
         self.client.DataWatch(path, _fire)
+
+
+def _chroot_tls_error(exc: BaseException) -> str | None:
+    return getattr(exc, "tls_error", None)
 
 
 def _on_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

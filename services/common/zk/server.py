@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ZK_CLASSPATH = [
@@ -36,23 +38,54 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def ruok(host: str, port: int, timeout: float = 1.0) -> bool:
-    """True when the server answers the ``srvr`` four-letter word."""
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """ZooKeeper on ``secureClientPort`` only (Netty), with PEM stores: ``keystore`` holds the
+    server's certificate chain and its private key (unencrypted), ``truststore`` the CA(s)
+    client certificates must chain to (``ssl.clientAuth=need``). ``client_keystore`` (same
+    form) is what the readiness probe presents."""
+
+    keystore: Path
+    truststore: Path
+    client_keystore: Path
+
+    def probe_context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False  # a probe of our own child on loopback
+        ctx.load_verify_locations(self.truststore)
+        ctx.load_cert_chain(self.client_keystore)
+        return ctx
+
+
+def ruok(host: str, port: int, timeout: float = 1.0, tls: ssl.SSLContext | None = None) -> bool:
+    """True when the server answers the ``srvr`` four-letter word (over TLS with ``tls``)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            s = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
             s.sendall(b"srvr")
             return s.recv(64).startswith(b"Zookeeper version")
-    except OSError:
+    except OSError:  # ssl.SSLError included
         return False
 
 
 class ZooKeeperProcess:
-    """Runs one standalone ZooKeeper on ``host:port`` with its data in ``data_dir``."""
+    """Runs one standalone ZooKeeper on ``host:port`` with its data in ``data_dir``; with
+    ``tls``, ``port`` is its ``secureClientPort`` and there is no plaintext port."""
 
-    def __init__(self, data_dir: Path, port: int = 2181, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 2181,
+        host: str = "127.0.0.1",
+        tls: ServerTls | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,10 +96,7 @@ class ZooKeeperProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text(
-            f"dataDir={self.data_dir}\n"
-            f"clientPort={self.port}\n"
-            f"clientPortAddress={self.host}\n"
-            "tickTime=500\n"
+            f"dataDir={self.data_dir}\n" + self._listener_config() + "tickTime=500\n"
             "minSessionTimeout=1000\n"
             "maxSessionTimeout=60000\n"
             "maxClientCnxns=0\n"
@@ -77,13 +107,33 @@ class ZooKeeperProcess:
         )
         return cfg
 
+    def _listener_config(self) -> str:
+        if self.tls is None:
+            return f"clientPort={self.port}\nclientPortAddress={self.host}\n"
+        # ZooKeeper 3.8 reads PEM stores itself (X509Util's PEMFileLoader); unknown zoo.cfg keys
+        # become zookeeper.* system properties, which is where Netty and X509Util look
+        return (
+            f"secureClientPort={self.port}\n"
+            f"secureClientPortAddress={self.host}\n"
+            f"serverCnxnFactory={NETTY_FACTORY}\n"
+            f"ssl.keyStore.location={self.tls.keystore}\n"
+            "ssl.keyStore.type=PEM\n"
+            f"ssl.trustStore.location={self.tls.truststore}\n"
+            "ssl.trustStore.type=PEM\n"
+            "ssl.clientAuth=need\n"
+        )
+
+    def _answers(self, timeout: float) -> bool:
+        ctx = self.tls.probe_context() if self.tls is not None else None
+        return ruok(self.host, self.port, timeout, ctx)
+
     def start(self, timeout: float = 30.0) -> None:
         missing = [p for p in ZK_CLASSPATH[:2] if not os.path.exists(p)]
         if missing:
             raise ZooKeeperError(
                 "ZooKeeper is not installed (Debian package 'zookeeper'): run make install"
             )
-        if ruok(self.host, self.port, 0.3):
+        if ruok(self.host, self.port, 0.3):  # plaintext: anything answering is a clash
             raise ZooKeeperError(f"something already listens on {self.connect}")
         cfg = self._write_config()
         classpath = ":".join(p for p in ZK_CLASSPATH if os.path.exists(p))
@@ -113,7 +163,7 @@ class ZooKeeperProcess:
                 raise ZooKeeperError(
                     f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}/zookeeper.out"
                 )
-            if ruok(self.host, self.port, 0.3):
+            if self._answers(0.3):
                 return
             time.sleep(0.05)
         self.stop()

@@ -200,3 +200,34 @@ def test_secure_cluster_flags_load_through_every_service_settings(tmp_path: Path
     ca, secret = cluster.security.ca.read_bytes(), digest.read_text()
     again = secure_layout(cluster.data_dir)
     assert again.ca.read_bytes() == ca and again.digest_file.read_text() == secret
+
+
+def test_zookeeper_tls_reaches_the_cluster_and_every_service_connects_with_it(
+    recorder: type[_Recorder], tmp_path: Path
+) -> None:
+    from services.cli.local_cluster.security import secure_layout, zk_tls_layout, zk_tls_of
+    from services.common.zk.security import zk_security
+    from services.controller.settings import ControllerSettings
+    from services.storage.settings import StorageSettings
+
+    assert _up(["--data-dir", str(tmp_path / "up"), "--zookeeper-tls"]) == 0
+    assert [c["zookeeper_tls"] for c in recorder.calls] == [True]
+
+    (tmp_path / "c").mkdir()
+    cluster = LocalCluster(
+        tmp_path / "c", secure=True, zookeeper_tls=True, gateway_port=0, zk_port=0
+    )
+    cluster.security = secure_layout(cluster.data_dir)
+    cluster.zk_tls = zk_tls_layout(cluster.data_dir, cluster.host)
+    assert cluster.zk_tls.ca == cluster.security.ca  # one CA for the cluster
+    for role, settings_type in (("controller", ControllerSettings), ("storage", StorageSettings)):
+        for argv in _argv(cluster, role):
+            security = zk_security(settings_type.load(argv, env={}))
+            assert security.tls == cluster.zk_security.tls and security.digest is not None
+    server = cluster.zk_tls.server
+    assert server.keystore.stat().st_mode & 0o777 == 0o600
+    # tools that find the cluster by its data dir learn its TLS from ZooKeeper's zoo.cfg
+    assert zk_tls_of(cluster.data_dir) is None
+    cluster._layout()
+    cluster.zookeeper._write_config()
+    assert zk_tls_of(cluster.data_dir) == cluster.zk_tls.client

@@ -45,13 +45,19 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
 {{- .Values.global.zookeeper.connect -}}
 {{- else -}}
 {{- $svc := include "kafkapy.name" (dict "ctx" . "component" "zookeeper") -}}
-{{- $port := int .Values.global.zookeeper.port -}}
+{{- $port := int (include "kafkapy.zookeeperClientPort" .) -}}
 {{- $hosts := list -}}
 {{- range $i := until (int .Values.global.zookeeper.replicas) -}}
 {{- $hosts = append $hosts (printf "%s-%d.%s-headless.%s.svc.%s:%d" $svc $i $svc $.Release.Namespace $.Values.global.clusterDomain $port) -}}
 {{- end -}}
 {{- join "," $hosts -}}{{ .Values.global.zookeeper.chroot }}
 {{- end -}}
+{{- end -}}
+
+{{/* The port ZooKeeper serves clients on: its secureClientPort with global.zookeeper.tls. */}}
+{{- define "kafkapy.zookeeperClientPort" -}}
+{{- $zk := .Values.global.zookeeper -}}
+{{- if $zk.tls.enabled }}{{ $zk.tls.port }}{{ else }}{{ $zk.port }}{{ end -}}
 {{- end -}}
 
 {{- define "kafkapy.podSecurityContext" -}}
@@ -86,6 +92,18 @@ Settings shared by every service, as the KAFKAPY_* environment its settings load
 {{- if .enabled -}}
 {{- $_ := set $s "zookeeper.set.acl" "true" -}}
 {{- $_ := set $s "zookeeper.digest.auth.file" (printf "%s/%s" (include "kafkapy.zkDigestDir" .) .digestSecret.key) -}}
+{{- end -}}
+{{- end -}}
+{{- with $g.zookeeper.tls -}}
+{{- if .enabled -}}
+{{- $dir := include "kafkapy.zkTlsDir" . -}}
+{{- $_ := set $s "zookeeper.ssl.client.enable" "true" -}}
+{{- $_ := set $s "zookeeper.clientCnxnSocket" "org.apache.zookeeper.ClientCnxnSocketNetty" -}}
+{{- $_ := set $s "zookeeper.ssl.keystore.location" (printf "%s/zookeeper-client-keystore.pem" $dir) -}}
+{{- $_ := set $s "zookeeper.ssl.keystore.type" "PEM" -}}
+{{- $_ := set $s "zookeeper.ssl.truststore.location" (printf "%s/ca.pem" $dir) -}}
+{{- $_ := set $s "zookeeper.ssl.truststore.type" "PEM" -}}
+{{- $_ := set $s "zookeeper.ssl.endpoint.identification.algorithm" (ternary "HTTPS" "" .endpointIdentification) -}}
 {{- end -}}
 {{- end -}}
 {{- if include "kafkapy.internalTlsOn" . -}}
@@ -246,6 +264,32 @@ kafka-py service (the file, never the password, is in the ConfigMap).
     defaultMode: 288
 {{- end }}{{ end }}
 {{- end -}}
+{{/*
+TLS to ZooKeeper (global.zookeeper.tls): the Secret's CA and client keystore, mounted read-only
+into every kafka-py service (never the ensemble's own key).
+*/}}
+{{- define "kafkapy.zkTlsDir" -}}/etc/kafka-py/zookeeper-tls{{- end -}}
+{{- define "kafkapy.zkTlsSecret" -}}
+{{- .Values.global.zookeeper.tls.secretName | default (printf "%s-zookeeper-tls" (include "kafkapy.base" .)) -}}
+{{- end -}}
+{{- define "kafkapy.zkTlsVolume" -}}
+{{- if .Values.global.zookeeper.tls.enabled -}}
+- name: zookeeper-tls
+  secret:
+    secretName: {{ include "kafkapy.zkTlsSecret" . }}
+    defaultMode: 288
+    items:
+      - {key: ca.pem, path: ca.pem}
+      - {key: zookeeper-client-keystore.pem, path: zookeeper-client-keystore.pem}
+{{- end -}}
+{{- end -}}
+{{- define "kafkapy.zkTlsMount" -}}
+{{- if .Values.global.zookeeper.tls.enabled -}}
+- name: zookeeper-tls
+  mountPath: {{ include "kafkapy.zkTlsDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
 {{- define "kafkapy.zkDigestMount" -}}
 {{- with .Values.global.zookeeper.acl }}{{ if .enabled -}}
 - name: zookeeper-digest
@@ -308,6 +352,7 @@ lifecycle): `kafka-py <command> <args>`, settings from its ConfigMap, probes on 
   volumeMounts:
     {{- include "kafkapy.tmpMount" . | nindent 4 }}
     {{- include "kafkapy.zkDigestMount" .ctx | nindent 4 }}
+    {{- include "kafkapy.zkTlsMount" .ctx | nindent 4 }}
     {{- include "kafkapy.internalTlsMount" . | nindent 4 }}
     {{- with .mounts }}
     {{- toYaml . | nindent 4 }}
@@ -377,6 +422,7 @@ spec:
       volumes:
         {{- include "kafkapy.tmpVolume" . | nindent 8 }}
         {{- include "kafkapy.zkDigestVolume" .ctx | nindent 8 }}
+        {{- include "kafkapy.zkTlsVolume" .ctx | nindent 8 }}
         {{- include "kafkapy.internalTlsVolume" . | nindent 8 }}
         {{- with .volumes }}
         {{- toYaml . | nindent 8 }}
