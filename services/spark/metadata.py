@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
@@ -24,6 +24,9 @@ from services.spark.options import (
 
 TP = tuple[str, int]
 Offsets = dict[TP, int]
+
+#: ListOffsets errors of a partition whose topic was deleted after the metadata was read
+_GONE = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
 
 
 def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -104,9 +107,12 @@ class ClusterView:
                 raise KafkaPySparkError(f"Topic(s) {', '.join(missing)} do not exist")
         return [(t, p) for t, n in sorted(topics.items()) for p in range(n)]
 
-    def list_offsets(self, specs: Mapping[TP, KafkaOffsetSpec]) -> Offsets:
+    def list_offsets(
+        self, specs: Mapping[TP, KafkaOffsetSpec], *, gone_ok: bool = False
+    ) -> Offsets:
         """ListOffsets through the AdminClient, with the query's isolation level (-1 where a
-        timestamp matched no record)."""
+        timestamp matched no record). With ``gone_ok`` a partition whose topic was deleted
+        since the metadata was read is left out (a streaming query reports it as gone)."""
         if not specs:
             return {}
         level = (
@@ -125,17 +131,19 @@ class ClusterView:
                 out[(tp.topic, tp.partition)] = fut.result(timeout=self._timeout_s).offset
             except KafkaException as e:
                 err = e.args[0] if e.args else e
+                if gone_ok and getattr(err, "code", lambda: None)() in _GONE:
+                    continue
                 raise KafkaPySparkError(
                     f"Cannot list offsets of {tp.topic}-{tp.partition} at {self.opts.bootstrap}: "
                     f"{err}"
                 ) from None
         return out
 
-    def earliest(self, tps: Iterable[TP]) -> Offsets:
-        return self.list_offsets({tp: KafkaOffsetSpec.earliest() for tp in tps})
+    def earliest(self, tps: Iterable[TP], *, gone_ok: bool = False) -> Offsets:
+        return self.list_offsets({tp: KafkaOffsetSpec.earliest() for tp in tps}, gone_ok=gone_ok)
 
-    def latest(self, tps: Iterable[TP]) -> Offsets:
-        return self.list_offsets({tp: KafkaOffsetSpec.latest() for tp in tps})
+    def latest(self, tps: Iterable[TP], *, gone_ok: bool = False) -> Offsets:
+        return self.list_offsets({tp: KafkaOffsetSpec.latest() for tp in tps}, gone_ok=gone_ok)
 
     def resolve(self, spec: OffsetSpec, tps: list[TP], *, starting: bool) -> Offsets:
         """Offsets for `spec` over `tps` (Spark's rules: specific offsets and timestamps must

@@ -143,7 +143,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Start offsets over `tps`: new partitions start at their earliest offset."""
         new = [tp for tp in tps if tp not in start]
         out = {tp: start[tp] for tp in tps if tp in start}
-        out.update(self.view.earliest(new))
+        out.update(self.view.earliest(new, gone_ok=True))
         return out
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -151,12 +151,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._available_now is not None:
             latest = dict(self._available_now)
         else:
-            latest = self.view.latest(self.view.partitions(require_topics=False))
+            latest = self.view.latest(self.view.partitions(require_topics=False), gone_ok=True)
         self._latest = latest
         # a partition gone (topic deleted) drops out of the end offsets: partitions() reports it
         if isinstance(limit, ReadAllAvailable):
             return offsets_to_json(latest)
         starts = self._starts(begin, list(latest))
+        # a new partition deleted between the two ListOffsets calls is gone too
+        latest = {tp: o for tp, o in latest.items() if tp in starts}
         available = sum(max(0, latest[tp] - starts[tp]) for tp in latest)
         now_ms = time.monotonic() * 1000
         min_rows = self.opts.min_offsets_per_trigger
@@ -188,7 +190,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if gone:
             _report_loss(self.opts, f"{gone} are gone")
         new = [tp for tp in until if tp not in begin and tp in current]
-        earliest = self.view.earliest(new)
+        earliest = self.view.earliest(new, gone_ok=True)
+        if vanished := sorted(set(new) - set(earliest)):  # deleted since `current` was read
+            _report_loss(self.opts, f"{vanished} are gone")
         for tp, first in earliest.items():
             if first != 0:
                 _report_loss(
@@ -197,7 +201,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {**begin, **earliest}
         plan: Offsets = {}
         for tp, u in until.items():
-            if tp not in current:
+            if tp not in current or tp not in starts:
                 continue
             s = starts[tp]
             if u < s:
