@@ -356,11 +356,13 @@ class ClusterUp:
                 return m.group(1)
         raise AssertionError(f"no ready line; stdout: {self.seen}; stderr: {self.err_lines}")
 
-    def pids(self) -> dict[str, int]:
-        """Process list printed after the ready line (read until 'Press Ctrl-C')."""
+    def pids(self, timeout: float = 120.0) -> dict[str, int]:
+        """Process list printed after the ready line (read until 'Press Ctrl-C', which follows
+        the web console's start: up to the command's start timeout on a loaded machine)."""
         out: dict[str, int] = {}
+        deadline = time.monotonic() + timeout
         while True:
-            line = self.lines.get(timeout=10)
+            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
             self.seen.append(line)
             if line.startswith("Press Ctrl-C"):
                 return out

@@ -25,6 +25,7 @@ from services.common.zk.server import ZooKeeperProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, whatever the import mode
 from test_controller_harness import (  # noqa: E402  # isort: skip
+    STARTUP_S,
     ControllerProc,
     FakeStorage,
     active_controller,
@@ -90,7 +91,7 @@ async def cluster(controllers: tuple[str, dict[int, ControllerProc]]) -> AsyncIt
     base = next(_broker_ids)
     nodes = list(await asyncio.gather(*(FakeStorage(base + i, connect).start() for i in (1, 2))))
     try:
-        await wait_for(lambda: active_controller(zk), 15, what="an active controller")
+        await wait_for(lambda: active_controller(zk), STARTUP_S, what="an active controller")
         for i in procs:
             await wait_for(
                 lambda i=i: zk.exists(layout.controller_endpoint_path(i)),

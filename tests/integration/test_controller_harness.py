@@ -24,6 +24,9 @@ from services.common.zk.server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_TIMEOUT_MS = 2000
+#: how long a test waits for controller processes it just started to elect one: their start
+#: (imports, first ZooKeeper session) takes seconds on a loaded machine, as LocalCluster allows
+STARTUP_S = 60.0
 
 
 async def wait_for(

@@ -30,7 +30,7 @@ from services.common.zk.layout import CONSUMER_OFFSETS_TOPIC, ShardMap
 from tests.integration.kafka_support import running_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, whatever the import mode
-from test_controller_harness import FakeStorage, active_controller, wait_for  # noqa: E402
+from test_controller_harness import STARTUP_S, FakeStorage, active_controller, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +125,7 @@ async def call(cluster: LocalCluster, index: int, name: str) -> pb.CreateInterna
 
 
 async def active_index(zk: AsyncZk) -> int:
-    got = await wait_for(lambda: active_controller(zk), 15, what="an active controller")
+    got = await wait_for(lambda: active_controller(zk), STARTUP_S, what="an active controller")
     return int(got[0])
 
 

@@ -22,6 +22,7 @@ from services.controller.assignment import BrokerMeta, assign_replicas
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, whatever the import mode
 from test_controller_harness import (  # noqa: E402  # isort: skip
+    STARTUP_S,
     ControllerProc,
     FakeStorage,
     active_controller,
@@ -50,7 +51,7 @@ def controllers(
 async def zk(controllers: tuple[str, list[ControllerProc]]) -> AsyncIterator[AsyncZk]:
     client = AsyncZk(controllers[0], 4000)
     await client.start()
-    await wait_for(lambda: active_controller(client), 15, what="an active controller")
+    await wait_for(lambda: active_controller(client), STARTUP_S, what="an active controller")
     for p in controllers[1]:
         await wait_for(
             lambda p=p: client.exists(layout.controller_endpoint_path(p.id)),
