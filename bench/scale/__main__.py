@@ -1,6 +1,8 @@
 """``python -m bench.scale [section ...]`` (``make bench-scale``): the scale suite, printed and
 written to docs/benchmarks.md's "Scale" section (only when every section ran). ``BENCH_SCALE``
-(default 1.0) scales every base size; each row runs at 1x, 4x and 16x of it on a fresh cluster.
+(default 1.0) scales every base size; each row runs at 1x, 4x and 16x of it (partitions,
+connections and groups on a fresh cluster per size; the many-client and replication sizes share
+one cluster), with the peer (Tansu) beside kafka-py wherever it can run the same workload.
 Sections: partitions, connections, groups, clients, replication."""
 
 from __future__ import annotations
