@@ -7,6 +7,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -115,3 +117,14 @@ class TansuPeer:
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc else []
+
+
+@contextmanager
+def tansu_running() -> Iterator[TansuPeer]:
+    """A started Tansu peer, stopped on leaving whatever happened."""
+    peer = TansuPeer()
+    peer.start()
+    try:
+        yield peer
+    finally:
+        peer.stop()

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 
@@ -32,6 +33,15 @@ def _produce_requests(stats_json: str) -> int:
     """Produce requests sent to every broker, from librdkafka's statistics."""
     stats = json.loads(stats_json)
     return sum(b.get("req", {}).get("Produce", 0) for b in stats.get("brokers", {}).values())
+
+
+def _wait_for_go(args: argparse.Namespace) -> None:
+    """With ``--ready-go``: say ``ready`` on stdout once the client exists, and start when a line
+    arrives on stdin, so that a phase's processes start their work together (bench/scale: 32
+    interpreters starting on 2 cores would otherwise spread the phase's start over seconds)."""
+    if args.ready_go:
+        print("ready", flush=True)
+        sys.stdin.readline()
 
 
 def produce(args: argparse.Namespace) -> dict[str, float]:
@@ -64,6 +74,8 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
         if err is not None:
             errors += 1
 
+    _wait_for_go(args)
+    started = time.time()  # wall clock: a phase's processes are timed together (bench/scale)
     start = time.perf_counter()
     for i in range(args.count):
         if per_txn and i % per_txn == 0:
@@ -84,6 +96,7 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
         producer.commit_transaction(120)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - start
+    ended = time.time()
     if remaining or errors:
         raise SystemExit(f"produce failed: {errors} errors, {remaining} undelivered")
     producer.poll(2 * STATS_INTERVAL_MS / 1000)  # (untimed) statistics that count every request
@@ -94,6 +107,8 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
         "mb_per_s": mb / elapsed,
         "mb": mb,
         "requests": requests,
+        "started": started,
+        "ended": ended,
     }
 
 
@@ -108,9 +123,11 @@ def consume(args: argparse.Namespace) -> dict[str, float]:
         }
     )
     consumer.assign([TopicPartition(args.topic, p, 0) for p in range(args.partitions)])
+    _wait_for_go(args)
     got = 0
     nbytes = 0
     errors = 0
+    started = time.time()
     start = time.perf_counter()
     deadline = start + 300
     while got < args.count and time.perf_counter() < deadline:
@@ -124,6 +141,7 @@ def consume(args: argparse.Namespace) -> dict[str, float]:
             got += 1
             nbytes += len(msg.value() or b"")
     elapsed = time.perf_counter() - start
+    ended = time.time()
     consumer.close()
     if got < args.count:
         raise SystemExit(f"consume got {got} of {args.count}")
@@ -133,6 +151,8 @@ def consume(args: argparse.Namespace) -> dict[str, float]:
         "mb_per_s": nbytes / 1e6 / elapsed,
         "mb": nbytes / 1e6,
         "errors": errors,
+        "started": started,
+        "ended": ended,
     }
 
 
@@ -213,6 +233,7 @@ def main() -> None:
     p.add_argument("--per-transaction", type=int, default=0, help="records per transaction")
     p.add_argument("--rate", type=float, default=1000)
     p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--ready-go", action="store_true", help="start on a line on stdin")
     args = p.parse_args()
     result = {"produce": produce, "consume": consume, "latency": latency}[args.mode](args)
     print(json.dumps(result))

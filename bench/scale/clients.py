@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def _spawn(
     mode: str, bootstrap: str, topic: str, partitions: int, *args: str
 ) -> subprocess.Popen[str]:
+    """A workload process that waits, client created, for ``Phase.run``'s go (``--ready-go``)."""
     cmd = [sys.executable, "-m", "bench.workloads", mode, "--bootstrap", bootstrap]
-    cmd += ["--topic", topic, "--partitions", str(partitions), *args]
+    cmd += ["--topic", topic, "--partitions", str(partitions), "--ready-go", *args]
     return subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -38,6 +43,23 @@ def _gather(procs: list[subprocess.Popen[str]]) -> list[dict[str, float]]:
             raise RuntimeError(f"workload failed: {err.strip().splitlines()[-1:]}")
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
+
+
+def _all_ready(procs: list[subprocess.Popen[str]]) -> None:
+    """Wait for every process's ``ready`` line (a process that died instead is reported by
+    ``_gather``)."""
+    for p in procs:
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            _gather([p])
+            raise RuntimeError(f"workload {p.args!r} exited before it was ready")
+
+
+def _go(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
 
 
 EXCHANGE = 'kafkapy_storage_exchange_{}_total{{direction="in"}}'
@@ -54,11 +76,22 @@ class Phase:
         self.exchange_calls = self.exchange_messages = 0.0
 
     def run(self, procs: list[subprocess.Popen[str]]) -> tuple[list[dict[str, float]], float]:
-        before = {role: cpu_seconds(p) for role, p in self.pids.items()}
-        scraped = counters(self.storage_admin)
-        t0 = time.perf_counter()
-        results = _gather(procs)
-        wall = time.perf_counter() - t0
+        """The processes' results and the phase's wall time: they are started together once
+        every one is ready (interpreter and client up: 32 processes starting on 2 cores would
+        otherwise weigh on the larger rows only), and timed from the first one's start of work
+        to the last one's end."""
+        try:
+            _all_ready(procs)
+            before = {role: cpu_seconds(p) for role, p in self.pids.items()}
+            scraped = counters(self.storage_admin)
+            _go(procs)
+            results = _gather(procs)
+        finally:
+            for p in procs:  # none is left behind when one failed
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        wall = max(r["ended"] for r in results) - min(r["started"] for r in results)
         self.cpu = {role: cpu_seconds(p) - before[role] for role, p in self.pids.items()}
         after = counters(self.storage_admin)
         for what in ("calls", "messages"):
@@ -92,6 +125,13 @@ def create_topic(bootstrap: str, partitions: int, rf: int) -> str:
     return name
 
 
+def delete_topic(bootstrap: str, name: str) -> None:
+    """Drop a workload's topic once measured, so that the next workload's broker does not carry
+    its data (the peer keeps records in memory; kafka-py's page cache)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([name], operation_timeout=60)[name].result(90)
+
+
 def many_clients(
     bootstrap: str,
     pids: dict[str, list[int]],
@@ -121,6 +161,7 @@ def many_clients(
             for _ in range(consumers)
         ]
     )
+    delete_topic(bootstrap, topic)
     p_mb = sum(r["mb"] for r in produced)
     c_mb = sum(r["mb"] for r in consumed)
     return {
@@ -141,23 +182,58 @@ def many_clients(
     }
 
 
+def beside_peer(ours: dict[str, Any], theirs: dict[str, Any], peer: str) -> dict[str, Any]:
+    """One row of a many-client workload: kafka-py's readings, the peer's throughput and CPU
+    per GB beside each (``<peer>_...``), and kafka-py's throughput as a multiple of the peer's."""
+    row: dict[str, Any] = {}
+    prefix = peer.lower()
+    for key, value in ours.items():
+        row[key] = value
+        if key.endswith(("_mb_per_s", "_cpu_s_per_gb")):
+            row[f"{prefix}_{key}"] = theirs[key]
+        if key.endswith("_mb_per_s"):
+            row[f"{key.removesuffix('_mb_per_s')}_x_peer"] = value / theirs[key]
+    row[f"{prefix}_records_consumed"] = theirs["records_consumed"]
+    return row
+
+
 ISR_SHRINKS = "kafka_server_replicamanager_isrshrinks_total"
 
 
-def replication_ratio(
-    bootstrap: str, partitions: int, size: int, records: int, storage_admin: dict[str, int]
+def replication(
+    bootstrap: str,
+    pids: dict[str, list[int]],
+    producers: int,
+    partitions: int,
+    size: int,
+    records: int,
+    storage_admin: dict[str, int],
 ) -> dict[str, Any]:
-    """One producer: RF 3 acks=all throughput as a share of RF 1 acks=1, same run, and the ISR
-    shrinks the storage nodes (``storage_admin``: their admin ports) wrote under that load."""
-    out: dict[str, Any] = {"partitions": partitions, "size": size, "records": records}
+    """``producers`` processes write ``records`` records in all, RF 1 acks=1 then RF 3 acks=all
+    (a topic each, same cluster, same run): aggregate MB/s, broker CPU-s per GB, RF 3's
+    throughput as a share of RF 1's, and the ISR shrinks the storage nodes (``storage_admin``:
+    their admin ports) counted under each load."""
+    out: dict[str, Any] = {
+        "producers": producers,
+        "partitions": partitions,
+        "size": size,
+        "records": records,
+    }
+    each = max(1, records // producers)
     for rf, acks in ((1, "1"), (3, "all")):
         topic = create_topic(bootstrap, partitions, rf)
-        args = ["--size", str(size), "--count", str(records), "--acks", acks]
+        args = ["--size", str(size), "--count", str(each), "--acks", acks]
         shrinks = summed(counters(storage_admin), ISR_SHRINKS, required=True)
-        (r,) = _gather([_spawn("produce", bootstrap, topic, partitions, *args)])
-        out[f"rf{rf}_mb_per_s"] = r["mb_per_s"]
+        phase = Phase(pids, {})
+        produced, wall = phase.run(
+            [_spawn("produce", bootstrap, topic, partitions, *args) for _ in range(producers)]
+        )
+        mb = sum(r["mb"] for r in produced)
+        out[f"rf{rf}_mb_per_s"] = mb / wall
+        out[f"rf{rf}_cpu_s_per_gb"] = sum(phase.cpu.values()) / (mb / 1000)
         out[f"rf{rf}_isr_shrinks"] = (
             summed(counters(storage_admin), ISR_SHRINKS, required=True) - shrinks
         )
+        delete_topic(bootstrap, topic)
     out["rf3_all_over_rf1_1"] = out["rf3_mb_per_s"] / out["rf1_mb_per_s"]
     return out

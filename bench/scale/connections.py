@@ -70,7 +70,14 @@ async def _active_round(host: str, port: int, topic: str, clients: int, seconds:
 
 
 async def _measure(
-    host: str, port: int, gateway_pid: int, topic: str, idle: int, active: int, seconds: float
+    host: str,
+    port: int,
+    gateway_pid: int,
+    topic: str,
+    idle: int,
+    active: int,
+    seconds: float,
+    idle_seconds: float,
 ) -> dict[str, Any]:
     """Idle connections first, on a gateway that has served nothing else (memory the active
     clients' closed connections left behind would be reused by the idle ones and hide their
@@ -83,7 +90,7 @@ async def _measure(
         )
     await asyncio.sleep(1)
     rss_after = rss_bytes([gateway_pid])
-    idle_cores = await asyncio.to_thread(cpu_over, [gateway_pid], 5.0)
+    idle_cores = await asyncio.to_thread(cpu_over, [gateway_pid], idle_seconds)
     await _active_round(host, port, topic, active, min(1.0, seconds))  # warm-up
     beside = await _active_round(host, port, topic, active, seconds)
     # every idle connection still answers
@@ -98,7 +105,7 @@ async def _measure(
         "idle_connections": idle,
         "active_clients": active,
         "rss_per_idle_connection_b": (rss_after - rss_before) / max(1, idle),
-        "gateway_idle_cores_with_idle_connections": idle_cores,
+        "idle_cores_with_idle_connections": idle_cores,
         "active_p99_ms_alone": alone["p99_ms"],
         "active_p99_ms_beside_idle": beside["p99_ms"],
         "p99_beside_over_alone": beside["p99_ms"] / alone["p99_ms"],
@@ -109,11 +116,25 @@ async def _measure(
     }
 
 
-def measure(
-    cluster: Any, topic: str, idle: int, active: int = 200, seconds: float = 5.0
-) -> dict[str, Any]:
+def measure(cluster: Any, topic: str, idle: int, **options: Any) -> dict[str, Any]:
     """One row on gateway 0 of ``cluster``; ``topic`` must exist (the active clients ask for
-    its metadata)."""
-    host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
-    pid = cluster.pids()["gateway-0"]
-    return asyncio.run(_measure(host, int(port), pid, topic, idle, active, seconds))
+    its metadata). ``options``: ``measure_at``'s."""
+    return measure_at(
+        cluster.bootstrap.split(",")[0], cluster.pids()["gateway-0"], topic, idle, **options
+    )
+
+
+def measure_at(
+    address: str,
+    pid: int,
+    topic: str,
+    idle: int,
+    active: int = 200,
+    seconds: float = 5.0,
+    idle_seconds: float = 5.0,
+) -> dict[str, Any]:
+    """One row on the broker process ``pid`` listening at ``address`` (host:port): a gateway,
+    or the peer. ``seconds``: each active round; ``idle_seconds``: the CPU reading with only
+    the idle connections open."""
+    host, port = address.rsplit(":", 1)
+    return asyncio.run(_measure(host, int(port), pid, topic, idle, active, seconds, idle_seconds))

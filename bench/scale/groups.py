@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -42,16 +43,22 @@ def _committed(admin: AdminClient, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in fut.result(timeout=15).topic_partitions}
 
 
-def measure(
-    cluster: Any, groups: int, partitions: int, rounds: int = 3, interval: float = 1.0
-) -> dict[str, Any]:
+def commit_load(
+    bootstrap: str,
+    coordinators: list[int],
+    groups: int,
+    partitions: int,
+    rounds: int = 3,
+    interval: float = 1.0,
+) -> tuple[dict[str, Any], Callable[[], bool]]:
     """Every group commits all ``partitions`` once per ``interval`` (a round starts as soon as
-    the last one ended when that took longer), ``rounds`` times; then a coordinator's kill -9."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    the last one ended when that took longer), ``rounds`` times: the row's commit readings
+    (``coordinators``: the pids whose CPU is counted) and a check that a sample of the groups
+    reads its commits back. A broker of any kind: kafka-py or the peer."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"scale-groups-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=60)[topic].result(90)
     names = [f"scale-group-{i}-{uuid.uuid4().hex[:4]}" for i in range(groups)]
-    coordinators = role_pids(cluster).get("group_coordinator", [])
     cpu_before = cpu_seconds(coordinators)
     start = time.perf_counter()
     latencies: list[float] = []
@@ -68,20 +75,14 @@ def measure(
     sample = names[:: max(1, groups // 20)]
     assert all(_committed(admin, g) == want for g in sample), "committed offsets read back wrong"
 
-    # kill -9 of a coordinator: its shards are replayed elsewhere (or when it is back)
-    cluster.kill("group_coordinator", 0)
-    cluster.wait_exit("group_coordinator", 0)
-
     def readable() -> bool:
         try:
             return all(_committed(admin, g) == want for g in sample)
-        except Exception:  # noqa: BLE001 - NOT_COORDINATOR / load in progress meanwhile
+        except Exception:  # noqa: BLE001 - NOT_COORDINATOR / load in progress after a kill
             return False
 
-    failover_s = wait_until(readable, 300, "every group's offsets readable after the kill", 0.1)
-    cluster.start_process("group_coordinator", 0, timeout=120)
     commits = groups * rounds
-    return {
+    row = {
         "groups": groups,
         "partitions_per_group": partitions,
         "group_commits_per_s": commits / elapsed,
@@ -91,5 +92,22 @@ def measure(
         "round_max_s": max(round_s),
         "coordinator_cores": cpu / elapsed,
         "coordinator_cpu_ms_per_commit": 1000 * cpu / commits,
-        "coordinator_failover_s": failover_s,
     }
+    return row, readable
+
+
+def measure(
+    cluster: Any, groups: int, partitions: int, rounds: int = 3, interval: float = 1.0
+) -> dict[str, Any]:
+    """``commit_load`` on ``cluster``'s group coordinators, then a coordinator's kill -9: the
+    time until every sampled group's offsets read back (its shards replayed elsewhere, or when
+    it is back)."""
+    coordinators = role_pids(cluster).get("group_coordinator", [])
+    row, readable = commit_load(
+        cluster.bootstrap, coordinators, groups, partitions, rounds, interval
+    )
+    cluster.kill("group_coordinator", 0)
+    cluster.wait_exit("group_coordinator", 0)
+    failover_s = wait_until(readable, 300, "every group's offsets readable after the kill", 0.1)
+    cluster.start_process("group_coordinator", 0, timeout=120)
+    return {**row, "coordinator_failover_s": failover_s}

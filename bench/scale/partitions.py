@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.scale.procs import cpu_over, role_pids, rss_by_role, timed, wait_until
+from bench.scale.procs import cpu_over, role_pids, rss_by_role, rss_bytes, timed, wait_until
 from services.cli.zk_view import connected, read_cluster
 from services.common.zk import layout
 
@@ -90,6 +90,35 @@ def metadata_ms(admin: AdminClient) -> float:
     return 1000 * statistics.median(
         timed(lambda: admin.list_topics(timeout=120))[0] for _ in range(3)
     )
+
+
+def measure_peer(
+    bootstrap: str, pids: list[int], partitions: int, idle_seconds: float = 10.0
+) -> dict[str, Any]:
+    """The part of a row a single-process peer can run (RF 1: creation until Metadata shows
+    every partition led, Metadata for all topics, memory per partition, idle CPU); it has no
+    storage node or controller to kill."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    prefix = f"scale-peer-{uuid.uuid4().hex[:6]}"
+    rss_before = rss_bytes(pids)
+
+    def led() -> bool:
+        topics = admin.list_topics(timeout=60).topics.values()
+        parts = [
+            p for t in topics if (t.topic or "").startswith(prefix) for p in t.partitions.values()
+        ]
+        return len(parts) == partitions and all(p.leader >= 0 for p in parts)
+
+    create_s, _names = timed(lambda: create_topics(admin, prefix, partitions, 1))
+    create_s += wait_until(led, 300, "Metadata showing every partition led")
+    return {
+        "partitions": partitions,
+        "rf": 1,
+        "create_s": create_s,
+        "metadata_all_ms": metadata_ms(admin),
+        "rss_per_partition_b": (rss_bytes(pids) - rss_before) / partitions,
+        "idle_cores": cpu_over(pids, idle_seconds),
+    }
 
 
 def measure(cluster: Any, partitions: int, rf: int, idle_seconds: float = 10.0) -> dict[str, Any]:

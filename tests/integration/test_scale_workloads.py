@@ -1,7 +1,8 @@
 """`make bench-scale`'s workloads run small against one real cluster, for correctness only (the
 suite's timings are measured by the bench, never asserted): every partition led again after a
 storage node's kill -9, every idle connection still answering, every group's commits read back
-after its coordinator's kill -9, every produced record consumed by every consumer process."""
+after its coordinator's kill -9, every produced record consumed by every consumer process; and
+the peer (Tansu) running the same workloads where it can."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from kafka_support import running_cluster
 
+from bench.peers import TansuPeer, tansu_running
 from bench.scale import clients, connections, groups, partitions
 from bench.scale.procs import admin_ports, role_pids
 
@@ -28,6 +30,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         transaction_coordinators=0,
     ) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def peer() -> Iterator[TansuPeer]:
+    with tansu_running() as p:
+        yield p
 
 
 def test_partitions_row_survives_its_faults(cluster: Any) -> None:
@@ -50,7 +58,7 @@ def test_partitions_row_survives_its_faults(cluster: Any) -> None:
 
 def test_connections_row_keeps_every_idle_connection(cluster: Any) -> None:
     topic = clients.create_topic(cluster.bootstrap, 1, 1)
-    row = connections.measure(cluster, topic, idle=60, active=5, seconds=1.0)
+    row = connections.measure(cluster, topic, 60, active=5, seconds=1.0, idle_seconds=0.5)
     print(row)
     assert row["idle_answered"] == 60
     assert row["active_requests"] > 0 and row["active_p99_ms_beside_idle"] > 0
@@ -62,22 +70,45 @@ def test_groups_row_reads_commits_back_after_a_coordinator_death(cluster: Any) -
     assert row["group_commits_per_s"] > 0 and row["coordinator_failover_s"] > 0
 
 
-def test_many_clients_and_replication_rows(cluster: Any) -> None:
+def test_many_clients_and_replication_rows(cluster: Any, peer: TansuPeer) -> None:
     storage = admin_ports(cluster, "storage")
-    row = clients.many_clients(
-        cluster.bootstrap, role_pids(cluster), 2, 2, 6, 100, 2000, "all", storage_admin=storage
+    workload = (2, 2, 6, 100, 2000, "all")
+    ours = clients.many_clients(
+        cluster.bootstrap, role_pids(cluster), *workload, storage_admin=storage
     )
+    theirs = clients.many_clients(peer.bootstrap, {"tansu": peer.pids()}, *workload)
+    row = clients.beside_peer(ours, theirs, peer.name)
     print(row)
-    # every consumer process read everything the producers wrote
-    assert row["records_consumed"] == 2 * 2 * 2000
+    # every consumer process read everything the producers wrote, on both brokers
+    assert row["records_consumed"] == row["tansu_records_consumed"] == 2 * 2 * 2000
+    assert row["produce_x_peer"] > 0 and row["tansu_consume_cpu_s_per_gb"] > 0
     # the storage nodes' Exchange counters were read: at least one call per stream message
     assert row["produce_exchange_calls_per_msg"] >= 1
     assert row["consume_exchange_calls_per_msg"] >= 1
     assert "storage" in row["produce_cpu_by_role"] and "gateway" in row["consume_cpu_by_role"]
-    ratio = clients.replication_ratio(cluster.bootstrap, 3, 1024, 2000, storage)
+    # two producer processes share the records, RF 1 acks=1 then RF 3 acks=all
+    ratio = clients.replication(cluster.bootstrap, role_pids(cluster), 2, 3, 1024, 2000, storage)
     print(ratio)
     assert ratio["rf1_mb_per_s"] > 0 and ratio["rf3_mb_per_s"] > 0
+    assert ratio["rf3_cpu_s_per_gb"] > 0
     assert ratio["rf3_isr_shrinks"] >= 0  # read from the nodes (a missing counter raises)
+
+
+def test_peer_runs_the_partitions_connections_and_groups_rows(peer: TansuPeer) -> None:
+    row = partitions.measure_peer(peer.bootstrap, peer.pids(), 30, idle_seconds=0.5)
+    print(row)
+    assert row["partitions"] == 30 and row["create_s"] > 0 and row["metadata_all_ms"] > 0
+    topic = clients.create_topic(peer.bootstrap, 1, 1)
+    (pid,) = peer.pids()
+    row = connections.measure_at(
+        peer.bootstrap, pid, topic, 20, active=3, seconds=0.5, idle_seconds=0.5
+    )
+    print(row)
+    assert row["idle_answered"] == 20 and row["active_requests"] > 0
+    # commit_load itself reads a sample of the groups' commits back
+    row, readable = groups.commit_load(peer.bootstrap, peer.pids(), 4, 3, rounds=2, interval=0)
+    print(row)
+    assert row["group_commits_per_s"] > 0 and readable()
 
 
 def test_doc_table_is_written_between_markers(
