@@ -76,7 +76,17 @@ class SessionPartition:
 
 
 class FetchSession:
-    __slots__ = ("id", "replica_id", "epoch", "partitions", "dirty", "last_fetch_ms", "_waiter")
+    __slots__ = (
+        "id",
+        "replica_id",
+        "epoch",
+        "partitions",
+        "dirty",
+        "answering",
+        "generation",
+        "last_fetch_ms",
+        "_waiter",
+    )
 
     def __init__(self, session_id: int, replica_id: int, now_ms: int) -> None:
         self.id = session_id
@@ -84,8 +94,30 @@ class FetchSession:
         self.epoch = INITIAL_EPOCH  # of the last request handled
         self.partitions: dict[TopicPartition, SessionPartition] = {}
         self.dirty: set[TopicPartition] = set()  # to visit at the next fetch (or wake-up)
+        # answered by the last request: unanswered again if the follower replays it
+        self.answering: set[TopicPartition] = set()
+        self.generation = 0  # requests handled: a parked one stops when a newer one comes
         self.last_fetch_ms = now_ms  # when the last fetch of this session arrived
         self._waiter: asyncio.Future[None] | None = None
+
+    def begin(self, epoch: int, now_ms: int) -> int:
+        """A request of the session arrives (``epoch`` checked by ``lookup``): a replay of the
+        last one (its answer was lost: the follower abandoned it) makes the leader answer again
+        what that answer held. A fetch still parked on the session ends. Returns the request's
+        generation."""
+        if epoch == self.epoch and epoch != INITIAL_EPOCH:
+            for key in self.answering:
+                sp = self.partitions.get(key)
+                if sp is not None:
+                    sp.answered(-2, -2)
+                    sp.quiet = False
+                    self.dirty.add(key)
+        self.answering = set()
+        self.epoch = epoch
+        self.last_fetch_ms = now_ms
+        self.generation += 1
+        self.wake()
+        return self.generation
 
     def wake(self) -> None:
         w = self._waiter
@@ -144,13 +176,14 @@ class FetchSessions:
         return self._by_replica.get(replica_id)
 
     def lookup(self, session_id: int, epoch: int, replica_id: int) -> FetchSession:
-        """The session an incremental fetch continues (Kafka's errors when it cannot)."""
+        """The session an incremental fetch continues (Kafka's errors when it cannot): its next
+        epoch, or its last one again (a replay: see ``FetchSession.begin``)."""
         s = self.by_id.get(session_id)
         if s is None or s.replica_id != replica_id:
             raise KafkaError(
                 ErrorCode.FETCH_SESSION_ID_NOT_FOUND, f"fetch session {session_id} not found"
             )
-        if epoch != next_epoch(s.epoch):
+        if epoch != next_epoch(s.epoch) and (epoch != s.epoch or epoch == INITIAL_EPOCH):
             raise KafkaError(
                 ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                 f"fetch session {session_id} expected epoch {next_epoch(s.epoch)}, got {epoch}",

@@ -52,10 +52,9 @@ async def session_fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
             s = sessions.open(req.replica_id, now)
         else:
             s = sessions.lookup(req.session_id, req.session_epoch, req.replica_id)
-            s.epoch = req.session_epoch
     except KafkaError as exc:
         return FetchReply([], error_code=exc.code)
-    s.last_fetch_ms = now
+    generation = s.begin(req.session_epoch, now)
     for pf in req.partitions:
         sessions.put(
             s,
@@ -73,8 +72,8 @@ async def session_fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.max_wait_ms / 1000.0
         while await s.wait(deadline - loop.time()):
-            if sessions.by_id.get(s.id) is not s:
-                break  # closed (a newer session of the follower, or evicted)
+            if sessions.by_id.get(s.id) is not s or s.generation != generation:
+                break  # closed (a newer session of the follower, or evicted), or replayed
             _visit(rm, s, got)
             if got.total_bytes >= req.min_bytes or got.errored:
                 break
@@ -109,6 +108,7 @@ def _visit_one(rm: ReplicaManager, s: FetchSession, sp: SessionPartition, got: _
         got.errored = True
         got.results[key] = r
         sp.answered(-2, -2)
+        s.answering.add(key)
         s.dirty.discard(key)  # the follower backs it off or re-lists it; a mark brings it back
         return
     if (
@@ -118,6 +118,7 @@ def _visit_one(rm: ReplicaManager, s: FetchSession, sp: SessionPartition, got: _
     ):
         got.results[key] = r  # replaces an earlier visit's answer (it had no records)
         sp.answered(r.high_watermark, r.log_start_offset)
+        s.answering.add(key)
         if size:
             got.bytes_left = max(0, got.bytes_left - size)
             got.total_bytes += size

@@ -86,20 +86,38 @@ class FollowerSession:
     """This follower's half of a KIP-227 fetch session with one leader (Kafka's
     FetchSessionHandler): id 0 means the next fetch is full and opens a new session."""
 
-    __slots__ = ("id", "epoch", "sent", "full_wanted")
+    __slots__ = ("id", "epoch", "sent", "forgetting", "full_wanted")
 
     def __init__(self) -> None:
         self.id = 0
         self.epoch = 0  # of the last request answered
         self.sent: dict[TopicPartition, _Sent] = {}
+        self.forgetting: set[TopicPartition] = set()  # forgotten by an abandoned request
         self.full_wanted = True
 
     def reset(self) -> None:
-        """After an error, a lost answer or a change of leader: a full fetch comes next."""
+        """After an error or a change of leader: a full fetch comes next."""
         self.id = 0
         self.epoch = 0
         self.sent = {}
+        self.forgetting = set()
         self.full_wanted = True
+
+    def abandoned(self, req: pb.FetchRequest) -> list[TopicPartition]:
+        """``req`` was abandoned (the partition set changed): the leader may or may not have
+        seen it. The next request repeats its epoch (the leader takes it as the same request
+        again, and answers again what it answered) and lists again what it listed, or forgets
+        it, and forgets again what it forgot. Returns the partitions to look at again."""
+        if req.session_id == 0:
+            self.reset()
+            return []
+        listed = [(pf.topic, pf.partition) for pf in req.partitions]
+        for key in listed:
+            sent = self.sent.get(key)
+            if sent is not None:
+                sent.offset = -1  # differs from any position: listed (or forgotten) again
+        self.forgetting.update((fp.topic, fp.partition) for fp in req.forgotten)
+        return listed
 
 
 @dataclass(slots=True)
@@ -247,7 +265,7 @@ class ReplicaFetcher:
         """Something to fetch: a session to poll, a change to tell, or a full fetch due (the
         last check visits every partition, only while the session is being reopened)."""
         session = self.session
-        if session.sent or self._dirty:
+        if session.sent or self._dirty or session.forgetting:
             return True
         if session.id == 0 and session.full_wanted:
             if any(s.phase is Phase.FETCHING and s.not_before <= now for s in self.states.values()):
@@ -493,6 +511,13 @@ class ReplicaFetcher:
                     log_start_offset=log_start,
                 )
             )
+        if session.forgetting:  # forgotten by an abandoned request, and not listed since
+            forgotten += [
+                pb.ForgottenPartition(topic=key[0], partition=key[1])
+                for key in session.forgetting
+                if key not in session.sent
+            ]
+            session.forgetting = set()
         if not session.sent and not forgotten:
             return None
         return pb.FetchRequest(
@@ -521,7 +546,7 @@ class ReplicaFetcher:
             session.reset()  # did the leader see it? Start again
             raise
         if resp is None:
-            session.reset()
+            self._dirty.update(session.abandoned(req))
             return True
         code = _code(resp.error_code)
         if code != ErrorCode.NONE:

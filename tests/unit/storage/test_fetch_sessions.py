@@ -40,9 +40,11 @@ def test_lookup_checks_id_follower_and_epoch() -> None:
     s = sessions.open(replica_id=2, now_ms=0)
     assert s.id > 0 and s.epoch == 0
     assert sessions.lookup(s.id, 1, 2) is s
+    with pytest.raises(KafkaError):  # epoch 0 opens a session: never incremental
+        sessions.lookup(s.id, 0, 2)
     s.epoch = 1
     for session_id, epoch, replica, code in [
-        (s.id, 1, 2, ErrorCode.INVALID_FETCH_SESSION_EPOCH),  # a replayed epoch
+        (s.id, 0, 2, ErrorCode.INVALID_FETCH_SESSION_EPOCH),  # only a full fetch has epoch 0
         (s.id, 3, 2, ErrorCode.INVALID_FETCH_SESSION_EPOCH),  # one skipped
         (s.id + 1, 2, 2, ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
         (s.id, 2, 3, ErrorCode.FETCH_SESSION_ID_NOT_FOUND),  # another follower's session
@@ -51,6 +53,27 @@ def test_lookup_checks_id_follower_and_epoch() -> None:
             sessions.lookup(session_id, epoch, replica)
         assert err.value.code == code
     assert sessions.lookup(s.id, 2, 2) is s
+    assert sessions.lookup(s.id, 1, 2) is s  # the last epoch again: a replay (begin)
+
+
+def test_a_replayed_request_answers_again_what_the_lost_answer_held() -> None:
+    sessions, _ = store()
+    s = sessions.open(2, now_ms=0)
+    for key in (A, B):
+        sessions.put(s, key, 5, 0, 1, 1024)
+        s.partitions[key].answered(9, 0)
+        s.partitions[key].quiet = True
+    s.dirty.clear()
+    assert s.begin(1, now_ms=10) == 1
+    s.answering.add(A)  # the answer to epoch 1 held A; it was abandoned by the follower
+    assert s.begin(1, now_ms=20) == 2  # replayed
+    assert s.dirty == {A} and not s.partitions[A].quiet and s.partitions[B].quiet
+    assert s.partitions[A].sent_high_watermark == -2 and s.partitions[B].sent_high_watermark == 9
+    assert s.last_fetch_ms == 20 and not s.answering
+    s.dirty.clear()
+    s.answering.add(B)
+    s.begin(2, now_ms=30)  # the next epoch: the answer to 1 arrived
+    assert not s.dirty and s.partitions[B].sent_high_watermark == 9
 
 
 def test_new_session_replaces_the_followers_old_one_and_idle_ones_are_evicted() -> None:
