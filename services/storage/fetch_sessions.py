@@ -8,7 +8,9 @@ whose fetch offset, log start or leader epoch changed, and ``forgotten`` the rem
 unknown id answers FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH; the
 follower then opens a new session with a full fetch. A session unused for SESSION_EVICT_MS goes
 (Kafka's fetch session cache eviction), as does a follower's previous session when it opens a
-new one (it keeps one per leader).
+new one (it keeps one per leader). A request repeating the session's last epoch is a replay: the
+follower abandoned that request (its partition set grew) without knowing whether the leader saw
+it, so the leader answers again what that answer held (``FetchSession.begin``).
 
 Unlike Kafka, which visits every session partition at each fetch, the leader here visits only a
 session's *dirty* partitions: those the follower listed, those marked since (the replica

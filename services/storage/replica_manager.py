@@ -65,6 +65,10 @@ class FollowerControl(Protocol):
 
     def max_lag(self) -> int: ...
 
+    def log_start_moved(self, keys: Iterable[TopicPartition]) -> None:
+        """Followed replicas whose log start moved here: their leaders learn it (sessions)."""
+        ...
+
     def leader_log_end_offset(self, key: TopicPartition) -> int:
         """The leader's log end offset as its last fetch answer said (-1: not known)."""
         ...
@@ -802,6 +806,8 @@ class ReplicaManager:
         self.changes.mark_many(shrunk)
         for key in shrunk:  # the log start moved: followers learn it
             self.fetch_sessions.mark(key)
+        if self.fetchers is not None:  # and leaders, of the replicas following them
+            self.fetchers.log_start_moved(shrunk)
 
     async def run_flush(self, max_unflushed_ms: int = LONG_MAX) -> None:
         """The background flush (``Log.maybe_flush``): rolled segments, flush.ms /

@@ -192,6 +192,11 @@ class ReplicaFetcher:
             self._changed.set()
         return found
 
+    def touch(self, key: TopicPartition) -> None:
+        """``key``'s log start moved here: its next fetch tells the leader (no hurry)."""
+        if key in self.states:
+            self._dirty.add(key)
+
     def wake(self) -> None:
         """Retry everything now (e.g. the leader's address changed)."""
         for s in self.states.values():

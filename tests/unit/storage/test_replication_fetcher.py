@@ -667,6 +667,11 @@ async def test_follower_session_goes_incremental_adds_forgets_and_reopens(cluste
     assert (await produce(cluster.rms[1], batch(b"d"))).error_code == 0
     assert time.monotonic() - started < 1.0
     await until(lambda: cluster.partition(2).log.log_end_offset == 3)
+    # the follower's own log start moved (its retention): its next fetch tells the leader
+    await until(lambda: quiet(cluster, 1, 2, p0) and cluster.partition(2).high_watermark == 3)
+    assert cluster.partition(2).log.maybe_increment_log_start_offset(2)
+    cluster.managers[2].log_start_moved([p0])
+    await until(lambda: cluster.partition(1).remote[2].log_start_offset == 2)
 
 
 async def test_quiet_follower_stays_caught_up_and_a_silent_one_leaves_the_isr(
