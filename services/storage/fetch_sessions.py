@@ -219,13 +219,16 @@ class FetchSessions:
         current_leader_epoch: int,
         max_bytes: int,
     ) -> None:
-        """A partition listed by a fetch: added, or its follower's position updated."""
+        """A partition listed by a fetch: added, or its follower's position updated; either
+        way the answer to this fetch carries it."""
         sp = s.partitions.get(key)
         if sp is None:
             sp = s.partitions[key] = SessionPartition(key)
             self._of_key.setdefault(key, []).append(s)
-        elif sp.current_leader_epoch != current_leader_epoch:
-            sp.answered(-2, -2)  # a new leadership: answer it whatever moved
+        else:
+            # listed: answered whatever moved (the follower's state for it may be new: a
+            # re-follow, a new leadership; its position moved, so the HW usually did too)
+            sp.answered(-2, -2)
         sp.fetch_offset = fetch_offset
         sp.log_start_offset = log_start_offset
         sp.current_leader_epoch = current_leader_epoch

@@ -119,3 +119,18 @@ async def test_marks_wake_the_sessions_holding_the_partition_and_catch_up_quiet_
     sessions.mark(C)  # held by no session any more
     assert C not in s3.dirty
     assert await s2.wait(0.01) is False  # nothing marked: the timeout
+
+
+def test_a_listed_partition_is_answered_whatever_moved() -> None:
+    """Listing is the follower's say that its state for the partition moved (or is new: a
+    re-follow in the same leader epoch); the leader's next answer carries it."""
+    sessions, _ = store()
+    s = sessions.open(2, now_ms=0)
+    sessions.put(s, A, 5, 0, 1, 1024)
+    sp = s.partitions[A]
+    sp.answered(9, 0)
+    sp.quiet = True
+    s.dirty.clear()
+    sessions.put(s, A, 5, 0, 1, 1024)  # the same position and epoch, listed again
+    assert (sp.sent_high_watermark, sp.sent_log_start_offset) == (-2, -2)
+    assert not sp.quiet and s.dirty == {A}
