@@ -574,10 +574,14 @@ class ReplicaFetcher:
             if sent is None:
                 continue
             self._dirty.add(key)  # the next fetch tells the leader what changed
-            s = sent.state
+            s, offset = sent.state, sent.offset
+            if r.error_code:
+                # the leader visits it again only when told: the next fetch lists it again (or
+                # forgets it while it backs off), even if nothing changed here
+                sent.offset = -1
             if not self._current(key, s):
                 continue
-            if s.partition.log.log_end_offset != sent.offset:
+            if s.partition.log.log_end_offset != offset:
                 continue  # truncated meanwhile (a new order): the data no longer fits
             try:
                 self._apply(s, r)
