@@ -373,6 +373,8 @@ class ReplicaFetcher:
         asks: list[pb.OffsetForLeaderEpochPartition] = []
         sent: dict[TopicPartition, FetchState] = {}
         for s in states:
+            if not self._current(s.key, s):
+                continue  # followed again meanwhile (the endpoint lookup awaited)
             p = s.partition
             latest = p.log.leader_epoch_cache.latest_epoch
             if latest is None:
@@ -445,7 +447,8 @@ class ReplicaFetcher:
         s.phase = Phase.FETCHING
         s.failures = 0
         s.not_before = 0.0
-        self._truncating.discard(s.key)
+        if self.states.get(s.key) is s:  # not a state replaced since (it truncates anew)
+            self._truncating.discard(s.key)
         self._dirty.add(s.key)
         p = s.partition
         self._log.info(

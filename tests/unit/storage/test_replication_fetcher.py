@@ -117,6 +117,7 @@ class Cluster:
         self.clock = Clock()
         self.store = MemoryStateStore()
         self.reachable: set[int] = set(ids)
+        self.lookups_held: asyncio.Event | None = None  # leader lookups wait until it is set
         self.rms: dict[int, ReplicaManager] = {}
         self.managers: dict[int, ReplicaFetcherManager] = {}
         self.isr: dict[int, IsrManager] = {}
@@ -140,6 +141,8 @@ class Cluster:
 
     # EndpointProvider
     async def endpoint(self, broker_id: int) -> LeaderEndpoint | None:
+        if self.lookups_held is not None:  # a real lookup may wait (ZooKeeper)
+            await self.lookups_held.wait()
         if broker_id not in self.reachable:
             return None
         return InProcessLeader(self.rms[broker_id], self.sent)
@@ -721,3 +724,23 @@ async def test_quiet_follower_stays_caught_up_and_a_silent_one_leaves_the_isr(
     assert cluster.isr[1].maybe_shrink_all() == 1
     assert (await asyncio.wait_for(pending, 2.0)).error_code == 0
     assert leader.isr == (1, 2) and leader.high_watermark == 3
+
+
+async def test_followed_again_while_its_truncation_waits_for_the_leaders_address(
+    cluster: Cluster,
+) -> None:
+    # a new replica (empty log) gets two orders in a row (e.g. a reassignment finished by a new
+    # controller): the first one's truncation must not end the second one's
+    await cluster.elect(1, [1], [1, 2], to=[1])
+    for i in range(3):
+        assert (await produce(cluster.rms[1], batch(b"x%d" % i))).error_code == 0
+    cluster.lookups_held = asyncio.Event()
+    await cluster.resend([1, 2], to=[2])
+    fetcher = cluster.managers[2].fetchers[1]
+    first = fetcher.states[(T, 0)]
+    await asyncio.sleep(0.05)  # its fetcher waits for the leader's address, to truncate
+    await cluster.elect(1, [1], [1, 2])
+    assert fetcher.states[(T, 0)] is not first
+    cluster.lookups_held.set()
+    await until(lambda: cluster.partition(2).log.log_end_offset == 3)
+    await until(lambda: cluster.partition(1).isr == (1, 2))
