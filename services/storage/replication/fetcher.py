@@ -373,8 +373,6 @@ class ReplicaFetcher:
         asks: list[pb.OffsetForLeaderEpochPartition] = []
         sent: dict[TopicPartition, FetchState] = {}
         for s in states:
-            if not self._current(s.key, s):
-                continue  # followed again meanwhile (the endpoint lookup awaited)
             p = s.partition
             latest = p.log.leader_epoch_cache.latest_epoch
             if latest is None:
