@@ -242,9 +242,13 @@ class ShardLog:
             for q in group:
                 await self._write_group([q])
             return
-        except BaseException as exc:
+        except Exception as exc:  # noqa: BLE001 - each caller gets it, as it would alone
             for q in group:
-                _fail(q, KafkaError(ErrorCode.NOT_COORDINATOR, f"append interrupted: {exc!r}"))
+                _fail(q, exc)
+            return
+        except asyncio.CancelledError:
+            for q in group:
+                _fail(q, KafkaError(ErrorCode.NOT_COORDINATOR, "append interrupted: shut down"))
             raise
         for q in group:
             if not q.done.done():
