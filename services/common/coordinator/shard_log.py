@@ -8,12 +8,20 @@ loaded only after it, so nothing a former owner wrote can be missed. Appends are
 (one batch in flight, sequences in order); a batch whose outcome is unknown (timeout, lost
 connection) is sent again, with the same sequence, before any new one, so storage's
 duplicate detection settles it.
+
+Group commit: ``append``s that arrive while a batch is in flight wait in a queue, and the
+next batch carries all of them (in arrival order, up to ``max.message.bytes``), as Kafka's
+coordinator runtime writes the records of many requests in one batch. Each caller is
+answered once that batch is acknowledged (acks=all) or failed: it is one batch, so it is
+written whole or not at all, and no caller waits for more than its own deadline. A combined
+batch storage refuses as too large is sent again one caller at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -52,7 +60,23 @@ _FENCED = frozenset(
         ErrorCode.UNKNOWN_PRODUCER_ID,
     }
 )
+# Storage refused the batch itself: nothing of it was appended (its sequence is not used).
+_BATCH_REFUSED = frozenset(
+    {
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.INVALID_RECORD,
+    }
+)
+_TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
 _NEW_LEADER_WAIT_S = 0.5
+# Kafka's default message.max.bytes, used when the topic has no max.message.bytes override.
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+# Bytes a record may take in a batch besides its key and value (length, attributes,
+# timestamp and offset deltas, key and value lengths, header count: varints at their widest).
+_RECORD_OVERHEAD = 40
+_BATCH_OVERHEAD = 61
 
 
 class Replay(Protocol):
@@ -60,6 +84,20 @@ class Replay(Protocol):
         """Apply every whole batch of ``records``; the offset after the last one applied (-1
         when none was whole)."""
         ...
+
+
+@dataclass(slots=True)
+class _Queued:
+    """One ``append`` waiting for the batch that will carry it."""
+
+    records: Sequence[tuple[bytes, bytes | None]]
+    deadline: float  # loop time
+    size: int  # upper bound of its bytes in a batch
+    done: asyncio.Future[None]
+
+
+def _size_bound(records: Sequence[tuple[bytes, bytes | None]]) -> int:
+    return sum(len(k) + len(v or b"") + _RECORD_OVERHEAD for k, v in records)
 
 
 @dataclass(slots=True)
@@ -112,6 +150,8 @@ class ShardLog:
         self._in_doubt_count = 0
         self.fenced = False
         self._foreign: dict[int, _ForeignProducer] = {}  # TxnOffsetCommit producers
+        self._queue: deque[_Queued] = deque()  # appends waiting for the next batch
+        self._writer: asyncio.Task[None] | None = None
 
     # ---- loading ------------------------------------------------------------------------
     async def load(self, replay: Replay) -> None:
@@ -126,30 +166,127 @@ class ShardLog:
         await self._replay_range(replay, end, fence_offset + 1)
 
     async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        await self._append(records, self._commit_timeout_s)
-
-    async def _append(self, records: Sequence[tuple[bytes, bytes | None]], timeout_s: float) -> int:
+        """Persist ``records`` (acks=all) within ``offsets.commit.timeout.ms``, in one batch
+        with the other appends queued meanwhile (group commit, module docstring)."""
         if self.fenced:
             raise ShardFencedError(f"{self.topic}-{self.partition}: this owner was fenced")
         loop = asyncio.get_running_loop()
+        queued = _Queued(
+            records,
+            loop.time() + self._commit_timeout_s,
+            _size_bound(records),
+            loop.create_future(),
+        )
+        self._queue.append(queued)
+        if self._writer is None:
+            self._writer = loop.create_task(
+                self._write_queue(), name=f"append-{self.topic}-{self.partition}"
+            )
+        await queued.done
+
+    async def _write_queue(self) -> None:
+        """Write the queue, a batch at a time, until it is empty."""
+        try:
+            while self._queue:
+                async with self._lock:
+                    group = self._take_group()
+                    if group:
+                        await self._write_group(group)
+        finally:
+            self._writer = None
+            while self._queue:  # only when this task was cancelled (shutdown)
+                _fail(self._queue.popleft(), KafkaError(ErrorCode.NOT_COORDINATOR, "shut down"))
+
+    def _take_group(self) -> list[_Queued]:
+        """The queued appends of the next batch: in arrival order, as many as fit in the
+        topic's ``max.message.bytes`` (at least one). Callers that went away are dropped, and
+        those whose deadline passed while queued are answered REQUEST_TIMED_OUT unwritten."""
+        limit = self._max_batch_bytes() - _BATCH_OVERHEAD
+        now = asyncio.get_running_loop().time()
+        group: list[_Queued] = []
+        size = 0
+        while self._queue:
+            head = self._queue[0]
+            if head.done.done():  # its caller was cancelled before it was written
+                self._queue.popleft()
+                continue
+            if head.deadline <= now:
+                _fail(self._queue.popleft(), _timed_out(self.topic))
+                continue
+            if group and size + head.size > limit:
+                break
+            group.append(self._queue.popleft())
+            size += head.size
+        return group
+
+    def _max_batch_bytes(self) -> int:
+        topic = self._cache.topic(self.topic)
+        value = topic.config.get("max.message.bytes") if topic is not None else None
+        try:
+            return int(value) if value is not None else DEFAULT_MAX_MESSAGE_BYTES
+        except ValueError:
+            return DEFAULT_MAX_MESSAGE_BYTES
+
+    async def _write_group(self, group: list[_Queued]) -> None:
+        """One batch for ``group`` (lock held); every member answered with its outcome. A
+        combined batch refused as too large (a smaller ``message.max.bytes`` of the storage
+        nodes) is written again one member at a time."""
+        records = [r for q in group for r in q.records] if len(group) > 1 else group[0].records
+        try:
+            await self._write(records, min(q.deadline for q in group))
+        except KafkaError as exc:
+            if exc.code not in _TOO_LARGE or len(group) == 1:
+                for q in group:
+                    _fail(q, exc)
+                return
+            for q in group:
+                await self._write_group([q])
+            return
+        except Exception as exc:  # noqa: BLE001 - each caller gets it, as it would alone
+            for q in group:
+                _fail(q, exc)
+            return
+        except asyncio.CancelledError:
+            for q in group:
+                _fail(q, KafkaError(ErrorCode.NOT_COORDINATOR, "append interrupted: shut down"))
+            raise
+        for q in group:
+            if not q.done.done():
+                q.done.set_result(None)
+
+    async def _append(self, records: Sequence[tuple[bytes, bytes | None]], timeout_s: float) -> int:
+        """Append ``records`` alone (the fence); their base offset."""
+        loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         async with self._lock:
-            if self._in_doubt is not None:
-                await self._send(self._in_doubt, deadline)
-                self._next_sequence += self._in_doubt_count
-                self._in_doubt = None
-            batch = build_records_batch(
-                records,
-                producer_id=self.owner.producer_id,
-                producer_epoch=self.owner.epoch,
-                base_sequence=self._next_sequence,
-                timestamp_ms=int(time.time() * 1000),
-            )
-            self._in_doubt, self._in_doubt_count = batch, len(records)
-            offset = await self._send(batch, deadline)
+            return await self._write(records, deadline)
+
+    async def _write(self, records: Sequence[tuple[bytes, bytes | None]], deadline: float) -> int:
+        """One batch of ``records`` after any batch still in doubt (lock held); its base
+        offset."""
+        if self.fenced:
+            raise ShardFencedError(f"{self.topic}-{self.partition}: this owner was fenced")
+        if self._in_doubt is not None:
+            await self._send(self._in_doubt, deadline)
+            self._next_sequence += self._in_doubt_count
             self._in_doubt = None
-            self._next_sequence += len(records)
-            return offset
+        batch = build_records_batch(
+            records,
+            producer_id=self.owner.producer_id,
+            producer_epoch=self.owner.epoch,
+            base_sequence=self._next_sequence,
+            timestamp_ms=int(time.time() * 1000),
+        )
+        self._in_doubt, self._in_doubt_count = batch, len(records)
+        try:
+            offset = await self._send(batch, deadline)
+        except KafkaError as exc:
+            if exc.code in _BATCH_REFUSED:
+                self._in_doubt = None  # not appended: its sequence is free again
+            raise
+        self._in_doubt = None
+        self._next_sequence += len(records)
+        return offset
 
     async def append_transactional(
         self, records: Sequence[tuple[bytes, bytes | None]], producer_id: int, epoch: int
@@ -194,9 +331,7 @@ class ShardLog:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise KafkaError(
-                    ErrorCode.REQUEST_TIMED_OUT, f"{self.topic} partition write timed out"
-                )
+                raise _timed_out(self.topic)
             info = self._cache.partition(self.topic, self.partition)
             stub = self._storage.stub(info.leader) if info is not None else None
             if stub is None:
@@ -327,6 +462,15 @@ class ShardLog:
             )
         await self._wait_new_leader(old_leader, remaining)
         await asyncio.sleep(min(0.05, max(remaining, 0)))
+
+
+def _timed_out(topic: str) -> KafkaError:
+    return KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{topic} partition write timed out")
+
+
+def _fail(queued: _Queued, exc: BaseException) -> None:
+    if not queued.done.done():
+        queued.done.set_exception(exc)
 
 
 def _code(value: int) -> ErrorCode:
