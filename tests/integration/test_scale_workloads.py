@@ -81,7 +81,9 @@ def test_many_clients_and_replication_rows(cluster: Any, peer: TansuPeer) -> Non
     print(row)
     # every consumer process read everything the producers wrote, on both brokers
     assert row["records_consumed"] == row["tansu_records_consumed"] == 2 * 2 * 2000
-    assert row["produce_x_peer"] > 0 and row["tansu_consume_cpu_s_per_gb"] > 0
+    # the peer's CPU is read (0 is possible: /proc counts 10 ms ticks, and the peer may read
+    # these 800 KB within one)
+    assert row["produce_x_peer"] > 0 and row["tansu_consume_cpu_s_per_gb"] >= 0
     # the storage nodes' Exchange counters were read: at least one call per stream message
     assert row["produce_exchange_calls_per_msg"] >= 1
     assert row["consume_exchange_calls_per_msg"] >= 1
