@@ -323,12 +323,16 @@ async def test_the_checkpoints_equal_a_full_rebuild(tmp_path: Path) -> None:
 
     now = int(time.time() * 1000)  # records within retention.ms: only DeleteRecords moves starts
 
-    async def all_checkpoints() -> None:
-        await rm.run_flush(0)
-        await rm.run_retention()
+    async def checkpoints() -> None:
         await rm.checkpoint_recovery_points()
         await rm.checkpoint_high_watermarks()
         await rm.checkpoint_log_start_offsets()
+
+    async def all_checkpoints() -> None:
+        await checkpoints()  # the marks taken before the flush pass moves the recovery points
+        await rm.run_flush(0)
+        await rm.run_retention()
+        await checkpoints()
         checkpoints_match_a_full_rebuild(rm)
 
     await order(rm, *(state(p) for p in range(6)))
@@ -386,8 +390,37 @@ async def test_the_cleaner_cleans_a_log_made_dirty(
     assert visits.count["compute_cleanable_range"] >= 1
     assert cleaner.checkpoints[("c", 3)] == 4
     assert lg.size_bytes() < size  # offsets 0-2 of the key removed
+    # two logs made dirty at once: one pick takes one, the other is looked at again next pick
+    await produce(rm, 1, 6, topic="c", key=one_key)
+    await produce(rm, 2, 6, topic="c", key=one_key)
+    assert await cleaner.run_pass() == 2
+    assert cleaner.checkpoints[("c", 1)] == cleaner.checkpoints[("c", 2)] == 4
     # a compacted topic turned to delete: forgotten by the cleaner at its next pick
     await order(rm, state(3, topic="c", **{"cleanup.policy": "delete"}))
     await cleaner.run_pass()
     assert ("c", 3) not in cleaner.checkpoints
+    await rm.close()
+
+
+async def test_the_cleaner_looks_again_at_a_log_whose_compaction_lag_passes(
+    tmp_path: Path,
+) -> None:
+    clock = Clock(T0)
+    rm = ReplicaManager(
+        1,
+        tmp_path,
+        {"log.segment.bytes": 300},
+        metrics=StorageMetrics(CollectorRegistry()),
+        clock=clock,
+    )
+    lagged = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+    await order(
+        rm, state(0, topic="c", **lagged), state(1, topic="c", **{"cleanup.policy": "compact"})
+    )
+    cleaner = cleaner_of(rm, tmp_path)
+    await produce(rm, 0, 6, topic="c", key=one_key, timestamp=T0, step=0)
+    assert await cleaner.run_pass() == 0  # records younger than min.compaction.lag.ms
+    clock.now = T0 + 60_001
+    assert await cleaner.run_pass() == 1  # nothing marked it: time alone made it cleanable
+    assert cleaner.checkpoints[("c", 0)] == 4
     await rm.close()
