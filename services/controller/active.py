@@ -460,6 +460,7 @@ class ActiveController:
             )
             log.info("assigned topic id", topic=topic.name, topic_id=topic.topic_id)
         self.ctx.topics[topic.name] = topic
+        self.ctx.topic_changed(topic.name)
         self.watch_topic(topic.name)
 
     def eligible_topics(self) -> list[TopicState]:
@@ -782,6 +783,7 @@ class ActiveController:
             log.warning("topic removed from ZooKeeper by someone else", topic=name)
             self.ctx.topics.pop(name, None)
             self.ctx.topics_to_delete.discard(name)
+            self.ctx.topic_changed(name)
         added: list[TopicState] = []
         for name in sorted(names - set(self.ctx.topics)):
             got = await zkstore.read_topic(self.zk, name)
@@ -809,6 +811,7 @@ class ActiveController:
             return
         log.info("new partitions found in ZooKeeper", topic=name, partitions=sorted(added))
         topic.assignment.update(added)
+        self.ctx.topic_changed(name)
         await self.reload_states([(topic, p) for p in added])
         await self._bring_online([topic], {name: sorted(added)})
         if name in layout.SHARDED_TOPICS:

@@ -211,10 +211,12 @@ class AdminOps:
             if li is not None:
                 transitions.append(Transition(name, p, li.leader, li.isr, True))
         self.ctx.topics[name] = topic
+        self.ctx.topic_changed(name)
         try:
             await self.c.write_transitions(transitions, extra_ops=ops)
         except ZkOpError as exc:
             del self.ctx.topics[name]
+            self.ctx.topic_changed(name)
             if exc.op.path == layout.topic_path(name):
                 raise KafkaError(
                     ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
@@ -222,6 +224,7 @@ class AdminOps:
             raise
         except BaseException:
             del self.ctx.topics[name]
+            self.ctx.topic_changed(name)
             raise
         self.c.watch_topic(name)
         log.info(
@@ -428,10 +431,12 @@ class AdminOps:
                 transitions.append(Transition(name, p, li.leader, li.isr, True))
         previous = topic.assignment
         topic.assignment = combined
+        self.ctx.topic_changed(name)
         try:
             await self.c.write_transitions(transitions, extra_ops=ops)
         except BaseException:
             topic.assignment = previous
+            self.ctx.topic_changed(name)
             raise
         log.info("created partitions", topic=name, partitions=old, count=new, assignment=added)
         acks = self.c.send_states([(name, p) for p in sorted(added)], is_new=True)

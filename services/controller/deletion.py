@@ -68,6 +68,8 @@ class TopicDeleter:
         if fresh:
             log.info("topics queued for deletion", topics=fresh)
         ctx.topics_to_delete.update(known)
+        for n in fresh:
+            ctx.topic_changed(n)
         if layout.SHARDED_TOPICS.intersection(fresh):
             await self.c.place_shards()  # its coordinators resign before the replicas go
         self.resume()
@@ -146,7 +148,7 @@ class TopicDeleter:
             if await zk.exists(path) is not None:
                 ops.append(Delete(path))
         await self.c.guard.commit(ops)
-        ctx.topics.pop(name, None)
+        ctx.topics.pop(name, None)  # its counts left when it was queued (topic_changed above)
         ctx.topics_to_delete.discard(name)
         log.info("deleted topic", topic=name)
         self._resolve(name, True)

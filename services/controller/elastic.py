@@ -56,6 +56,7 @@ from services.controller.provisioners.base import (
     top_ordinals,
 )
 from services.controller.rebalance_throttle import RebalanceThrottle
+from services.controller.replica_counts import ReplicaCounts
 from services.controller.zkstore import ControllerMovedError, Create, SetData
 
 log = get_logger("controller.elastic")
@@ -93,10 +94,12 @@ class Snapshot:
     live: dict[int, str | None]  # live storage node -> zone
     in_flight: dict[TopicPartition, tuple[int, ...]]  # partition -> target replicas
     max_rf: int
+    replicas: dict[int, int]  # node -> partitions with a replica there (``current``'s)
+    complete: bool = True  # False: ``current`` and ``leaders`` left empty (nothing to plan)
     sizes: dict[TopicPartition, int] | None = None  # asked of the nodes when first planned
 
     def replicas_on(self, node: int) -> int:
-        return sum(1 for r in self.current.values() if node in r)
+        return self.replicas.get(node, 0)
 
 
 class ElasticStorage:
@@ -124,6 +127,7 @@ class ElasticStorage:
         self.decision: Decision | None = None
         self.snapshot: Snapshot | None = None
         self._ongoing: Mapping[TopicPartition, Any] = {}  # reassignments at the last look
+        self.counts = ReplicaCounts(controller.ctx)  # replicas per node, kept from the changes
         self.evaluation: tuple[str, str, int] = ("", "", 0)  # the latest: action, reason, ms
         self.throttle = RebalanceThrottle(self.s.kafkapy_rebalance_throttle_bytes_per_sec)
         self._wake = asyncio.Event()
@@ -195,11 +199,10 @@ class ElasticStorage:
     async def look(self) -> None:
         ongoing = self._ongoing = await self.reassigner.list_ongoing()
         await self._read_usage()
-        # every partition is visited only when something may be planned: an idle cluster's
-        # look costs the same at 100 and at 10,000 partitions (issue 19)
-        planning = bool(
-            self.state.draining or self.state.rebalance_pending or self.s.kafkapy_autoscaler_enable
-        )
+        # every partition is visited only when moves may be planned: an idle cluster's look
+        # costs the same at 100 and at 10,000 partitions, autoscaler on or off (issue 19; the
+        # autoscaler's replicas per node are kept by services.controller.replica_counts)
+        planning = bool(self.state.draining or self.state.rebalance_pending)
         snap = self._snapshot(ongoing, partitions=planning)
         self.snapshot = snap
         for tp in [tp for tp in self.submitted if tp not in snap.in_flight]:
@@ -225,23 +228,33 @@ class ElasticStorage:
     def _snapshot(
         self, ongoing: Mapping[TopicPartition, Any], *, partitions: bool = True
     ) -> Snapshot:
-        """The cluster now; without ``partitions`` only the live nodes and the moves in flight
-        (``current``, ``hosting`` and ``leaders`` left empty: nothing is planned from it)."""
+        """The cluster now, read from every partition; without ``partitions`` the counts per
+        node come from :attr:`counts` and ``current`` and ``leaders`` are left empty (nothing is
+        planned from it)."""
         in_flight = {tp: tuple(a.target) for tp, a in ongoing.items()}
+        live = {b: lb.registration.rack for b, lb in self.c.ctx.brokers.items()}
+        counts = self.counts.refresh()
+        if not partitions:
+            hosting = set(counts.hosting)
+            return Snapshot(
+                {}, hosting, {}, live, in_flight, counts.max_rf, dict(counts.replicas), False
+            )
         current: dict[TopicPartition, list[int]] = {}
-        hosting: set[int] = set()
+        hosting = set()
         leaders: dict[int, int] = {}
-        for topic in self.c.eligible_topics() if partitions else ():
+        replicas_on: dict[int, int] = {}
+        for topic in self.c.eligible_topics():
             for p, replicas in topic.assignment.items():
                 tp = (topic.name, p)
                 hosting.update(replicas)
                 current[tp] = list(in_flight.get(tp, replicas))
+                for b in current[tp]:
+                    replicas_on[b] = replicas_on.get(b, 0) + 1
                 st = topic.states.get(p)
                 if st is not None and st.leader >= 0:
                     leaders[st.leader] = leaders.get(st.leader, 0) + 1
-        live = {b: lb.registration.rack for b, lb in self.c.ctx.brokers.items()}
         max_rf = max((len(r) for r in current.values()), default=0)
-        return Snapshot(current, hosting, leaders, live, in_flight, max_rf)
+        return Snapshot(current, hosting, leaders, live, in_flight, max_rf, replicas_on)
 
     async def _replica_sizes(self, snap: Snapshot) -> dict[TopicPartition, int]:
         """The bytes of each partition's largest copy, asked now of every live storage node
@@ -454,6 +467,8 @@ class ElasticStorage:
             now_ms=self.now_ms(),
         )
         if d.action == SCALE_DOWN:
+            if not snap.complete:  # a plan needs every partition: read them now
+                snap = self.snapshot = self._snapshot(self._ongoing)
             try:
                 self.plan = await self._plan(snap, d.remove)
             except PlanError as exc:

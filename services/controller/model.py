@@ -83,6 +83,12 @@ class ControllerContext:
     offline_replicas: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
     # brokers in a controlled shutdown, until they deregister: never elected leader again
     shutting_down: set[int] = field(default_factory=set)
+    # topics whose assignment changed (or that came, went, or were queued for deletion) since
+    # services.controller.replica_counts last looked
+    changed_topics: set[str] = field(default_factory=set)
+
+    def topic_changed(self, name: str) -> None:
+        self.changed_topics.add(name)
 
     def preferred_imbalance_count(self) -> int:
         """Partitions led by another replica than their preferred (first) one."""

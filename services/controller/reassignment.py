@@ -392,6 +392,7 @@ class Reassigner:
         data = layout.topic_assignment_json(assignment, topic.topic_id, adding, removing)
         await self.c.guard.commit([SetData(layout.topic_path(topic.name), data)])
         topic.assignment, topic.adding, topic.removing = assignment, adding, removing
+        self.c.ctx.topic_changed(topic.name)
 
     async def _remove_from_legacy(self, done: set[TopicPartition]) -> None:
         """Drop partitions from ``/admin/reassign_partitions``; delete it once empty."""

@@ -28,6 +28,7 @@ from services.common.runtime import add_port, freeze_startup_heap, new_grpc_serv
 from services.common.zk import layout
 from services.common.zk.broker_config_sync import ZkBrokerConfigSync
 from services.common.zk.client import ZK_UNAVAILABLE, AsyncZk, ZkConnectError
+from services.storage.changes import CLEANER
 from services.storage.controlled_shutdown import ControlledShutdown, ShutdownSettings
 from services.storage.dynamic_config import StorageBrokerConfig
 from services.storage.log import checkpoint as ckpt
@@ -301,11 +302,12 @@ class StorageNode:
             return None
         cleaner = LogCleaner(
             rm.log_dirs.online[0],  # one cleaner-offset-checkpoint for all dirs (Kafka: per dir)
-            lambda: {key: h.log for key, h in rm.hosted.items()},
+            rm.logs,
             self.dynamic.cleaner_settings(),
             rm.metrics,
             rm.clock,
             rm.mark_changed,
+            lambda: rm.changes.take(CLEANER),
         )
         cleaner.load_checkpoint()
         return cleaner

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,13 +31,22 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.topic_config import LONG_MAX, effective_config
 from services.storage import order_io
 from services.storage.backend import EngineBackend, LogBackend, ManagedLog
-from services.storage.changes import FLUSH, HIGH_WATERMARKS, USAGE, LogChanges
+from services.storage.changes import (
+    FLUSH,
+    HIGH_WATERMARKS,
+    LOG_STARTS,
+    RECOVERY_POINTS,
+    RETENTION,
+    USAGE,
+    LogChanges,
+)
 from services.storage.delayed import DelayedOperations
 from services.storage.fetch_sessions import FetchSession, FetchSessions, SessionPartition
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.files import parse_partition_dir, partition_dir_name
 from services.storage.log_dirs import LogDirs
 from services.storage.metrics import PartitionGauges, ReplicaGauges, StorageMetrics
+from services.storage.offset_checkpoints import OffsetCheckpoint
 from services.storage.partition import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,
@@ -48,6 +57,7 @@ from services.storage.partition import (
     TopicPartition,
 )
 from services.storage.replication.quota import ReplicationQuotas
+from services.storage.retention_schedule import RetentionSchedule
 
 log = get_logger("storage.replica_manager")
 
@@ -107,8 +117,18 @@ class ReplicaManager:
         self.broker_id = broker_id
         dirs = [Path(log_dir)] if isinstance(log_dir, str | Path) else [Path(d) for d in log_dir]
         self.log_dirs = LogDirs(dirs)
-        # the offsets last written to each checkpoint file (unchanged ones are not rewritten)
-        self._checkpointed: dict[Path, dict[TopicPartition, int]] = {}
+        # the offset checkpoint files, kept up to date from the marks (``self.changes``)
+        self.checkpoints: dict[str, OffsetCheckpoint] = {
+            RECOVERY_POINTS: OffsetCheckpoint(
+                ckpt.RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point
+            ),
+            HIGH_WATERMARKS: OffsetCheckpoint(
+                ckpt.REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark
+            ),
+            LOG_STARTS: OffsetCheckpoint(
+                ckpt.LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset, lambda v: v > 0
+            ),
+        }
         self.log_dir = dirs[0]
         # called (on the event loop) when a log dir fails: the node tells the controller
         self.on_log_dir_failure: Callable[[Path, str], None] | None = None
@@ -141,6 +161,7 @@ class ReplicaManager:
         # what the periodic jobs visit (services.storage.changes): the logs marked since
         self.changes = LogChanges()
         self._unflushed: set[TopicPartition] = set()  # appended to and not flushed since
+        self.retention_schedule = RetentionSchedule()  # when idle logs are due by time
         self._sizes: dict[TopicPartition, int] = {}  # the usage report's bytes per log
         self._size_total = 0
         # partitions led here with other replicas: the only ones an ISR shrink check visits
@@ -200,9 +221,9 @@ class ReplicaManager:
 
     # ---- notifications --------------------------------------------------------------------
     def mark_changed(self, key: TopicPartition) -> None:
-        """The log's end, size, high watermark or log start may have moved: the periodic jobs
-        (flush, usage report, high-watermark checkpoint) visit it at their next run, and the
-        followers' fetch sessions holding it at their next fetch."""
+        """The log's end, size, high watermark, log start or config may have moved: the periodic
+        jobs (flush, usage report, checkpoints, retention, cleaner) visit it at their next run,
+        and the followers' fetch sessions holding it at their next fetch."""
         self.changes.mark(key)
         self.fetch_sessions.mark(key)
 
@@ -691,6 +712,7 @@ class ReplicaManager:
         if config != p.config:
             hosted.log.update_config(self.backend.make_config(config))
             p.config = config
+            self.changes.mark(p.key)  # retention and the cleaner look at it again
             log.info("topic config updated", topic=p.topic, partition=p.partition)
 
     def set_broker_defaults(self, defaults: Mapping[str, Any]) -> None:
@@ -768,23 +790,33 @@ class ReplicaManager:
         what: str,
         keys: Iterable[TopicPartition] | None = None,
     ) -> list[TopicPartition]:
+        """Run ``job`` over every hosted log (or those of ``keys``) in one worker thread; returns
+        the keys for which it returned a true value."""
+        results = await self._map_logs(job, what, keys)
+        return [key for key, r in results.items() if r]
+
+    async def _map_logs(
+        self,
+        job: Callable[[ManagedLog], Any],
+        what: str,
+        keys: Iterable[TopicPartition] | None = None,
+    ) -> dict[TopicPartition, Any]:
         """Run ``job`` over every hosted log (or those of ``keys``) in one worker thread (a log
-        deleted meanwhile is closed: the engine refuses the job and it is skipped); returns the
-        keys for which it returned a true value."""
+        deleted meanwhile is closed: the engine refuses the job and it is skipped); returns what
+        it returned, by partition, for the logs where it did not fail."""
         if keys is None:
             logs = [(key, h.log) for key, h in self.hosted.items()]
         else:
             logs = [(key, h.log) for key in keys if (h := self.hosted.get(key)) is not None]
         if not logs:
-            return []
+            return {}
         io_errors: list[tuple[TopicPartition, OSError]] = []
-        true: list[TopicPartition] = []
+        results: dict[TopicPartition, Any] = {}
 
         def run_all() -> None:
             for (topic, partition), lg in logs:
                 try:
-                    if job(lg):
-                        true.append((topic, partition))
+                    results[(topic, partition)] = job(lg)
                 except OSError as exc:
                     io_errors.append(((topic, partition), exc))
                 except KafkaError as exc:
@@ -798,15 +830,34 @@ class ReplicaManager:
         await asyncio.to_thread(run_all)
         for (topic, partition), exc in io_errors:
             self.report_io_error(topic, partition, exc)
-        return true
+        return results
 
     async def run_retention(self) -> None:
+        """Kafka's ``cleanupLogs`` (log.retention.check.interval.ms): deletes what retention.ms,
+        retention.bytes and the log start offset no longer keep. Visits the logs marked since
+        the last pass and those due by time (``services.storage.retention_schedule``)."""
         now = self.clock()
-        shrunk = await self._each_log(lambda lg: lg.delete_retained_segments(now), "retention")
-        self.changes.mark_many(shrunk)
-        for key in shrunk:  # the log start moved: followers learn it
-            self.fetch_sessions.mark(key)
-        if self.fetchers is not None:  # and leaders, of the replicas following them
+        schedule = self.retention_schedule
+        keys = self.changes.take(RETENTION) | schedule.take_due(now)
+        if not keys:
+            return
+
+        def retain(lg: ManagedLog) -> tuple[int, int | None]:
+            return lg.delete_retained_segments(now), lg.retention_due_ms()
+
+        results = await self._map_logs(retain, "retention", keys)
+        shrunk: list[TopicPartition] = []
+        for key in keys:
+            deleted, due = results.get(key, (0, None))
+            if key in self.hosted:
+                schedule.schedule(key, due)
+            else:
+                schedule.forget(key)
+            if deleted:
+                shrunk.append(key)
+        for key in shrunk:  # the log start moved: the jobs and the followers' sessions learn it
+            self.mark_changed(key)
+        if shrunk and self.fetchers is not None:  # and leaders, of the replicas following them
             self.fetchers.log_start_moved(shrunk)
 
     async def run_flush(self, max_unflushed_ms: int = LONG_MAX) -> None:
@@ -824,51 +875,46 @@ class ReplicaManager:
 
         keys, self._unflushed = self._unflushed, set()
         self._unflushed.update(await self._each_log(flush, "flush", keys))
+        # their recovery points may have moved (after the fact: a checkpoint reads them later)
+        self.changes.mark_for(RECOVERY_POINTS, keys)
 
-    def _offsets(self, get: Callable[[ManagedLog], int]) -> dict[TopicPartition, int]:
-        return {key: get(h.log) for key, h in self.hosted.items()}
+    def rebuild_checkpoint(self, job: str) -> dict[Path, dict[TopicPartition, int]]:
+        """A checkpoint's content per online dir built from every hosted log (what the
+        incremental one must equal)."""
+        logs = {key: h.log for key, h in self.hosted.items()}
+        return self.checkpoints[job].rebuild(logs, self.log_dirs.dir_of, self.log_dirs.online)
 
-    async def _write_checkpoint(self, name: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """``name`` in every online log dir, each with its own partitions; a dir where it
-        cannot be written goes offline (Kafka's checkpoint failure handling)."""
-        # one pass over the partitions (a Path comparison per partition and dir cost ~5 ms per
-        # checkpoint at 3,000 partitions: idle CPU that grew with the partitions)
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs.online}
-        dir_of = self.log_dirs.dir_of
-        for k, v in offsets.items():
-            mine = by_dir.get(dir_of.get(k))  # type: ignore[arg-type]
-            if mine is not None:
-                mine[k] = v
-        for d, mine in by_dir.items():
-            if self._checkpointed.get(d / name) == mine:
-                continue  # what this node last wrote there: an idle node rewrites nothing
+    async def _checkpoint(self, job: str, force: bool = False) -> None:
+        """Bring the checkpoint up to date with the partitions marked for ``job`` (all of them
+        when ``force``: shutdown) and write it in each online dir where it changed; a dir where
+        it cannot be written goes offline (Kafka's checkpoint failure handling)."""
+        cp = self.checkpoints[job]
+        marked = self.changes.take(job)
+        if force:
+            cp.reset(self.rebuild_checkpoint(job))
+        elif marked:
+            logs = {key: h.log for key in marked if (h := self.hosted.get(key)) is not None}
+            cp.update(marked, logs, self.log_dirs.dir_of)
+        for d, offsets in cp.to_write(self.log_dirs.online):
             try:
-                await asyncio.to_thread(ckpt.write_offset_checkpoint, d / name, mine)
+                await asyncio.to_thread(ckpt.write_offset_checkpoint, d / cp.name, offsets)
             except OSError as exc:
-                self._checkpointed.pop(d / name, None)
-                self.handle_log_dir_failure(d, f"cannot write {name}: {exc}")
-            else:
-                self._checkpointed[d / name] = mine
+                cp.failed(d)
+                self.handle_log_dir_failure(d, f"cannot write {cp.name}: {exc}")
 
-    async def checkpoint_recovery_points(self) -> None:
-        offsets = self._offsets(lambda lg: lg.recovery_point)
-        await self._write_checkpoint(ckpt.RECOVERY_POINT_CHECKPOINT, offsets)
+    async def checkpoint_recovery_points(self, force: bool = False) -> None:
+        await self._checkpoint(RECOVERY_POINTS, force)
 
     async def checkpoint_high_watermarks(self, force: bool = False) -> None:
-        """Written when a high watermark (or the set of partitions) changed since the last run."""
-        if not self.changes.take(HIGH_WATERMARKS) and not force:
-            return
-        offsets = self._offsets(lambda lg: lg.high_watermark)
-        await self._write_checkpoint(ckpt.REPLICATION_OFFSET_CHECKPOINT, offsets)
+        await self._checkpoint(HIGH_WATERMARKS, force)
 
-    async def checkpoint_log_start_offsets(self) -> None:
-        offsets = {k: v for k, v in self._offsets(lambda lg: lg.log_start_offset).items() if v > 0}
-        await self._write_checkpoint(ckpt.LOG_START_OFFSET_CHECKPOINT, offsets)
+    async def checkpoint_log_start_offsets(self, force: bool = False) -> None:
+        await self._checkpoint(LOG_STARTS, force)
 
     async def checkpoint_all(self) -> None:
-        await self.checkpoint_recovery_points()
-        await self.checkpoint_high_watermarks(force=True)
-        await self.checkpoint_log_start_offsets()
+        """Every checkpoint rebuilt from every log (shutdown: the logs were just flushed)."""
+        for job in self.checkpoints:
+            await self._checkpoint(job, force=True)
 
     async def close(self) -> bool:
         """Stop serving, flush and close every log, write the checkpoints. True if all went well.
@@ -940,6 +986,24 @@ class ReplicaManager:
 
     def partitions(self) -> Iterable[Partition]:
         return [h.partition for h in self.hosted.values()]
+
+    def logs(self) -> Mapping[TopicPartition, ManagedLog]:
+        """The hosted logs by partition: a live view, nothing copied."""
+        return _HostedLogs(self.hosted)
+
+
+class _HostedLogs(Mapping[TopicPartition, ManagedLog]):
+    def __init__(self, hosted: Mapping[TopicPartition, Hosted]) -> None:
+        self._hosted = hosted
+
+    def __getitem__(self, key: TopicPartition) -> ManagedLog:
+        return self._hosted[key].log
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(list(self._hosted))
+
+    def __len__(self) -> int:
+        return len(self._hosted)
 
 
 def _close_quietly(logs: list[ManagedLog]) -> None:

@@ -612,6 +612,25 @@ class Log:
         self.purge_deleted(now_ms)
         return deleted
 
+    def retention_due_ms(self) -> int | None:
+        """When :meth:`delete_retained_segments` may next delete something if nothing else
+        changes (no append, truncation, log start or high watermark move, config change):
+        the oldest segment leaving ``retention.ms``, or a deleted segment's
+        ``file.delete.delay.ms`` ending. None: never, until something changes."""
+        with self._lock:
+            if self._closed:
+                return None
+            cfg = self.config
+            due = (
+                retention.retention_ms_due(self._segments, cfg.retention_ms)
+                if cfg.delete_enabled
+                else None
+            )
+            pending = self._pending_deletes.next_deadline()
+            if pending is not None and (due is None or pending < due):
+                return pending
+            return due
+
     def _delete_old_segments(
         self, predicate: retention.SegmentPredicate, reason: str, now_ms: int
     ) -> int:

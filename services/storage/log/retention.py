@@ -48,6 +48,14 @@ def retention_ms_breached(now_ms: int, retention_ms: int) -> SegmentPredicate:
     return lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms
 
 
+def retention_ms_due(segments: Sequence[LogSegment], retention_ms: int) -> int | None:
+    """The first time at which :func:`retention_ms_breached` accepts the oldest segment (None: a
+    log holding only an empty active segment, whose time retention waits for an append)."""
+    if retention_ms < 0 or not segments or (len(segments) == 1 and segments[0].size == 0):
+        return None
+    return segments[0].largest_timestamp() + retention_ms + 1
+
+
 def retention_size_breached(size: int, retention_bytes: int) -> SegmentPredicate:
     """The oldest segments whose removal keeps the log at or above ``retention.bytes``."""
     diff = size - retention_bytes
@@ -85,6 +93,10 @@ class PendingDeletes:
         """Rename ``seg``'s files ``.deleted``; :meth:`purge` removes them after ``deadline_ms``."""
         paths = seg.rename_with_suffix(files.DELETED_SUFFIX)
         self._pending.append(_PendingDelete(deadline_ms, paths))
+
+    def next_deadline(self) -> int | None:
+        """When :meth:`purge` next has something to remove (None: nothing pending)."""
+        return min((p.deadline_ms for p in self._pending), default=None)
 
     def purge(self, now_ms: int) -> int:
         """Remove the files whose delay has passed; returns files removed."""

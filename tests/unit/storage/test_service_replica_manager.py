@@ -168,6 +168,9 @@ class FakeLog:
         self.retention_runs += 1
         return 0
 
+    def retention_due_ms(self) -> int | None:
+        return None
+
     def maybe_flush(self, now_ms: int, max_unflushed_ms: int = 0) -> bool:
         return False
 
