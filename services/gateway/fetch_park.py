@@ -20,11 +20,13 @@ from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 FetchKey = tuple[int, int, tuple[tuple[str, int, int, int, int], ...]]
 
 
-def fetch_key(request: pb.FetchRequest) -> FetchKey:
-    """What a node is asked, apart from how long to wait and for how many bytes."""
+def fetch_key(request: pb.FetchRequest, max_bytes: int) -> FetchKey:
+    """What a node is asked, apart from how long to wait and for how many bytes; ``max_bytes``
+    is the Fetch's (the node's share of it follows the offsets, and the gateway applies the
+    Fetch's own limit to whatever the node answers)."""
     return (
         request.isolation_level,
-        request.max_bytes,
+        max_bytes,
         tuple(
             (p.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
             for p in request.partitions

@@ -208,16 +208,41 @@ async def _fetch_nodes(
     )
 
 
+def _with_data(items: list[tuple[Any, Body]], isolation: int) -> int:
+    """How many of ``items`` have records at their fetch offset by the last known offsets (or
+    unknown offsets)."""
+    key = "last_stable_offset" if isolation == READ_COMMITTED else "high_watermark"
+    n = 0
+    for p, res in items:
+        end = res[key]
+        if end < 0 or p.fetch_offset < end:
+            n += 1
+    return n
+
+
 def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolation: int) -> bool:
     """Whether, by the last known offsets, some partition has records at its fetch offset (or
     its offsets are unknown). When none has, the consumer is caught up and phase 1 is skipped."""
-    key = "last_stable_offset" if isolation == READ_COMMITTED else "high_watermark"
-    for _, items in nodes.values():
-        for p, res in items:
-            end = res[key]
-            if end < 0 or p.fetch_offset < end:
-                return True
-    return False
+    return any(_with_data(items, isolation) for _, items in nodes.values())
+
+
+def _node_max_bytes(
+    nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], max_bytes: int, isolation: int
+) -> dict[int, int]:
+    """Each node's share of the response's max_bytes, in proportion to its partitions that have
+    records by the last known offsets (evenly when none has).
+
+    The nodes read in parallel, and records past max_bytes are dropped here
+    (``_apply_max_bytes``): asking every node for all of max_bytes had a consumer that is behind
+    on partitions of several nodes read, send and drop up to (nodes - 1) x max_bytes per Fetch
+    (measured: storage nodes sent 2.3x the bytes 8 consumers received). A node's share is a
+    limit of bytes, not of batches: the first batch it has is still returned whole (KIP-74)."""
+    weights = {node: _with_data(items, isolation) for node, (_, items) in nodes.items()}
+    total = sum(weights.values())
+    if not total:
+        weights = dict.fromkeys(nodes, 1)
+        total = len(nodes)
+    return {node: -(-max_bytes * w // total) for node, w in weights.items()}
 
 
 async def _round(
@@ -245,6 +270,7 @@ async def _round(
     share = math.ceil(min_bytes / len(nodes)) if min_bytes > 0 else 0
     rpc_margin = min(_RPC_MARGIN_S, s.request_timeout_s)
     max_bytes = int(req.get("max_bytes", 0x7FFFFFFF))
+    shares = _node_max_bytes(nodes, max_bytes, isolation)
     end = loop.time() + wait_ms / 1000.0
     tasks: dict[asyncio.Future[Any], tuple[int, list[tuple[Any, Body]], FetchKey]] = {}
     adopted: set[asyncio.Future[Any]] = set()
@@ -256,11 +282,11 @@ async def _round(
             replica_id=-1,
             max_wait_ms=wait,
             min_bytes=share,
-            max_bytes=max_bytes,
+            max_bytes=shares[node],
             isolation_level=isolation,
             partitions=[p for p, _ in items],
         )
-        key = key or fetch_key(request)
+        key = key or fetch_key(request, max_bytes)
         task = parked.take(node, key, running_ok=wait_ms > 0)
         if task is not None:
             adopted.add(task)

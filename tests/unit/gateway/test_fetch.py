@@ -321,6 +321,35 @@ async def test_max_bytes_keeps_first_and_drops_overflow() -> None:
     assert storage.nodes[11].calls[0][1].isolation_level == 1
 
 
+async def test_nodes_share_max_bytes_by_their_partitions_with_data() -> None:
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def data(request: Any) -> Any:
+        return _answer(request, records=b"d" * 10)
+
+    storage.node(11).fetch_handler = data
+    storage.node(12).fetch_handler = data
+
+    async def shares(*behind: int, max_bytes: int = 3000) -> dict[int, int]:
+        """Each node's max_bytes when the partitions ``behind`` of a/0-2 have records."""
+        for index in (0, 1, 2):
+            hw = 9 if index in behind else 5  # the request's fetch offset is 5
+            svc.offsets.update("a", index, high_watermark=hw, last_stable_offset=hw)
+        for node in storage.nodes.values():
+            node.calls.clear()
+        req = _req(("a", 0), ("a", 1), ("a", 2), max_bytes=max_bytes, max_wait=0)
+        await fetch.handle(context(svc, ApiKey.FETCH, 12), req)
+        return {n: node.calls[0][1].max_bytes for n, node in storage.nodes.items()}
+
+    # node 11 leads a/0 and a/2, node 12 a/1
+    assert await shares(0, 1, 2) == {11: 2000, 12: 1000}
+    assert await shares(0, 2) == {11: 3000, 12: 0}  # a caught-up node still returns a batch
+    assert await shares(1) == {11: 0, 12: 3000}
+    assert await shares() == {11: 1500, 12: 1500}  # nothing known to read: evenly
+    assert await shares(0, 1, max_bytes=1001) == {11: 501, 12: 501}  # rounded up
+
+
 # ---- long polls parked between a connection's Fetch requests ---------------------------------
 def _parked_context(svc: Any, park: FetchPark) -> Any:
     return dataclasses.replace(context(svc, ApiKey.FETCH, 12), fetch_park=park)
