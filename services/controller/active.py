@@ -687,6 +687,14 @@ class ActiveController:
         await self.guard.commit([zkstore.Delete(f"{path}/{c}") for c in children])
 
     # ---- broker changes -------------------------------------------------------------------
+    async def refresh_brokers(self) -> None:
+        """Apply the registrations ZooKeeper holds now (what the broker watch's next event would
+        do; idempotent): for a request naming a broker that registered a moment ago. On the
+        event worker; an early event (CreateTopics) finishes the failover first, as the broker
+        event would."""
+        await self._finish_failover()
+        await self._on_broker_change()
+
     async def _on_broker_change(self) -> None:
         current = await zkstore.read_brokers(self.zk)
         old = self.ctx.brokers

@@ -176,6 +176,15 @@ class AdminOps:
         )
         return assign_replicas(n, rf, self._live_brokers()), False
 
+    async def _see_brokers_named(self, replica_lists: Iterable[Sequence[int]]) -> None:
+        """Catch up with ZooKeeper's broker registrations before refusing an explicit assignment
+        for naming an unknown broker: one that registered a moment ago may not have reached this
+        controller's watch yet (KRaft's controller knows a broker as soon as it registered, and
+        ZooKeeper-mode Kafka validates against /brokers/ids itself)."""
+        named = {b for replicas in replica_lists for b in replicas}
+        if not named <= set(self.ctx.brokers):
+            await self.c.refresh_brokers()
+
     async def _create_topic(self, spec: pb.TopicSpec, validate_only: bool) -> _Pending:
         name = spec.name
         if name in self.ctx.topics:
@@ -184,6 +193,7 @@ class AdminOps:
         validate_topic_name(name)
         check_collisions(name, self.ctx.topics)
         if explicit:
+            await self._see_brokers_named(assignment.values())
             validate_create_assignment(assignment, set(self.ctx.brokers))
         configs = dict(spec.configs)
         validate_overrides(configs)
@@ -393,6 +403,8 @@ class AdminOps:
             raise KafkaError(
                 ErrorCode.REASSIGNMENT_IN_PROGRESS, "A partition reassignment is in progress."
             )
+        if spec.assignments:
+            await self._see_brokers_named(a.broker_ids for a in spec.assignments)
         brokers = self._live_brokers()
         first = topic.assignment[0]
         if spec.assignments:

@@ -350,3 +350,48 @@ async def test_elect_leaders_preferred_and_unclean_on_request(
     }
     st = await state(zk, "gone", 0)
     assert (st["leader"], st["isr"]) == (1, [1])
+
+
+async def test_an_assignment_naming_a_broker_registered_a_moment_ago_is_accepted(
+    zk_connect: str, zk: AsyncZk, make_app: AppFactory, nodes: list[FakeStorage]
+) -> None:
+    """A storage node registers, and a CreateTopics / CreatePartitions naming it arrives before
+    the controller's broker watch event ran (held back here; CI met the race): the controller
+    reads the registrations then, as ZooKeeper-mode Kafka validates against /brokers/ids, and
+    does not refuse the broker as unknown."""
+    app = await make_app()
+    assert app.active is not None
+    controller = app.active
+    await start_node(zk_connect, nodes, 1)
+    real_notify = controller.notify
+
+    def hold_back_brokers(kind: str, arg: str | None = None) -> None:
+        if kind != "brokers":
+            real_notify(kind, arg)
+
+    controller.notify = hold_back_brokers  # type: ignore[method-assign]
+    nodes.append(await FakeStorage(2, zk_connect).start())
+    nodes.append(await FakeStorage(3, zk_connect).start())
+    assert set(controller.ctx.brokers) == {1}  # the watch's event has not run
+    result = await create(zk, assigned("fresh", [2, 3], [3, 1]))
+    assert result.error_code == 0, result.error_message
+    assert set(controller.ctx.brokers) == {1, 2, 3}
+    assert (await state(zk, "fresh", 0))["leader"] == 2
+
+    nodes.append(await FakeStorage(4, zk_connect).start())
+    stub, channel = await controller_stub(zk)
+    try:
+        resp = await stub.CreatePartitions(
+            pb.CreatePartitionsRequest(
+                topics=[
+                    pb.PartitionCountSpec(
+                        name="fresh", count=3, assignments=[pb.ReplicaAssignment(broker_ids=[4, 1])]
+                    )
+                ],
+                timeout_ms=5000,
+            )
+        )
+    finally:
+        await channel.close()
+    assert resp.topics[0].error_code == 0, resp.topics[0].error_message
+    assert 4 in controller.ctx.brokers
