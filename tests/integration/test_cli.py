@@ -378,9 +378,15 @@ class ClusterUp:
         return code, "\n".join(self.err_lines)
 
     def kill(self) -> None:
+        """Teardown: Ctrl-C first, so that ``cluster up`` stops the services it started (a
+        SIGKILL would leave them running in their own process groups), then SIGKILL."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 @pytest.fixture
