@@ -109,6 +109,8 @@ class PartitionFetchResult:
 
 class FetchResponse(NamedTuple):
     partitions: list[PartitionFetchResult]
+    error_code: int = 0  # a fetch session's error (KIP-227)
+    session_id: int = 0
 
 
 # PartitionFetchResult varint fields by number (2 partition ... 9 log_end_offset).
@@ -145,15 +147,16 @@ def parse_fetch_response(data: bytes, begin: int = 0, end: int | None = None) ->
     """A serialized ``FetchResponse`` (``data[begin:end]``); ``records`` are memoryviews of
     ``data``."""
     view = memoryview(data)
-    return FetchResponse(
-        [
-            _fetch_result(data, view, start, stop)
-            for number, value, start, stop in iter_fields(
-                data, begin, len(data) if end is None else end
-            )
-            if number == 1 and value is None
-        ]
-    )
+    results: list[PartitionFetchResult] = []
+    error_code = session_id = 0
+    for number, value, start, stop in iter_fields(data, begin, len(data) if end is None else end):
+        if number == 1 and value is None:
+            results.append(_fetch_result(data, view, start, stop))
+        elif number == 2 and value is not None:
+            error_code = value
+        elif number == 3 and value is not None:
+            session_id = value
+    return FetchResponse(results, error_code, session_id)
 
 
 # ---- Exchange (storage.proto: ExchangeRequests / ExchangeResponses) -------------------------

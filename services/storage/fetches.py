@@ -24,6 +24,7 @@ from typing import Any
 from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.storage import session_fetches
 from services.storage.log.transactions import next_offset_after
 from services.storage.partition import Partition, TopicPartition
 from services.storage.replica_manager import ReplicaManager
@@ -62,6 +63,8 @@ def _visible_end(p: Partition, follower: bool, committed: bool) -> int:
 
 async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
     follower = req.replica_id >= 0
+    if follower and req.use_session:
+        return await session_fetches.session_fetch(rm, req)
     committed = not follower and req.isolation_level == READ_COMMITTED
     read = _read_all(rm, req, follower, committed, first=True)
     if (
@@ -80,7 +83,7 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> FetchReply:
             read = _read_all(rm, req, follower, committed, first=False)
             if not moved or read.total_bytes >= req.min_bytes or read.errored:
                 break
-    _count_bytes_out(rm, read.results, follower)
+    count_bytes_out(rm, read.results, follower)
     # written by wire.fetch_response_bytes: each record set copied once (FetchResponse(...)
     # would deep-copy them, and SerializeToString copy them again)
     return FetchReply(read.results)
@@ -109,64 +112,17 @@ def _read_all(
     bytes_left = req.max_bytes
     min_one_batch = True
     for pf in req.partitions:
-        result = FetchResult(pf.topic, pf.partition)
+        limit = max(0, min(pf.partition_max_bytes, bytes_left))
+        result, p = read_partition(
+            rm, pf, req.replica_id, committed, limit, min_one_batch, first=first
+        )
         out.results.append(result)
-        p: Partition | None = None
-        try:
-            p = rm.leader_or_error(pf.topic, pf.partition, pf.current_leader_epoch)
-            if first:
-                rm.metrics.topic(pf.topic).fetch_requests.inc()
-            if follower:
-                p.check_follower(req.replica_id)
-            limit = max(0, min(pf.partition_max_bytes, bytes_left))
-            lso = p.log.last_stable_offset
-            if follower and pf.fetch_offset == p.log.log_end_offset:
-                # caught up (most partitions of a follower's fetch, each time any one of them
-                # gets an append): what the read would answer, without taking the log's lock
-                records: Any = b""
-            elif follower and _leader_throttled(rm, p, req.replica_id):
-                records = b""  # Kafka's shouldLeaderThrottle: no records this time
-            else:
-                records = p.log.read(
-                    pf.fetch_offset,
-                    limit,
-                    max_offset=None if follower else (lso if committed else p.high_watermark),
-                    min_one_batch=min_one_batch,
-                ).records
-            if follower and first:
-                rm.on_follower_fetch(p, req.replica_id, pf.fetch_offset, pf.log_start_offset)
-            size = len(records)
-            result.records = records
-            result.error_code = ErrorCode.NONE
-            result.high_watermark = p.high_watermark
-            result.last_stable_offset = lso
-            if committed and size:
-                upper = next_offset_after(records, lso)
-                result.aborted_transactions = p.log.aborted_transactions(pf.fetch_offset, upper)
-            result.log_start_offset = p.log.log_start_offset
-            if follower:
-                result.log_end_offset = p.log.log_end_offset
-            if size:
-                min_one_batch = False
-                bytes_left = max(0, bytes_left - size)
-                out.total_bytes += size
-        except KafkaError as exc:
-            result.error_code = exc.code
-            out.errored = True
-            if follower and p is not None and exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                # what the follower needs to resolve it (Kafka's fetchOffsetAndTruncate)
-                result.log_start_offset = p.log.log_start_offset
-                result.log_end_offset = p.log.log_end_offset
-                result.high_watermark = p.high_watermark
-        except OSError as exc:  # the disk under this log failed: its whole dir goes offline
-            log.error("fetch I/O error", topic=pf.topic, partition=pf.partition, error=repr(exc))
-            rm.report_io_error(pf.topic, pf.partition, exc)
-            result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-            out.errored = True
-        except Exception:
-            log.exception("fetch failed", topic=pf.topic, partition=pf.partition)
-            rm.metrics.failed_fetch_requests.labels(pf.topic).inc()
-            result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+        size = len(result.records)
+        if size:
+            min_one_batch = False
+            bytes_left = max(0, bytes_left - size)
+            out.total_bytes += size
+        if result.error_code:
             out.errored = True
         out.seen.append(
             _Seen(
@@ -177,6 +133,72 @@ def _read_all(
             )
         )
     return out
+
+
+def read_partition(
+    rm: ReplicaManager,
+    pf: Any,
+    replica_id: int,
+    committed: bool,
+    limit: int,
+    min_one_batch: bool,
+    *,
+    first: bool,
+) -> tuple[FetchResult, Partition | None]:
+    """One partition of a fetch (``pf``: a ``pb.PartitionFetch`` or alike) read up to ``limit``
+    bytes; on ``first`` a follower's fetch position is recorded. Errors are in the result."""
+    follower = replica_id >= 0
+    result = FetchResult(pf.topic, pf.partition)
+    p: Partition | None = None
+    try:
+        p = rm.leader_or_error(pf.topic, pf.partition, pf.current_leader_epoch)
+        if first:
+            rm.metrics.topic(pf.topic).fetch_requests.inc()
+        if follower:
+            p.check_follower(replica_id)
+        lso = p.log.last_stable_offset
+        if follower and pf.fetch_offset == p.log.log_end_offset:
+            # caught up (most partitions of a follower's fetch, each time any one of them
+            # gets an append): what the read would answer, without taking the log's lock
+            records: Any = b""
+        elif follower and _leader_throttled(rm, p, replica_id):
+            records = b""  # Kafka's shouldLeaderThrottle: no records this time
+        else:
+            records = p.log.read(
+                pf.fetch_offset,
+                limit,
+                max_offset=None if follower else (lso if committed else p.high_watermark),
+                min_one_batch=min_one_batch,
+            ).records
+        if follower and first:
+            rm.on_follower_fetch(p, replica_id, pf.fetch_offset, pf.log_start_offset)
+        size = len(records)
+        result.records = records
+        result.error_code = ErrorCode.NONE
+        result.high_watermark = p.high_watermark
+        result.last_stable_offset = lso
+        if committed and size:
+            upper = next_offset_after(records, lso)
+            result.aborted_transactions = p.log.aborted_transactions(pf.fetch_offset, upper)
+        result.log_start_offset = p.log.log_start_offset
+        if follower:
+            result.log_end_offset = p.log.log_end_offset
+    except KafkaError as exc:
+        result.error_code = exc.code
+        if follower and p is not None and exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            # what the follower needs to resolve it (Kafka's fetchOffsetAndTruncate)
+            result.log_start_offset = p.log.log_start_offset
+            result.log_end_offset = p.log.log_end_offset
+            result.high_watermark = p.high_watermark
+    except OSError as exc:  # the disk under this log failed: its whole dir goes offline
+        log.error("fetch I/O error", topic=pf.topic, partition=pf.partition, error=repr(exc))
+        rm.report_io_error(pf.topic, pf.partition, exc)
+        result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    except Exception:
+        log.exception("fetch failed", topic=pf.topic, partition=pf.partition)
+        rm.metrics.failed_fetch_requests.labels(pf.topic).inc()
+        result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+    return result, p
 
 
 def _leader_throttled(rm: ReplicaManager, p: Partition, replica_id: int) -> bool:
@@ -190,7 +212,7 @@ def _leader_throttled(rm: ReplicaManager, p: Partition, replica_id: int) -> bool
     )
 
 
-def _count_bytes_out(rm: ReplicaManager, results: list[FetchResult], follower: bool) -> None:
+def count_bytes_out(rm: ReplicaManager, results: list[FetchResult], follower: bool) -> None:
     """Metrics of what is sent, and the leader's throttle (bytes of throttled partitions, in
     or out of the ISR, count against it, as Kafka's ``sizeOfThrottledPartitions``)."""
     for r in results:

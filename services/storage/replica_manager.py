@@ -41,6 +41,7 @@ from services.storage.changes import (
     LogChanges,
 )
 from services.storage.delayed import DelayedOperations
+from services.storage.fetch_sessions import FetchSession, FetchSessions, SessionPartition
 from services.storage.log import checkpoint as ckpt
 from services.storage.log.files import parse_partition_dir, partition_dir_name
 from services.storage.log_dirs import LogDirs
@@ -73,6 +74,10 @@ class FollowerControl(Protocol):
     def is_following(self, key: TopicPartition) -> bool: ...
 
     def max_lag(self) -> int: ...
+
+    def log_start_moved(self, keys: Iterable[TopicPartition]) -> None:
+        """Followed replicas whose log start moved here: their leaders learn it (sessions)."""
+        ...
 
     def leader_log_end_offset(self, key: TopicPartition) -> int:
         """The leader's log end offset as its last fetch answer said (-1: not known)."""
@@ -161,6 +166,8 @@ class ReplicaManager:
         self._size_total = 0
         # partitions led here with other replicas: the only ones an ISR shrink check visits
         self.led_with_followers: set[TopicPartition] = set()
+        # followers' fetch sessions (KIP-227): marked with the periodic jobs' marks
+        self.fetch_sessions = FetchSessions(self._catch_up_quiet_follower)
         self.metrics.bind_state(self.gauges)
 
     def attach_replication(
@@ -215,19 +222,21 @@ class ReplicaManager:
     # ---- notifications --------------------------------------------------------------------
     def mark_changed(self, key: TopicPartition) -> None:
         """The log's end, size, high watermark, log start or config may have moved: the periodic
-        jobs (flush, usage report, checkpoints, retention, cleaner) visit it at their next run."""
+        jobs (flush, usage report, checkpoints, retention, cleaner) visit it at their next run,
+        and the followers' fetch sessions holding it at their next fetch."""
         self.changes.mark(key)
+        self.fetch_sessions.mark(key)
 
     def on_append(self, p: Partition) -> None:
         """New data in the log: wake follower fetches; HW may move (RF 1) and wake the rest."""
-        self.changes.mark(p.key)
+        self.mark_changed(p.key)  # first: quiet followers' states are brought up (sessions)
         hw_moved = p.maybe_increment_high_watermark()
         self.fetch_waiters.notify(p.key)
         if hw_moved:
             self.produce_waiters.notify(p.key)
 
     def on_high_watermark(self, p: Partition) -> None:
-        self.changes.mark(p.key)
+        self.mark_changed(p.key)
         self.produce_waiters.notify(p.key)
         self.fetch_waiters.notify(p.key)
 
@@ -242,6 +251,20 @@ class ReplicaManager:
         if self.isr_control is not None:
             self.isr_control.maybe_expand(p, replica_id)
 
+    def _catch_up_quiet_follower(self, session: FetchSession, sp: SessionPartition) -> None:
+        """A quiet session partition is marked: its follower, at the log end when it went quiet
+        and fetching since, is recorded as fetched at the session's last fetch at the log end
+        offset the leader had then (``sp.fetch_offset``: nothing moved it while quiet), before
+        the change is counted (see fetch_sessions)."""
+        h = self.hosted.get(sp.key)
+        if h is None or not h.partition.is_leader:
+            return
+        replica = h.partition.remote.get(session.replica_id)
+        if replica is None or replica.log_end_offset != sp.fetch_offset:
+            return
+        leo_then = sp.fetch_offset
+        replica.on_fetch(leo_then, replica.log_start_offset, leo_then, session.last_fetch_ms)
+
     def on_isr_changed(self, p: Partition) -> None:
         """The ISR changed: the HW may move (a shrink), and acks=all waiters re-check
         min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
@@ -251,7 +274,7 @@ class ReplicaManager:
 
     def on_state_change(self, key: TopicPartition) -> None:
         """Leadership changed or the partition went away: parked requests re-check at once."""
-        self.changes.mark(key)
+        self.mark_changed(key)
         h = self.hosted.get(key)
         if h is not None and h.partition.is_leader and len(h.partition.replicas) > 1:
             self.led_with_followers.add(key)
@@ -832,8 +855,10 @@ class ReplicaManager:
                 schedule.forget(key)
             if deleted:
                 shrunk.append(key)
-        for key in shrunk:  # the log start moved: the jobs learn it
-            self.changes.mark(key)
+        for key in shrunk:  # the log start moved: the jobs and the followers' sessions learn it
+            self.mark_changed(key)
+        if shrunk and self.fetchers is not None:  # and leaders, of the replicas following them
+            self.fetchers.log_start_moved(shrunk)
 
     async def run_flush(self, max_unflushed_ms: int = LONG_MAX) -> None:
         """The background flush (``Log.maybe_flush``): rolled segments, flush.ms /

@@ -63,10 +63,14 @@ class FetchResult:
 class FetchReply:
     """What Storage.Fetch answers; serialized by ``fetch_response_bytes``."""
 
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "error_code", "session_id")
 
-    def __init__(self, partitions: list[FetchResult]) -> None:
+    def __init__(
+        self, partitions: list[FetchResult], error_code: int = 0, session_id: int = 0
+    ) -> None:
         self.partitions = partitions
+        self.error_code = error_code  # a fetch session's error (KIP-227)
+        self.session_id = session_id
 
 
 def _result(r: FetchResult, out: list[Buffer]) -> None:
@@ -104,6 +108,8 @@ def fetch_response_parts(reply: FetchReply | Any) -> list[Buffer]:
     out: list[Buffer] = []
     for r in reply.partitions:
         _result(r, out)
+    if reply.error_code or reply.session_id:
+        out.append(int_field(2, reply.error_code) + int_field(3, reply.session_id))
     return out
 
 

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import enum
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -34,6 +34,7 @@ from services.common.errors import ErrorCode, KafkaError
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.storage_wire import PartitionFetchResult
+from services.storage.fetch_sessions import next_epoch
 from services.storage.log.log import UnexpectedAppendOffsetError
 from services.storage.metrics import StorageMetrics
 from services.storage.partition import Partition, Role, TopicPartition
@@ -69,6 +70,54 @@ class FetcherConfig:
 class Phase(enum.Enum):
     TRUNCATING = "truncating"
     FETCHING = "fetching"
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A partition as the leader's fetch session holds it: what this follower last told it."""
+
+    state: FetchState
+    offset: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+class FollowerSession:
+    """This follower's half of a KIP-227 fetch session with one leader (Kafka's
+    FetchSessionHandler): id 0 means the next fetch is full and opens a new session."""
+
+    __slots__ = ("id", "epoch", "sent", "forgetting", "full_wanted")
+
+    def __init__(self) -> None:
+        self.id = 0
+        self.epoch = 0  # of the last request answered
+        self.sent: dict[TopicPartition, _Sent] = {}
+        self.forgetting: set[TopicPartition] = set()  # forgotten by an abandoned request
+        self.full_wanted = True
+
+    def reset(self) -> None:
+        """After an error or a change of leader: a full fetch comes next."""
+        self.id = 0
+        self.epoch = 0
+        self.sent = {}
+        self.forgetting = set()
+        self.full_wanted = True
+
+    def abandoned(self, req: pb.FetchRequest) -> list[TopicPartition]:
+        """``req`` was abandoned (the partition set changed): the leader may or may not have
+        seen it. The next request repeats its epoch (the leader takes it as the same request
+        again, and answers again what it answered) and lists again what it listed, or forgets
+        it, and forgets again what it forgot. Returns the partitions to look at again."""
+        if req.session_id == 0:
+            self.reset()
+            return []
+        listed = [(pf.topic, pf.partition) for pf in req.partitions]
+        for key in listed:
+            sent = self.sent.get(key)
+            if sent is not None:
+                sent.offset = -1  # differs from any position: listed (or forgotten) again
+        self.forgetting.update((fp.topic, fp.partition) for fp in req.forgotten)
+        return listed
 
 
 @dataclass(slots=True)
@@ -115,6 +164,13 @@ class ReplicaFetcher:
         self.config = config
         self.metrics: StorageMetrics = rm.metrics
         self.states: dict[TopicPartition, FetchState] = {}
+        # fetch session (KIP-227): an idle fetch lists nothing and the loop visits nothing;
+        # what may differ from what the leader's session holds is in ``_dirty``
+        self.session = FollowerSession()
+        self._dirty: set[TopicPartition] = set()
+        self._truncating: set[TopicPartition] = set()
+        self._waiting: set[TopicPartition] = set()  # backing off (``not_before``)
+        self._held: set[TopicPartition] = set()  # held back by the follower throttle
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._leader_failures = 0
@@ -124,18 +180,29 @@ class ReplicaFetcher:
     def add(self, p: Partition) -> None:
         """Follow ``p`` from scratch (truncation first) in its current leader epoch."""
         self.states[p.key] = FetchState(p, p.leader_epoch)
+        self._truncating.add(p.key)
+        self._dirty.add(p.key)
         self._changed.set()
 
     def remove(self, key: TopicPartition) -> bool:
         found = self.states.pop(key, None) is not None
         if found:
+            self._truncating.discard(key)
+            self._dirty.add(key)  # forgotten by the session at the next fetch
             self._changed.set()
         return found
+
+    def touch(self, key: TopicPartition) -> None:
+        """``key``'s log start moved here: its next fetch tells the leader (no hurry)."""
+        if key in self.states:
+            self._dirty.add(key)
 
     def wake(self) -> None:
         """Retry everything now (e.g. the leader's address changed)."""
         for s in self.states.values():
             s.not_before = 0.0
+        self._waiting.clear()
+        self.session.reset()  # perhaps a new leader process: open a new session
         self._leader_failures = 0
         self._changed.set()
 
@@ -172,28 +239,62 @@ class ReplicaFetcher:
         while True:
             self._changed.clear()
             now = loop.time()
-            due = [s for s in self.states.values() if s.not_before <= now]
-            if not due:
-                wake_at = min((s.not_before for s in self.states.values()), default=None)
-                await self._wait_changed(None if wake_at is None else wake_at - now)
+            self._release(now)
+            truncating = [
+                s
+                for key in self._truncating
+                if (s := self.states.get(key)) is not None and s.not_before <= now
+            ]
+            if not truncating and not self._may_fetch(now):
+                await self._wait_changed(self._next_wake(now))
                 continue
             try:
                 endpoint = await self.endpoints.endpoint(self.leader_id)
                 if endpoint is None:
-                    self._leader_unreachable(due, "leader is not registered")
+                    self._leader_unreachable("leader is not registered")
                     continue
-                truncating = [s for s in due if s.phase is Phase.TRUNCATING]
                 if truncating:
                     await self._truncate(endpoint, truncating)
-                else:
-                    await self._fetch(endpoint, due)
+                elif not await self._fetch(endpoint):
+                    # nothing to fetch: every partition backs off, or is throttled
+                    await self._wait_changed(self._next_wake(now))
                 self._leader_failures = 0
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
-                self._leader_unreachable(due, f"{exc.code().name}: {exc.details()}")
+                self._leader_unreachable(f"{exc.code().name}: {exc.details()}")
             except Exception as exc:  # noqa: BLE001 - ZooKeeper lookups, bugs: keep going
-                self._leader_unreachable(due, repr(exc), error=exc)
+                self._leader_unreachable(repr(exc), error=exc)
+
+    def _may_fetch(self, now: float) -> bool:
+        """Something to fetch: a session to poll, a change to tell, or a full fetch due (the
+        last check visits every partition, only while the session is being reopened)."""
+        session = self.session
+        if session.sent or self._dirty or session.forgetting:
+            return True
+        if session.id == 0 and session.full_wanted:
+            if any(s.phase is Phase.FETCHING and s.not_before <= now for s in self.states.values()):
+                return True
+            session.full_wanted = False  # none: a partition that becomes due brings it back
+        return False
+
+    def _release(self, now: float) -> None:
+        """Partitions whose backoff ended, and those the throttle held, are looked at again."""
+        for key in [
+            k for k in self._waiting if (s := self.states.get(k)) is None or s.not_before <= now
+        ]:
+            self._waiting.discard(key)
+            self._dirty.add(key)
+        if self._held:
+            self._dirty |= self._held
+            self._held.clear()
+
+    def _next_wake(self, now: float) -> float | None:
+        """Seconds until a backoff ends or the throttle may let a partition go (None: none)."""
+        times = [s.not_before - now for k in self._waiting if (s := self.states.get(k))]
+        if self._held:
+            times.append(self.rm.quotas.follower.bucket.wait_s())
+        return max(0.0, min(times)) if times else None
 
     async def _wait_changed(self, timeout_s: float | None) -> None:
         with contextlib.suppress(TimeoutError):
@@ -216,9 +317,12 @@ class ReplicaFetcher:
             return None
         return rpc.result()
 
-    def _leader_unreachable(
-        self, states: list[FetchState], reason: str, error: BaseException | None = None
-    ) -> None:
+    def _leader_unreachable(self, reason: str, error: BaseException | None = None) -> None:
+        """Every partition due now backs off; the session starts again with a full fetch."""
+        now = asyncio.get_running_loop().time()
+        states = [s for s in self.states.values() if s.not_before <= now]
+        self.session.reset()
+        self._dirty.clear()  # a full fetch follows: it looks at every partition
         self._leader_failures += 1
         delay = backoff_s(self._leader_failures, self.config.backoff_ms)
         if self._leader_failures == 1 or self._leader_failures % LOG_EVERY == 0:
@@ -230,9 +334,10 @@ class ReplicaFetcher:
                 backoff_ms=round(delay * 1000),
                 exc_info=error,
             )
-        until = asyncio.get_running_loop().time() + delay
+        until = now + delay
         for s in states:
             s.not_before = max(s.not_before, until)
+            self._waiting.add(s.key)
 
     def _current(self, key: TopicPartition, sent: FetchState) -> bool:
         """``sent`` is still how ``key`` is followed, and the partition still follows us."""
@@ -250,6 +355,8 @@ class ReplicaFetcher:
         s.failures += 1
         delay = backoff_s(s.failures, self.config.backoff_ms)
         s.not_before = asyncio.get_running_loop().time() + delay
+        self._waiting.add(s.key)
+        self._dirty.add(s.key)  # out of the session until then
         if s.failures == 1 or s.failures % LOG_EVERY == 0:
             self._log.info(
                 f"{what} failed, retrying",
@@ -338,6 +445,9 @@ class ReplicaFetcher:
         s.phase = Phase.FETCHING
         s.failures = 0
         s.not_before = 0.0
+        if self.states.get(s.key) is s:  # not a state replaced since (it truncates anew)
+            self._truncating.discard(s.key)
+        self._dirty.add(s.key)
         p = s.partition
         self._log.info(
             "fetching",
@@ -348,21 +458,55 @@ class ReplicaFetcher:
         )
 
     # ---- fetching ---------------------------------------------------------------------
-    async def _fetch(self, endpoint: LeaderEndpoint, states: list[FetchState]) -> None:
-        cfg = self.config
-        sent: dict[TopicPartition, tuple[FetchState, int]] = {}
-        parts: list[pb.PartitionFetch] = []
+    def _hold_back(self, s: FetchState) -> bool:
+        """Kafka's shouldFollowerThrottle: a throttled partition that is not caught up waits
+        while the follower's quota is exceeded."""
+        p = s.partition
         quota = self.rm.quotas.follower
-        for s in states:
+        return (
+            quota.is_throttled(p.topic, p.partition, p.config)
+            and not s.caught_up
+            and quota.hold_back()
+        )
+
+    def _request(self, now: float) -> pb.FetchRequest | None:
+        """The next fetch of the session: full (every partition) when it has no id, otherwise
+        the partitions added or moved since the last one and the forgotten ones. None when
+        there is nothing to fetch."""
+        cfg = self.config
+        session = self.session
+        full = session.id == 0
+        if full:
+            session.sent = {}
+            session.full_wanted = False
+            keys: Iterable[TopicPartition] = list(self.states)
+            self._dirty = set()
+        else:
+            keys, self._dirty = self._dirty, set()
+        parts: list[pb.PartitionFetch] = []
+        forgotten: list[pb.ForgottenPartition] = []
+        for key in keys:
+            s = self.states.get(key)
+            old = session.sent.get(key)
+            fetchable = s is not None and s.phase is Phase.FETCHING and s.not_before <= now
+            if s is not None and fetchable and self._hold_back(s):
+                self._held.add(key)
+                fetchable = False
+            if s is None or not fetchable:
+                if old is not None:
+                    del session.sent[key]
+                    forgotten.append(pb.ForgottenPartition(topic=key[0], partition=key[1]))
+                continue
             p = s.partition
+            offset, log_start = p.log.log_end_offset, p.log.log_start_offset
             if (
-                quota.is_throttled(p.topic, p.partition, p.config)
-                and not s.caught_up
-                and quota.hold_back()
+                old is not None
+                and old.state is s
+                and (old.offset, old.log_start_offset, old.leader_epoch)
+                == (offset, log_start, s.leader_epoch)
             ):
-                continue  # Kafka's shouldFollowerThrottle: not this time
-            offset = p.log.log_end_offset
-            sent[s.key] = (s, offset)
+                continue
+            session.sent[key] = _Sent(s, offset, log_start, s.leader_epoch)
             parts.append(
                 pb.PartitionFetch(
                     topic=p.topic,
@@ -370,30 +514,74 @@ class ReplicaFetcher:
                     fetch_offset=offset,
                     partition_max_bytes=cfg.max_bytes,
                     current_leader_epoch=s.leader_epoch,
-                    log_start_offset=p.log.log_start_offset,
+                    log_start_offset=log_start,
                 )
             )
-        if not parts:  # every due partition is throttled: wait for the quota (or a change)
-            await self._wait_changed(quota.bucket.wait_s())
-            return
-        req = pb.FetchRequest(
+        if session.forgetting:  # forgotten by an abandoned request, and not listed since
+            forgotten += [
+                pb.ForgottenPartition(topic=key[0], partition=key[1])
+                for key in session.forgetting
+                if key not in session.sent
+            ]
+            session.forgetting = set()
+        if not session.sent and not forgotten:
+            return None
+        return pb.FetchRequest(
             replica_id=cfg.broker_id,
             max_wait_ms=cfg.max_wait_ms,
             min_bytes=cfg.min_bytes,
             max_bytes=cfg.response_max_bytes,
             isolation_level=0,
             partitions=parts,
+            use_session=True,
+            session_id=session.id,
+            session_epoch=0 if full else next_epoch(session.epoch),
+            forgotten=forgotten,
         )
-        timeout_s = (cfg.max_wait_ms + cfg.request_timeout_ms) / 1000.0
-        resp = await self._interruptible(endpoint.fetch(req, timeout_s))
+
+    async def _fetch(self, endpoint: LeaderEndpoint) -> bool:
+        """One fetch of the session; False when there was nothing to fetch."""
+        req = self._request(asyncio.get_running_loop().time())
+        if req is None:
+            return False
+        session = self.session
+        timeout_s = (self.config.max_wait_ms + self.config.request_timeout_ms) / 1000.0
+        try:
+            resp = await self._interruptible(endpoint.fetch(req, timeout_s))
+        except BaseException:
+            session.reset()  # did the leader see it? Start again
+            raise
         if resp is None:
-            return
+            self._dirty.update(session.abandoned(req))
+            return True
+        code = _code(resp.error_code)
+        if code != ErrorCode.NONE:
+            self._log.info(
+                "fetch session refused, starting a new one",
+                session_id=req.session_id,
+                session_epoch=req.session_epoch,
+                error=code.name,
+            )
+            session.reset()
+            return True
+        if req.session_id == 0:
+            session.id = resp.session_id  # 0: the leader keeps no session, all fetches full
+            session.epoch = 0
+        else:
+            session.epoch = req.session_epoch
         for r in resp.partitions:
             key = (r.topic, r.partition)
-            got = sent.get(key)
-            if got is None or not self._current(key, got[0]):
+            sent = session.sent.get(key)
+            if sent is None:
                 continue
-            s, offset = got
+            self._dirty.add(key)  # the next fetch tells the leader what changed
+            s, offset = sent.state, sent.offset
+            if r.error_code:
+                # the leader visits it again only when told: the next fetch lists it again (or
+                # forgets it while it backs off), even if nothing changed here
+                sent.offset = -1
+            if not self._current(key, s):
+                continue
             if s.partition.log.log_end_offset != offset:
                 continue  # truncated meanwhile (a new order): the data no longer fits
             try:
@@ -406,11 +594,13 @@ class ReplicaFetcher:
                     error=exc.message,
                 )
                 s.phase = Phase.TRUNCATING
+                self._truncating.add(key)
                 self._retry_later(s, ErrorCode.UNKNOWN_SERVER_ERROR, "append")
             except KafkaError as exc:
                 self._retry_later(s, exc.code, "append")
             except OSError as exc:  # the replica's disk failed: its log dir goes offline
                 self.rm.report_io_error(r.topic, r.partition, exc)
+        return True
 
     def _apply(self, s: FetchState, r: FetchResult) -> None:
         code = _code(r.error_code)

@@ -64,6 +64,13 @@ class ReplicaFetcherManager:
         state = fetcher.states.get(key) if fetcher is not None else None
         return state.leader_log_end_offset if state is not None else -1
 
+    def log_start_moved(self, keys: Iterable[TopicPartition]) -> None:
+        for key in keys:
+            leader = self._leader_of.get(key)
+            fetcher = self.fetchers.get(leader) if leader is not None else None
+            if fetcher is not None:
+                fetcher.touch(key)
+
     def max_lag(self) -> int:
         return max((f.max_lag() for f in self.fetchers.values()), default=0)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from services.storage.replication.endpoints import LeaderEndpoint
 from services.storage.replication.fetcher import FetcherConfig
 from services.storage.replication.isr import IsrManager, IsrVersionConflict
 from services.storage.replication.manager import ReplicaFetcherManager
+from services.storage.wire import FetchReply
 
 T = "t"
 LAG_MS = 10_000
@@ -74,12 +76,35 @@ class Clock:
         return int(time.time() * 1000) + self.offset_ms
 
 
-class InProcessLeader:
-    def __init__(self, rm: ReplicaManager) -> None:
-        self.rm = rm
+@dataclass
+class Sent:
+    """A follower's fetch as the leader got it, and the session error it answered."""
 
-    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
-        return await fetch(self.rm, req)
+    replica_id: int
+    session_id: int
+    session_epoch: int
+    listed: list[tuple[str, int]]
+    forgotten: list[tuple[str, int]]
+    error_code: int = 0
+
+
+class InProcessLeader:
+    def __init__(self, rm: ReplicaManager, sent: list[Sent]) -> None:
+        self.rm = rm
+        self.sent = sent
+
+    async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> FetchReply:
+        seen = Sent(
+            req.replica_id,
+            req.session_id,
+            req.session_epoch,
+            [(pf.topic, pf.partition) for pf in req.partitions],
+            [(fp.topic, fp.partition) for fp in req.forgotten],
+        )
+        self.sent.append(seen)
+        reply = await fetch(self.rm, req)
+        seen.error_code = reply.error_code
+        return reply
 
     async def offset_for_leader_epoch(
         self, req: pb.OffsetForLeaderEpochRequest, timeout_s: float
@@ -92,10 +117,12 @@ class Cluster:
         self.clock = Clock()
         self.store = MemoryStateStore()
         self.reachable: set[int] = set(ids)
+        self.lookups_held: asyncio.Event | None = None  # leader lookups wait until it is set
         self.rms: dict[int, ReplicaManager] = {}
         self.managers: dict[int, ReplicaFetcherManager] = {}
         self.isr: dict[int, IsrManager] = {}
         self.controller_epoch = 1
+        self.sent: list[Sent] = []  # every fetch request, in order
         for b in ids:
             (tmp_path / f"broker-{b}").mkdir()
             rm = ReplicaManager(
@@ -114,9 +141,11 @@ class Cluster:
 
     # EndpointProvider
     async def endpoint(self, broker_id: int) -> LeaderEndpoint | None:
+        if self.lookups_held is not None:  # a real lookup may wait (ZooKeeper)
+            await self.lookups_held.wait()
         if broker_id not in self.reachable:
             return None
-        return InProcessLeader(self.rms[broker_id])
+        return InProcessLeader(self.rms[broker_id], self.sent)
 
     async def close(self) -> None:  # EndpointProvider.close (the managers call it)
         return None
@@ -217,7 +246,12 @@ def batch(*values: bytes) -> bytes:
 
 
 async def produce(
-    rm: ReplicaManager, records: bytes, *, acks: int = -1, timeout_ms: int = 5000
+    rm: ReplicaManager,
+    records: bytes,
+    *,
+    acks: int = -1,
+    timeout_ms: int = 5000,
+    partition: int = 0,
 ) -> pb.PartitionAppendResult:
     resp = await append(
         rm,
@@ -225,7 +259,9 @@ async def produce(
             acks=acks,
             timeout_ms=timeout_ms,
             partitions=[
-                pb.PartitionAppend(topic=T, partition=0, records=records, current_leader_epoch=-1)
+                pb.PartitionAppend(
+                    topic=T, partition=partition, records=records, current_leader_epoch=-1
+                )
             ],
         ),
     )
@@ -562,3 +598,149 @@ async def test_stale_order_does_not_undo_the_leaders_isr_change(cluster: Cluster
     )
     assert resp.partitions[0].error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     assert cluster.partition(1).isr == (1, 2)
+
+
+# ---- fetch sessions (KIP-227) ---------------------------------------------------------------------
+def quiet(cluster: Cluster, leader: int, follower: int, *keys: tuple[str, int]) -> bool:
+    """``keys`` are settled in the follower's session on ``leader`` (its fetches visit nothing)."""
+    s = cluster.rms[leader].fetch_sessions.of_replica(follower)
+    return s is not None and all(k in s.partitions and s.partitions[k].quiet for k in keys)
+
+
+def fetches_of(cluster: Cluster, follower: int, since: int = 0) -> list[Sent]:
+    return [r for r in cluster.sent[since:] if r.replica_id == follower]
+
+
+async def test_follower_session_goes_incremental_adds_forgets_and_reopens(cluster: Cluster) -> None:
+    p0, p1 = (T, 0), (T, 1)
+    await cluster.elect(1, [1, 2, 3], [1, 2, 3])
+    assert (await produce(cluster.rms[1], batch(b"a"))).error_code == 0
+    await until(lambda: quiet(cluster, 1, 2, p0) and quiet(cluster, 1, 3, p0))
+    first = fetches_of(cluster, 2)[0]
+    assert (first.session_id, first.session_epoch, first.listed) == (0, 0, [p0])  # full
+    session = cluster.rms[1].fetch_sessions.of_replica(2)
+    assert session is not None
+    # idle: incremental fetches of the session, in epoch order, listing nothing
+    mark = len(cluster.sent)
+    await asyncio.sleep(0.3)
+    idle = fetches_of(cluster, 2, mark)
+    assert len(idle) >= 2
+    assert all((r.session_id, r.listed, r.forgotten) == (session.id, [], []) for r in idle)
+    epochs = [r.session_epoch for r in idle]
+    assert epochs == list(range(epochs[0], epochs[0] + len(epochs))) and epochs[0] >= 1
+    # data: the follower lists the partition again only once its fetch offset moved
+    mark = len(cluster.sent)
+    assert (await produce(cluster.rms[1], batch(b"b"))).error_code == 0
+    await until(lambda: quiet(cluster, 1, 2, p0) and cluster.partition(2).high_watermark == 2)
+    assert [r.listed for r in fetches_of(cluster, 2, mark) if r.listed] == [[p0]]
+    # a partition added to the session (its order interrupts a parked fetch): only it is listed
+    mark = len(cluster.sent)
+    await cluster.elect(1, [1, 2, 3], [1, 2, 3], partition=1)
+    assert (await produce(cluster.rms[1], batch(b"c"), partition=1)).error_code == 0
+    await until(lambda: quiet(cluster, 1, 2, p0, p1))
+    added = fetches_of(cluster, 2, mark)
+    assert all(r.session_id == session.id for r in added), added
+    assert [r.listed for r in added if r.listed][0] == [p1]
+    assert all(p0 not in r.listed for r in added)
+    # removed: forgotten by the session
+    mark = len(cluster.sent)
+    cluster.managers[2].unfollow([p1])
+    await until(lambda: p1 not in session.partitions)
+    assert [r.forgotten for r in fetches_of(cluster, 2, mark) if r.forgotten] == [[p1]]
+    # the leader lost the session (evicted): FETCH_SESSION_ID_NOT_FOUND, then a full fetch
+    mark = len(cluster.sent)
+    sessions = cluster.rms[1].fetch_sessions
+    sessions.evict_idle(cluster.clock() + sessions.evict_ms + 1)
+    await until(lambda: quiet(cluster, 1, 2, p0) and sessions.of_replica(2) is not session)
+    again = fetches_of(cluster, 2, mark)
+    refused = [r for r in again if r.error_code]
+    assert refused and refused[0].error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    full = again[again.index(refused[0]) + 1]
+    assert (full.session_id, full.session_epoch, full.listed) == (0, 0, [p0])
+    # an epoch the leader does not expect: INVALID_FETCH_SESSION_EPOCH, then a full fetch
+    reopened = sessions.of_replica(2)
+    assert reopened is not None
+    mark = len(cluster.sent)
+    reopened.epoch += 5
+    await until(lambda: sessions.of_replica(2) not in (None, reopened) and quiet(cluster, 1, 2, p0))
+    codes = [r.error_code for r in fetches_of(cluster, 2, mark) if r.error_code]
+    assert codes[0] == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    # and replication goes on: acks=all completes at once
+    started = time.monotonic()
+    assert (await produce(cluster.rms[1], batch(b"d"))).error_code == 0
+    assert time.monotonic() - started < 1.0
+    await until(lambda: cluster.partition(2).log.log_end_offset == 3)
+    # the follower's own log start moved (its retention): its next fetch tells the leader
+    await until(lambda: quiet(cluster, 1, 2, p0) and cluster.partition(2).high_watermark == 3)
+    assert cluster.partition(2).log.maybe_increment_log_start_offset(2)
+    cluster.managers[2].log_start_moved([p0])
+    await until(lambda: cluster.partition(1).remote[2].log_start_offset == 2)
+
+
+async def test_quiet_follower_stays_caught_up_and_a_silent_one_leaves_the_isr(
+    cluster: Cluster,
+) -> None:
+    """The ISR catch: a caught-up follower whose fetches keep coming has no per-partition
+    fetch state updates while quiet, yet counts as caught up when the next append comes; one
+    whose fetches stopped (its session still open) leaves the ISR after the lag time."""
+    p0 = (T, 0)
+    await cluster.elect(1, [1, 2, 3], [1, 2, 3])
+    assert (await produce(cluster.rms[1], batch(b"a"))).error_code == 0
+    await until(lambda: quiet(cluster, 1, 2, p0) and quiet(cluster, 1, 3, p0))
+    leader = cluster.partition(1)
+    sessions = cluster.rms[1].fetch_sessions
+
+    async def fetched_since_jump(*followers: int) -> int:
+        cluster.clock.offset_ms += LAG_MS + 1000
+        jumped = cluster.clock()
+        await until(
+            lambda: all(
+                (s := sessions.of_replica(b)) is not None and s.last_fetch_ms >= jumped
+                for b in followers
+            )
+        )
+        return jumped
+
+    # a quiet spell longer than replica.lag.time.max.ms, fetches arriving all along
+    jumped = await fetched_since_jump(2, 3)
+    assert all(leader.remote[b].last_caught_up_time_ms < jumped - LAG_MS for b in (2, 3))
+    pending = asyncio.ensure_future(produce(cluster.rms[1], batch(b"b")))
+    await asyncio.sleep(0)  # appended; the followers have not fetched it yet
+    assert leader.log.log_end_offset == 2 and leader.high_watermark == 1
+    assert cluster.isr[1].maybe_shrink_all() == 0  # without the catch-up both would go
+    assert all(leader.remote[b].last_caught_up_time_ms >= jumped for b in (2, 3))
+    assert (await asyncio.wait_for(pending, 2.0)).error_code == 0  # acks=all: both fetched it
+    assert leader.high_watermark == 2 and leader.isr == (1, 2, 3)
+    await until(lambda: quiet(cluster, 1, 2, p0) and quiet(cluster, 1, 3, p0))
+    # follower 3's fetches stop (its session stays open on the leader)
+    stopped = sessions.of_replica(3)
+    assert stopped is not None
+    await cluster.managers[3].close()
+    assert p0 in stopped.partitions  # cancelled at once: nothing forgotten
+    await fetched_since_jump(2)
+    pending = asyncio.ensure_future(produce(cluster.rms[1], batch(b"c")))
+    await asyncio.sleep(0)
+    assert sessions.of_replica(3) is stopped
+    assert cluster.isr[1].maybe_shrink_all() == 1
+    assert (await asyncio.wait_for(pending, 2.0)).error_code == 0
+    assert leader.isr == (1, 2) and leader.high_watermark == 3
+
+
+async def test_followed_again_while_its_truncation_waits_for_the_leaders_address(
+    cluster: Cluster,
+) -> None:
+    # a new replica (empty log) gets two orders in a row (e.g. a reassignment finished by a new
+    # controller): the first one's truncation must not end the second one's
+    await cluster.elect(1, [1], [1, 2], to=[1])
+    for i in range(3):
+        assert (await produce(cluster.rms[1], batch(b"x%d" % i))).error_code == 0
+    cluster.lookups_held = asyncio.Event()
+    await cluster.resend([1, 2], to=[2])
+    fetcher = cluster.managers[2].fetchers[1]
+    first = fetcher.states[(T, 0)]
+    await asyncio.sleep(0.05)  # its fetcher waits for the leader's address, to truncate
+    await cluster.elect(1, [1], [1, 2])
+    assert fetcher.states[(T, 0)] is not first
+    cluster.lookups_held.set()
+    await until(lambda: cluster.partition(2).log.log_end_offset == 3)
+    await until(lambda: cluster.partition(1).isr == (1, 2))
