@@ -255,12 +255,23 @@ class ReplicaManager:
         """A quiet session partition is marked: its follower, at the log end when it went quiet
         and fetching since, is recorded as fetched at the session's last fetch at the log end
         offset the leader had then (``sp.fetch_offset``: nothing moved it while quiet), before
-        the change is counted (see fetch_sessions)."""
+        the change is counted (see fetch_sessions).
+
+        Not when the follower's fetch state was reset since its last fetch (a new leader epoch:
+        ``RemoteReplica.reset`` zeroes ``last_fetch_time_ms``): that fetch belongs to the
+        previous leadership, and counting it would bring back a follower the controller just
+        dropped from the ISR (e.g. a dead one) as caught up, and the high watermark would wait
+        for it for replica.lag.time.max.ms (acks=all writes timed out: D78)."""
         h = self.hosted.get(sp.key)
         if h is None or not h.partition.is_leader:
             return
         replica = h.partition.remote.get(session.replica_id)
-        if replica is None or replica.log_end_offset != sp.fetch_offset:
+        if (
+            replica is None
+            or replica.log_end_offset != sp.fetch_offset
+            or replica.last_fetch_time_ms <= 0
+            or replica.last_fetch_time_ms >= session.last_fetch_ms
+        ):
             return
         leo_then = sp.fetch_offset
         replica.on_fetch(leo_then, replica.log_start_offset, leo_then, session.last_fetch_ms)

@@ -744,3 +744,25 @@ async def test_followed_again_while_its_truncation_waits_for_the_leaders_address
     cluster.lookups_held.set()
     await until(lambda: cluster.partition(2).log.log_end_offset == 3)
     await until(lambda: cluster.partition(1).isr == (1, 2))
+
+
+async def test_follower_dropped_from_the_isr_by_a_new_epoch_does_not_hold_the_hw(
+    cluster: Cluster,
+) -> None:
+    """D78's stall: follower 3 dies while its partition is quiet in its session on the leader;
+    the controller drops it from the ISR with a new leader epoch (its caught-up time is reset).
+    The leader's marks of the quiet partition must not bring it back as "caught up at its last
+    fetch" (within replica.lag.time.max.ms, the HW would wait for it): acks=all writes complete
+    with follower 2 alone."""
+    p0 = (T, 0)
+    await cluster.elect(1, [1, 2, 3], [1, 2, 3], config={"min.insync.replicas": "2"})
+    assert (await produce(cluster.rms[1], batch(b"a"))).error_code == 0
+    await until(lambda: quiet(cluster, 1, 2, p0) and quiet(cluster, 1, 3, p0))
+    await cluster.managers[3].close()  # kill -9: its session stays open on the leader
+    await cluster.elect(1, [1, 2], [1, 2, 3], to=[1, 2], config={"min.insync.replicas": "2"})
+    leader = cluster.partition(1)
+    assert leader.isr == (1, 2) and leader.remote[3].last_caught_up_time_ms == 0
+    r = await produce(cluster.rms[1], batch(b"b"), timeout_ms=2000)
+    assert r.error_code == 0
+    assert leader.high_watermark == 2
+    assert leader.remote[3].last_caught_up_time_ms == 0  # still not counted for the HW
