@@ -21,6 +21,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import grpc_floor
 from bench.cpu import cpu_seconds
 from bench.peers import KafkaPyPeer, Peer, TansuPeer
 
@@ -156,6 +157,19 @@ def warm_up(peer: Peer) -> None:
     os.sync()  # measure from clean page cache, not while the kernel writes back the warm-up
 
 
+def with_grpc_floor(results: dict[str, dict[str, float]]) -> None:
+    """The bare gRPC round trip at the size and rate of this run's 100 B acks=1 Produce
+    requests (bench/grpc_floor.py), and the broker's CPU per request over it."""
+    run = results.get("p100_a1", {})
+    if not run.get("requests") or not run.get("request_bytes") or not run.get("seconds"):
+        return
+    print("  kafka-py: bare gRPC floor ...", file=sys.stderr, flush=True)
+    requests = int(run["requests"])
+    floor = grpc_floor.measure(int(run["request_bytes"]), requests / run["seconds"], requests)
+    results["floor"] = floor
+    run["cpu_over_floor"] = run["cpu_us_per_request"] / floor["cpu_us_per_request"]
+
+
 def bench_peer(peer: Peer) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     topics: dict[str, str] = {}
@@ -182,6 +196,7 @@ def bench_peer(peer: Peer) -> dict[str, dict[str, float]]:
     return results
 
 
+FLOOR_TITLE = "bare gRPC round trip, 100 B acks=1 request size and rate: client + server CPU (µs)"
 ROWS = [
     ("p1k_a1", "mb_per_s", "produce 1 KiB acks=1 (MB/s)", True),
     ("p1k_a1", "records_per_s", "produce 1 KiB acks=1 (msg/s)", True),
@@ -200,7 +215,11 @@ ROWS = [
     ("p100_a1", "requests", "Produce requests sent, 100 B acks=1", False),
     ("p1k_a1", "cpu_us_per_request", "broker CPU per Produce request, 1 KiB acks=1 (µs)", False),
     ("p100_a1", "cpu_us_per_request", "broker CPU per Produce request, 100 B acks=1 (µs)", False),
+    ("p100_a1", "request_bytes", "bytes per Produce request, 100 B acks=1", False),
+    ("floor", "cpu_us_per_request", FLOOR_TITLE, False),
+    ("p100_a1", "cpu_over_floor", "broker CPU per 100 B request / gRPC floor (goal ≤ 1.5)", False),
 ]
+OWN_ONLY = {"floor", "cpu_over_floor"}  # rows the peer has no counterpart for
 
 
 def fmt(v: float | None) -> str:
@@ -232,7 +251,8 @@ def table(ours: Runs, peer: Runs) -> str:
         ratio = "-"
         if a and b and statistics.median(b):
             ratio = f"{statistics.median(a) / statistics.median(b):.2f}"
-        lines.append(f"| {title} | {_cell(a)} | {_cell(b)} | {ratio} |")
+        theirs = "n/a" if {key, metric} & OWN_ONLY else _cell(b)
+        lines.append(f"| {title} | {_cell(a)} | {theirs} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -265,6 +285,7 @@ def main() -> None:
     theirs: Runs = []
     for _ in range(REPEAT):  # alternating, so slow phases of a shared machine hit both alike
         ours.append(bench_peer(KafkaPyPeer()))
+        with_grpc_floor(ours[-1])
         theirs.append(bench_peer(TansuPeer()))
     tbl = table(ours, theirs)
     print(tbl)
@@ -284,7 +305,12 @@ def main() -> None:
         "End-to-end latency: 1 KiB records produced at 1,000/s (acks=all, linger 0), each timed "
         "when the consumer's poll returns it. Produce requests are counted by the client "
         "(librdkafka's statistics); broker CPU per request is the run's broker CPU divided by "
-        "that count (docs/performance.md: why it decides the 100 B rows).\n\n"
+        "that count (docs/performance.md: why it decides the 100 B rows). The bare gRPC floor "
+        "(bench/grpc_floor.py), measured after each kafka-py run with nothing else running: "
+        "one message of that run's average 100 B acks=1 request size out and a 64-byte answer "
+        "back, at that run's request rate, between two processes with the services' gRPC "
+        "options under uvloop; the CPU of both per round trip is what the gateway-to-storage "
+        "transport alone costs a Produce request.\n\n"
         f"Machine: {machine()}\n\nDate: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"scale {SCALE}, {runs}\n\n"
         f"{tbl}\n"

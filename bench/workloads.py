@@ -29,10 +29,14 @@ PRODUCER_TUNING = {
 }
 
 
-def _produce_requests(stats_json: str) -> int:
-    """Produce requests sent to every broker, from librdkafka's statistics."""
-    stats = json.loads(stats_json)
-    return sum(b.get("req", {}).get("Produce", 0) for b in stats.get("brokers", {}).values())
+def _produce_requests(stats_json: str) -> tuple[int, int]:
+    """(Produce requests, bytes sent) to every broker, from librdkafka's statistics. The bytes
+    are every request's, Produce all but a few hundred of them."""
+    brokers = json.loads(stats_json).get("brokers", {}).values()
+    return (
+        sum(b.get("req", {}).get("Produce", 0) for b in brokers),
+        sum(b.get("txbytes", 0) for b in brokers),
+    )
 
 
 def _wait_for_go(args: argparse.Namespace) -> None:
@@ -45,11 +49,12 @@ def _wait_for_go(args: argparse.Namespace) -> None:
 
 
 def produce(args: argparse.Namespace) -> dict[str, float]:
-    requests = 0
+    requests = sent_bytes = 0
 
     def on_stats(stats_json: str) -> None:
-        nonlocal requests
-        requests = max(requests, _produce_requests(stats_json))
+        nonlocal requests, sent_bytes
+        n, sent = _produce_requests(stats_json)
+        requests, sent_bytes = max(requests, n), max(sent_bytes, sent)
 
     per_txn = args.per_transaction
     config = {
@@ -107,6 +112,7 @@ def produce(args: argparse.Namespace) -> dict[str, float]:
         "mb_per_s": mb / elapsed,
         "mb": mb,
         "requests": requests,
+        "request_bytes": sent_bytes / requests if requests else 0.0,
         "started": started,
         "ended": ended,
     }

@@ -313,7 +313,8 @@ def _load_ca(cert_path: Path, key_path: Path) -> tuple[Any, Any]:
         raise CliError(f"cannot read the existing CA: {exc.filename}: {exc.strerror}") from None
     except (ValueError, TypeError) as exc:
         raise CliError(f"the existing CA in {cert_path.parent} is unusable: {exc}") from None
-    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if cert.public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
         raise CliError(f"{key_path} is not the key of {cert_path}")
     return cert, key
 

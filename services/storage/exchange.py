@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc
@@ -40,7 +40,7 @@ log = get_logger("storage.exchange")
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+Handler = Callable[[Any, Any], Coroutine[Any, Any, Any]]
 
 
 def _status(code: grpc.StatusCode) -> int:

@@ -20,6 +20,7 @@ pipelined R2 arrived: OUT_OF_ORDER_SEQUENCE_NUMBER, PID epoch 0 -> 1).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.e2e
 
 SESSION_MS = 3000
 ROUNDS = 5
+IMPLICIT_ACK = re.compile(r"(\d+) message\(s\) implicitly acked")
 STOPPED_S = 5.0  # past the session timeout: the controller takes the nodes out of every ISR
 
 
@@ -115,3 +117,14 @@ def test_isr_below_min_insync_and_back_writes_nothing_twice(
         if "skipped sequence numbers" in line and "ERRSEQ" in line
     ]
     assert not bumps, "\n".join(bumps[:5])
+    # An ack without an offset must be one of librdkafka's implicit acks (a request answered
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND, then a later batch's success), which its log names.
+    implicit = sum(
+        int(m.group(1))
+        for log in logs
+        for m in IMPLICIT_ACK.finditer(log.read_text(errors="replace"))
+    )
+    assert outcome.history.acked_without_offset() <= implicit, (
+        f"{outcome.history.acked_without_offset()} writes acked without an offset, "
+        f"{implicit} implicit acks in librdkafka's log"
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from bench import grpc_floor
 from bench.run import table
 from bench.workloads import _produce_requests
 from services.cli.local_cluster import LocalCluster
@@ -110,13 +111,30 @@ def test_latency_times_every_record(bootstrap: str, topic: Callable[..., str]) -
 def test_produce_requests_sum_every_broker_of_librdkafka_statistics() -> None:
     stats = {
         "brokers": {
-            "127.0.0.1:9092/0": {"req": {"Produce": 7, "Metadata": 2}},
-            "127.0.0.1:9093/1": {"req": {"Produce": 5}},
+            "127.0.0.1:9092/0": {"req": {"Produce": 7, "Metadata": 2}, "txbytes": 7_100},
+            "127.0.0.1:9093/1": {"req": {"Produce": 5}, "txbytes": 5_000},
             "GroupCoordinator": {"req": {}},
         }
     }
-    assert _produce_requests(json.dumps(stats)) == 12
-    assert _produce_requests("{}") == 0
+    assert _produce_requests(json.dumps(stats)) == (12, 12_100)
+    assert _produce_requests("{}") == (0, 0)
+
+
+def test_the_grpc_floor_times_real_round_trips_between_two_processes() -> None:
+    """bench/grpc_floor.py: the calls are made (at about the rate asked) and both processes'
+    CPU is counted; the floor row and the ratio row have no peer cell."""
+    floor = grpc_floor.measure(size=1_000, rate=500.0, count=300)
+    assert floor["client_cpu_us_per_request"] > 0 and floor["server_cpu_us_per_request"] >= 0
+    assert floor["cpu_us_per_request"] == pytest.approx(
+        floor["client_cpu_us_per_request"] + floor["server_cpu_us_per_request"]
+    )
+    assert 0 < floor["requests_per_s"] <= 500 * 1.05  # paced, never faster than asked
+    ours = [{"p100_a1": {"cpu_over_floor": 2.0}, "floor": {"cpu_us_per_request": 400.0}}]
+    lines = table(ours, [{}]).splitlines()
+    assert next(line for line in lines if line.startswith("| bare gRPC")).endswith(
+        "| 400 | n/a | - |"
+    )
+    assert next(line for line in lines if "/ gRPC floor" in line).endswith("| 2.00 | n/a | - |")
 
 
 def test_table_shows_both_brokers_the_ratio_and_failed_cells() -> None:

@@ -28,7 +28,9 @@ def v(writer: str, seq: int) -> bytes:
     return encode_value(writer, seq)
 
 
-def history(acked: dict[bytes, tuple[int, int]], *reads: dict[int, list[bytes | None]]) -> History:
+def history(
+    acked: dict[bytes, tuple[int, int | None]], *reads: dict[int, list[bytes | None]]
+) -> History:
     """``acked``: value -> (partition, offset); each read: partition -> values at 0, 1, 2..."""
     h = History()
     for value, (p, off) in acked.items():
@@ -112,6 +114,21 @@ def test_inconsistent_fires_when_the_acknowledged_offset_holds_another_value() -
     h = history(acks, CLEAN_LOG, CLEAN_LOG)
     only(h, "inconsistent", 1)
     assert "(which holds a:000000001)" in check(h)["inconsistent"].anomalies[0].detail
+
+
+def test_an_ack_without_an_offset_is_checked_for_loss_and_duplicates_but_not_placed() -> None:
+    """librdkafka's implicit ack (a later batch's success proves an earlier, "possibly
+    persisted" one was stored) reports no offset: nothing to compare with the log's place, but
+    the value must still be stored, and stored once."""
+    acks = {**CLEAN_ACKS, v("b", 0): (0, None)}
+    h = history(acks, CLEAN_LOG, CLEAN_LOG)
+    assert all(c == 0 for c in counts(h).values()), counts(h)
+    assert check(h)["inconsistent"].checked == 4 + 3  # 4 offsets of the two reads, 3 placed acks
+    assert h.acked_without_offset() == 1
+    gone = {0: [v("a", 0), v("a", 1)], 1: [v("a", 2)]}
+    only(history(acks, gone, gone), "lost", 1)
+    twice = {0: [v("a", 0), v("a", 1), v("b", 0), v("b", 0)], 1: [v("a", 2)]}
+    only(history(acks, twice, twice), "duplicate", 1)
 
 
 def group_history() -> History:

@@ -167,6 +167,10 @@ class History:
     def acked(self) -> list[Write]:
         return [w for w in self.writes.values() if w.outcome == ACKED]
 
+    def acked_without_offset(self) -> int:
+        """Acknowledged writes whose client reported no offset (librdkafka's implicit acks)."""
+        return sum(1 for w in self.writes.values() if w.outcome == ACKED and w.offset is None)
+
     def counts(self) -> dict[str, int]:
         out = {ACKED: 0, FAILED: 0, UNKNOWN: 0}
         for w in self.writes.values():

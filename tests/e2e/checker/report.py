@@ -71,7 +71,8 @@ class Outcome:
         lines = [
             f"checker summary: seed {self.seed}, {len(self.faults) + len(self.own_faults)} "
             f"faults over "
-            f"{self.fault_seconds:.0f}s; writes: {counts['acked']} acked, {counts['failed']} "
+            f"{self.fault_seconds:.0f}s; writes: {counts['acked']} acked "
+            f"({self.history.acked_without_offset()} without an offset), {counts['failed']} "
             f"failed, {counts['unknown']} unknown; group: {len(self.history.reads)} reads, "
             f"{sum(c.ok for c in self.history.commits)} commits acked",
             f"{'verdict':<42} {'count':>7} {'checked':>9}  first example",

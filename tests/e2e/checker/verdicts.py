@@ -161,7 +161,16 @@ def reordered(history: History) -> tuple[list[Anomaly], int]:
 @verdict("inconsistent")
 def inconsistent(history: History) -> tuple[list[Anomaly], int]:
     """The final reads disagree with each other, or an acknowledged offset does not hold the
-    acknowledged value (while the value is elsewhere in the log: absent is ``lost``)."""
+    acknowledged value (while the value is elsewhere in the log: absent is ``lost``).
+
+    An acknowledgement without an offset is librdkafka's *implicit ack*: a request failed with
+    an outcome it counts as "possibly persisted" (NOT_ENOUGH_REPLICAS_AFTER_APPEND, a timeout,
+    a broken connection) and a later batch of the same idempotent producer succeeded, which
+    proves the earlier one was stored, so its messages are reported delivered with offset -1
+    (confluent-kafka's ``offset()`` gives None; rdkafka_request.c "implicitly acked by
+    subsequent batch success"; a Kafka broker causes the same). Such a write has no offset to
+    compare: ``lost`` and ``duplicate`` still check it, and ``History.acked_without_offset``
+    counts them for the summary."""
     out: list[Anomaly] = []
     checked = 0
     base = final_log(history)
@@ -184,12 +193,12 @@ def inconsistent(history: History) -> tuple[list[Anomaly], int]:
                     )
     where = _positions(base)
     for w in history.acked():
+        if w.offset is None:
+            continue
         checked += 1
         places = where.get(w.value)
         if places and (w.topic, w.partition, w.offset) not in places:
-            held = _show(
-                base_at.get(w.tp, {}).get(-1 if w.offset is None else w.offset, b"<absent>")
-            )
+            held = _show(base_at.get(w.tp, {}).get(w.offset, b"<absent>"))
             out.append(
                 Anomaly(
                     "inconsistent",

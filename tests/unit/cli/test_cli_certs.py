@@ -103,3 +103,16 @@ def test_digest_file(tmp_path: Path) -> None:
         read_digest(str(f))
     with pytest.raises(ConfigError, match="zookeeper.digest.auth.file"):
         read_digest(str(tmp_path / "missing"))
+
+
+def test_an_existing_ca_with_another_key_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        assert main(["certs", "init", "--dir", str(d), "--services", "gateway"]) == 0
+    (a / "ca-key.pem").write_bytes((b / "ca-key.pem").read_bytes())
+    capsys.readouterr()
+    assert main(["certs", "init", "--dir", str(a), "--services", "gateway"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "is not the key of" in err, err
