@@ -84,6 +84,8 @@ _I64 = struct.Struct(">q")
 _TWO_I64 = struct.Struct(">qq")
 _VALUE_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
 _VALUE_V1_HEAD = struct.Struct(">hq")  # version, offset
+# v3 with empty metadata: version, offset, leader epoch, metadata length 0, commit timestamp
+_VALUE_V3_NO_METADATA = struct.Struct(">hqihq")
 _NULL_STRING = _I16.pack(-1)
 _OFFSET_KEY_VERSION = _I16.pack(OFFSET_KEY_VERSION)
 # "2.2", "2.2-IV1", "0.10.1", "0.10.1-IV2": the release part decides the record versions.
@@ -147,11 +149,18 @@ def offset_commit_records(
     records: list[tuple[bytes, bytes | None]] = []
     append = records.append
     pack_partition = _I32.pack
+    pack_plain = _VALUE_V3_NO_METADATA.pack
     for (topic, partition), o in offsets.items():
         prefix = prefixes.get(topic)
         if prefix is None:
             prefix = prefixes[topic] = _offset_key_prefix(group_id, topic)
-        append((prefix + pack_partition(partition), offset_commit_value(o)))
+        if o.metadata == "" and o.expire_timestamp == NO_EXPIRE_TIMESTAMP:  # most commits
+            value = pack_plain(
+                OFFSET_VALUE_VERSION, o.offset, o.leader_epoch, 0, o.commit_timestamp
+            )
+        else:
+            value = offset_commit_value(o)
+        append((prefix + pack_partition(partition), value))
     return records
 
 

@@ -373,14 +373,23 @@ def build_keyed_batch(
     """``build_batch`` of header-less records that all have ``timestamp_ms``, from their
     (key, value) pairs in one pass (no ``Record`` per record): the same bytes, for the
     coordinators' writes, whose batches hold a record per committed partition."""
-    zigzag = _zigzag
+    small, zigzag = _ZIGZAG, _zigzag
     parts: list[bytes] = []
     append = parts.append
     for delta, (key, value) in enumerate(records):
-        head = _ATTRIBUTES_AND_TIMESTAMP_DELTA + zigzag(delta)
-        k = _NULL_BYTES if key is None else zigzag(len(key)) + key
-        v = _NULL_BYTES if value is None else zigzag(len(value)) + value
-        append(zigzag(len(head) + len(k) + len(v) + 1))
+        head = _ATTRIBUTES_AND_TIMESTAMP_DELTA + (small[delta] if delta < 8192 else zigzag(delta))
+        if key is None:
+            k = _NULL_BYTES
+        else:
+            n = len(key)
+            k = (small[n] if n < 8192 else zigzag(n)) + key
+        if value is None:
+            v = _NULL_BYTES
+        else:
+            n = len(value)
+            v = (small[n] if n < 8192 else zigzag(n)) + value
+        n = len(head) + len(k) + len(v) + 1
+        append(small[n] if n < 8192 else zigzag(n))
         append(head)
         append(k)
         append(v)

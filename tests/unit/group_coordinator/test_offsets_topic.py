@@ -279,6 +279,7 @@ def test_offset_commit_records_are_each_partitions_key_and_value() -> None:
         ("orders", 0): OffsetAndMetadata(10, 2, "m", 1000),
         ("payments-€", 4): OffsetAndMetadata(11, -1, "", 1000, 5000),
         ("orders", 3): OffsetAndMetadata(12, 7, "é" * 3, 1000),
+        ("orders", 70000): OffsetAndMetadata(2**40, 9, "", 1000),  # no metadata, no expiry
     }
     records = offset_commit_records("group-ü", offsets)
     assert records == [
