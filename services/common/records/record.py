@@ -475,6 +475,38 @@ def scan_records(payload: Buffer, header: BatchHeader) -> Iterator[RecordSpan]:
         raise _corrupt(f"{end - pos} bytes left after {header.record_count} records")
 
 
+def keyless_records(payload: Buffer, header: BatchHeader) -> list[int]:
+    """Indexes (in the batch) of the records of ``payload`` whose key is null: what a
+    compacted topic's append checks. Reads only the varints that locate each record and its
+    key (no ``RecordSpan``, no key copy); raises where ``scan_records`` raises."""
+    keyless: list[int] = []
+    pos = 0
+    end = len(payload)
+    for index in range(header.record_count):
+        length, body = decode_varint(payload, pos)
+        record_end = body + length
+        if length < 1 or record_end > end:
+            raise _corrupt(f"record length {length} does not fit in the batch")
+        _, p = decode_varlong(payload, body + 1)
+        _, p = decode_varint(payload, p)
+        key_len, p = decode_varint(payload, p)
+        if key_len < 0:
+            if key_len != -1:
+                raise _corrupt(f"invalid key length {key_len}")
+            keyless.append(index)
+        elif p + key_len > record_end:
+            raise _corrupt(f"key length {key_len} runs past the end of the record")
+        else:
+            p += key_len
+        value_len, p = decode_varint(payload, p)
+        if p > record_end or value_len < -1 or p + max(value_len, 0) > record_end:
+            raise _corrupt(f"invalid value length {value_len}")
+        pos = record_end
+    if pos != end:
+        raise _corrupt(f"{end - pos} bytes left after {header.record_count} records")
+    return keyless
+
+
 def rebuild_batch(header: BatchHeader, payload: Buffer, kept: Sequence[RecordSpan]) -> bytes:
     """``header``'s batch holding only the records ``kept`` (spans of ``payload``), their bytes
     copied as they are: same base offset and last offset delta, base timestamp (the records'

@@ -28,6 +28,7 @@ from services.common.records.record import (
     is_control_record,
     iter_batch_records,
     iter_records,
+    keyless_records,
     parse_control_key,
     parse_end_txn_marker,
     rebuild_batch,
@@ -337,6 +338,25 @@ def test_scan_records_refuses_malformed_records(body: bytes, count: int) -> None
     with pytest.raises(KafkaError) as info:
         list(scan_records(records_payload(batch, header), header))
     assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(KafkaError) as info:
+        keyless_records(records_payload(batch, header), header)
+    assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("codec", [0, Codec.LZ4])
+def test_keyless_records_are_the_scanned_records_without_a_key(codec: int) -> None:
+    """Keys of 0, 1, 63, 64 and 300 bytes or none, values or none, offset deltas past 64."""
+    keys = [None, b"", b"k", b"x" * 63, b"y" * 64, b"z" * 300]
+    records = [
+        Record(timestamp=T0 + i, key=keys[i % len(keys)], value=None if i % 4 == 1 else b"v" * i)
+        for i in range(150)
+    ]
+    batch = build_batch(records, compression=codec)
+    header = parse_header(batch)
+    payload = records_payload(batch, header)
+    expected = [i for i, span in enumerate(scan_records(payload, header)) if span.key is None]
+    assert expected == list(range(0, 150, len(keys)))
+    assert keyless_records(payload, header) == expected
 
 
 @pytest.mark.parametrize("count", [0, 1, 3, 64, 200])
