@@ -120,17 +120,35 @@ def _by_topic(rows: Iterable[tuple[TopicPartition, dict[str, Any]]]) -> list[dic
 def _offsets_of(
     body: dict[str, Any], now: int, retention: int
 ) -> dict[TopicPartition, OffsetAndMetadata]:
+    expire = now + retention if retention != -1 else -1
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
     for topic in body["topics"]:
+        name = topic["name"]
         for p in topic["partitions"]:
-            offsets[(topic["name"], p["partition_index"])] = OffsetAndMetadata(
-                offset=p["committed_offset"],
-                leader_epoch=p.get("committed_leader_epoch", NO_LEADER_EPOCH),
-                metadata=p.get("committed_metadata") or NO_METADATA,
-                commit_timestamp=now,
-                expire_timestamp=now + retention if retention != -1 else -1,
+            # positional: (offset, leader epoch, metadata, commit and expire timestamps)
+            offsets[(name, p["partition_index"])] = OffsetAndMetadata(
+                p["committed_offset"],
+                p.get("committed_leader_epoch", NO_LEADER_EPOCH),
+                p.get("committed_metadata") or NO_METADATA,
+                now,
+                expire,
             )
     return offsets
+
+
+def _partition_errors(errors: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
+    """(Txn)OffsetCommit's response topics: each partition's error code."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    codes: dict[ErrorCode, int] = {}
+    for (topic, partition), error in errors.items():
+        code = codes.get(error)
+        if code is None:
+            code = codes[error] = int(error)
+        entries = topics.get(topic)
+        if entries is None:
+            entries = topics[topic] = []
+        entries.append({"partition_index": partition, "error_code": code})
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]
 
 
 async def _offset_commit(
@@ -153,7 +171,7 @@ async def _offset_commit(
         )
     return {
         "throttle_time": 0,
-        "topics": _by_topic((tp, {"error_code": int(e)}) for tp, e in errors.items()),
+        "topics": _partition_errors(errors),
     }
 
 
@@ -180,7 +198,7 @@ async def _txn_offset_commit(
         )
     return {
         "throttle_time": 0,
-        "topics": _by_topic((tp, {"error_code": int(e)}) for tp, e in errors.items()),
+        "topics": _partition_errors(errors),
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
@@ -145,10 +146,11 @@ class Group:
         self.join_timer: asyncio.TimerHandle | None = None
         self.join_is_initial = False
         self.sync_timer: asyncio.TimerHandle | None = None
-        # committed offsets; commits being written (count per partition); sequence of the
+        # committed offsets; the partitions of each commit being written (a list per commit,
+        # not a count per partition: a commit adds and removes itself at once); sequence of the
         # last write applied per partition (a later write never loses to an earlier one)
         self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        self.pending_commits: Counter[TopicPartition] = Counter()
+        self.pending_commits: list[Collection[TopicPartition]] = []
         self.offset_seq: dict[TopicPartition, int] = {}
 
     # ---- state -----------------------------------------------------------------------------
@@ -348,7 +350,11 @@ class Group:
 
     # ---- offsets ---------------------------------------------------------------------------
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(+self.pending_commits)
+        return bool(self.offsets) or any(self.pending_commits)
+
+    def pending_partitions(self) -> set[TopicPartition]:
+        """The partitions of the commits being written."""
+        return {tp for partitions in self.pending_commits for tp in partitions}
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
         """Kafka's removeExpiredOffsets rules (KIP-211); commits being written never expire."""
@@ -366,8 +372,9 @@ class Group:
         else:
             return []
         expired: list[TopicPartition] = []
+        pending = self.pending_partitions()
         for tp, offset in self.offsets.items():
-            if tp[0] in skip or self.pending_commits[tp] > 0:
+            if tp[0] in skip or tp in pending:
                 continue
             if offset.expire_timestamp >= 0:
                 if now_ms >= offset.expire_timestamp:

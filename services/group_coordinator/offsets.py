@@ -22,7 +22,7 @@ from services.common.internal_topics.consumer_offsets import (
     OffsetAndMetadata,
     group_metadata_key,
     offset_commit_key,
-    offset_commit_value,
+    offset_commit_records,
 )
 from services.common.logging import get_logger
 from services.common.shard_tasks import ShardTasks
@@ -94,21 +94,21 @@ class ShardOffsets:
         if not valid:
             return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
         seq = next(self._seq)
-        records: Records = [
-            (offset_commit_key(group.group_id, t, p), offset_commit_value(o))
-            for (t, p), o in valid.items()
-        ]
-        group.pending_commits.update(valid.keys())
+        records = offset_commit_records(group.group_id, valid)
+        pending = valid.keys()
+        group.pending_commits.append(pending)
         try:
             error = await self._append(records)
         finally:
-            group.pending_commits.subtract(valid.keys())
-            group.pending_commits += type(group.pending_commits)()
+            group.pending_commits.remove(pending)
         if error is ErrorCode.NONE and self._live(group) and not group.is_(S.DEAD):
+            applied, offset_seq = group.offsets, group.offset_seq
             for tp, offset in valid.items():
-                if seq > group.offset_seq.get(tp, -1):
-                    group.offsets[tp] = offset
-                    group.offset_seq[tp] = seq
+                if seq > offset_seq.get(tp, -1):
+                    applied[tp] = offset
+                    offset_seq[tp] = seq
+        if len(valid) == len(offsets):
+            return dict.fromkeys(offsets, error)
         return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
 
     # ---- TxnOffsetCommit and the transaction's marker -----------------------------------
@@ -125,10 +125,7 @@ class ShardOffsets:
         valid = {tp: o for tp, o in offsets.items() if len(o.metadata) <= max_bytes}
         if not valid:
             return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
-        records: Records = [
-            (offset_commit_key(group.group_id, t, p), offset_commit_value(o))
-            for (t, p), o in valid.items()
-        ]
+        records = offset_commit_records(group.group_id, valid)
 
         async def append() -> ErrorCode:
             if self._tasks.resigned:
@@ -172,12 +169,14 @@ class ShardOffsets:
         if group is None or group.is_(S.DEAD):
             return [(tp, None, ErrorCode.NONE) for tp in partitions or ()]
         wanted = list(group.offsets) if partitions is None else partitions
-        in_txn = self._pending_txn_of(group_id) if require_stable else set()
+        unstable = (
+            self._pending_txn_of(group_id) | group.pending_partitions() if require_stable else set()
+        )
         out: list[tuple[TopicPartition, OffsetAndMetadata | None, ErrorCode]] = []
         for tp in wanted:
             # Kafka answers UNSTABLE_OFFSET_COMMIT while a commit of the partition is being
             # written or is part of an open transaction
-            if require_stable and (group.pending_commits[tp] > 0 or tp in in_txn):
+            if tp in unstable:
                 out.append((tp, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
             else:
                 out.append((tp, group.offsets.get(tp), ErrorCode.NONE))
@@ -267,7 +266,7 @@ class ShardOffsets:
         removed: list[TopicPartition] = []
         for group in list(self._groups.values()):
             gone = [tp for tp in group.offsets if tp[0] in wanted]
-            gone += [tp for tp, n in group.pending_commits.items() if n > 0 and tp[0] in wanted]
+            gone += [tp for tps in group.pending_commits for tp in tps if tp[0] in wanted]
             if not gone:
                 continue
             for tp in dict.fromkeys(gone):

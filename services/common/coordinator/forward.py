@@ -51,19 +51,41 @@ class ForwardedApis:
     keys: Callable[[int, Body], list[str]]  # the group / transactional ids a request names
 
 
+# id(spec) -> (spec, its field names when none of its fields is an entity, else None)
+_FLAT_NAMES: dict[int, tuple[EntitySpec, frozenset[str] | None]] = {}
+
+
+def _flat_names(spec: EntitySpec) -> frozenset[str] | None:
+    known = _FLAT_NAMES.get(id(spec))
+    if known is None or known[0] is not spec:
+        fields = (*spec.fields, *spec.tagged)
+        names = (
+            None if any(f.entity is not None for f in fields) else frozenset(f.name for f in fields)
+        )
+        known = _FLAT_NAMES[id(spec)] = (spec, names)
+    return known[1]
+
+
 def fit(spec: EntitySpec, data: Body) -> Body:
     """``data`` cut to the fields of ``spec`` (recursively): responses are built with every
-    field any version has, then fitted to the requested version's schema."""
+    field any version has, then fitted to the requested version's schema. An array item of
+    a flat entity (no nested entities) that has no other field is kept as it is (a response
+    with a partition per entry would copy each)."""
     out: Body = {}
     for field in (*spec.fields, *spec.tagged):
         if field.name not in data:
             continue
         value = data[field.name]
-        if field.entity is not None and value is not None:
+        entity = field.entity
+        if entity is not None and value is not None:
             if field.array:
-                value = [fit(field.entity, item) for item in value]
+                names = _flat_names(entity)
+                value = [
+                    item if names is not None and item.keys() <= names else fit(entity, item)
+                    for item in value
+                ]
             else:
-                value = fit(field.entity, value)
+                value = fit(entity, value)
         out[field.name] = value
     return out
 

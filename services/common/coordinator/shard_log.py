@@ -33,7 +33,7 @@ from services.common.internal_topics.schema import build_records_batch
 from services.common.logging import get_logger
 from services.common.metadata_cache import MetadataCache
 from services.common.records.batch import iter_headers
-from services.common.records.record import Record, build_batch
+from services.common.records.record import build_keyed_batch
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.storage_client import StorageClients
 from services.common.storage_wire import PartitionAppend, append_request
@@ -307,8 +307,9 @@ class ShardLog:
                 await self._send(state.in_doubt[0], deadline, own=False)
                 state.next_sequence += state.in_doubt[1]
                 state.in_doubt = None
-            batch = build_batch(
-                [Record(timestamp=int(time.time() * 1000), key=k, value=v) for k, v in records],
+            batch = build_keyed_batch(
+                records,
+                timestamp_ms=int(time.time() * 1000),
                 producer_id=producer_id,
                 producer_epoch=epoch,
                 base_sequence=state.next_sequence,

@@ -8,7 +8,7 @@ import struct
 from collections.abc import Sequence
 
 from services.common.errors import ErrorCode, KafkaError
-from services.common.records.record import Record, build_batch
+from services.common.records.record import build_keyed_batch
 from services.common.records.varint import decode_unsigned_varint
 
 _I16 = struct.Struct(">h")
@@ -152,8 +152,9 @@ def build_records_batch(
     timestamp_ms: int,
 ) -> bytes:
     """One uncompressed, idempotent (non-transactional) batch; a None value is a tombstone."""
-    return build_batch(
-        [Record(timestamp=timestamp_ms, key=k, value=v) for k, v in records],
+    return build_keyed_batch(
+        records,
+        timestamp_ms=timestamp_ms,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,

@@ -350,6 +350,59 @@ def build_batch(
     )  # fmt: skip
 
 
+# zig-zag varints of 0..8191 (record lengths, offset deltas, key and value lengths)
+_ZIGZAG = [encode_varint(n) for n in range(8192)]
+_NULL_BYTES = encode_varint(-1)
+_ATTRIBUTES_AND_TIMESTAMP_DELTA = b"\x00\x00"  # attributes 0, timestampDelta 0
+_NO_HEADERS = b"\x00"
+
+
+def _zigzag(n: int) -> bytes:
+    return _ZIGZAG[n] if n < 8192 else encode_varint(n)
+
+
+def build_keyed_batch(
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    timestamp_ms: int,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+) -> bytes:
+    """``build_batch`` of header-less records that all have ``timestamp_ms``, from their
+    (key, value) pairs in one pass (no ``Record`` per record): the same bytes, for the
+    coordinators' writes, whose batches hold a record per committed partition."""
+    small, zigzag = _ZIGZAG, _zigzag
+    parts: list[bytes] = []
+    append = parts.append
+    for delta, (key, value) in enumerate(records):
+        head = _ATTRIBUTES_AND_TIMESTAMP_DELTA + (small[delta] if delta < 8192 else zigzag(delta))
+        if key is None:
+            k = _NULL_BYTES
+        else:
+            n = len(key)
+            k = (small[n] if n < 8192 else zigzag(n)) + key
+        if value is None:
+            v = _NULL_BYTES
+        else:
+            n = len(value)
+            v = (small[n] if n < 8192 else zigzag(n)) + value
+        n = len(head) + len(k) + len(v) + 1
+        append(small[n] if n < 8192 else zigzag(n))
+        append(head)
+        append(k)
+        append(v)
+        append(_NO_HEADERS)
+    count = len(records)
+    timestamp = timestamp_ms if count else NO_TIMESTAMP
+    return _pack_batch(
+        b"".join(parts), count,
+        0, -1, TRANSACTIONAL_FLAG if is_transactional else 0, max(count - 1, 0),
+        timestamp, timestamp, producer_id, producer_epoch, base_sequence,
+    )  # fmt: skip
+
+
 def _pack_batch(
     body: bytes,
     record_count: int,
@@ -420,6 +473,38 @@ def scan_records(payload: Buffer, header: BatchHeader) -> Iterator[RecordSpan]:
         pos = record_end
     if pos != end:
         raise _corrupt(f"{end - pos} bytes left after {header.record_count} records")
+
+
+def keyless_records(payload: Buffer, header: BatchHeader) -> list[int]:
+    """Indexes (in the batch) of the records of ``payload`` whose key is null: what a
+    compacted topic's append checks. Reads only the varints that locate each record and its
+    key (no ``RecordSpan``, no key copy); raises where ``scan_records`` raises."""
+    keyless: list[int] = []
+    pos = 0
+    end = len(payload)
+    for index in range(header.record_count):
+        length, body = decode_varint(payload, pos)
+        record_end = body + length
+        if length < 1 or record_end > end:
+            raise _corrupt(f"record length {length} does not fit in the batch")
+        _, p = decode_varlong(payload, body + 1)
+        _, p = decode_varint(payload, p)
+        key_len, p = decode_varint(payload, p)
+        if key_len < 0:
+            if key_len != -1:
+                raise _corrupt(f"invalid key length {key_len}")
+            keyless.append(index)
+        elif p + key_len > record_end:
+            raise _corrupt(f"key length {key_len} runs past the end of the record")
+        else:
+            p += key_len
+        value_len, p = decode_varint(payload, p)
+        if p > record_end or value_len < -1 or p + max(value_len, 0) > record_end:
+            raise _corrupt(f"invalid value length {value_len}")
+        pos = record_end
+    if pos != end:
+        raise _corrupt(f"{end - pos} bytes left after {header.record_count} records")
+    return keyless
 
 
 def rebuild_batch(header: BatchHeader, payload: Buffer, kept: Sequence[RecordSpan]) -> bytes:

@@ -107,14 +107,26 @@ async def _single(ctx: RequestContext, req: Body) -> Body:
 
 
 def _split_unknown(ctx: RequestContext, req: Body) -> tuple[Body, list[tuple[str, int]]]:
-    """``req`` keeping only partitions the cluster has; the (topic, partition)s it lacks."""
+    """``req`` keeping only partitions the cluster has; the (topic, partition)s it lacks.
+    ``req`` itself when the cluster has them all (each topic looked up once, nothing copied:
+    a commit names every partition of its group)."""
     cache = ctx.services.cache
+    requested = req.get("topics") or []
+    known_by_topic = []
+    for t in requested:
+        info = cache.topic(t.get("name") or "")
+        known_by_topic.append(info.partitions if info is not None else {})
+    if requested and all(
+        t.get("partitions") and all(p.get("partition_index", -1) in known for p in t["partitions"])
+        for t, known in zip(requested, known_by_topic, strict=True)
+    ):
+        return req, []
     topics, unknown = [], []
-    for t in req.get("topics") or []:
+    for t, known_partitions in zip(requested, known_by_topic, strict=True):
         name = t.get("name") or ""
         known = []
         for p in t.get("partitions") or []:
-            if cache.partition(name, p.get("partition_index", -1)) is not None:
+            if p.get("partition_index", -1) in known_partitions:
                 known.append(p)
             else:
                 unknown.append((name, p.get("partition_index", -1)))
@@ -125,6 +137,8 @@ def _split_unknown(ctx: RequestContext, req: Body) -> tuple[Body, list[tuple[str
 
 def _add_partition_errors(resp: Body, unknown: list[tuple[str, int]]) -> None:
     """Add UNKNOWN_TOPIC_OR_PARTITION answers to ``resp["topics"]`` (merged per topic)."""
+    if not unknown:
+        return
     topics: list[Body] = list(resp.get("topics") or [])
     by_name = {t.get("name"): t for t in topics}
     for name, index in unknown:

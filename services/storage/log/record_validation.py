@@ -9,7 +9,8 @@ records; the whole batch is refused (nothing of it is appended), as in Kafka.
 
 The records are only read (keys and timestamps, never values or headers) when a check can
 fail: a compacted topic, a finite timestamp difference, or a batch claiming LogAppendTime.
-Appends to other topics do not look inside batches.
+Appends to other topics do not look inside batches; a compacted topic without the other two
+checks (``__consumer_offsets``: a record per committed partition) has only its keys located.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 
 from services.common.errors import ErrorCode, KafkaError
 from services.common.records.batch import BatchHeader
-from services.common.records.record import records_payload, scan_records
+from services.common.records.record import keyless_records, records_payload, scan_records
 from services.storage.log.config import LONG_MAX, LogConfig
 
 RecordError = tuple[int, str]  # (batch_index, message), ProduceResponse's BatchIndexAndErrorMessage
@@ -48,17 +49,16 @@ def validate_records(
     for h in headers:
         if h.is_control or not (compacted or check_time or h.log_append_time):
             continue
+        if not (check_time or h.log_append_time):  # compacted: only the keys are checked
+            keyless = keyless_records(records_payload(records, h), h)
+            if keyless:
+                raise _refusal([(i, _keyless_message(topic_partition)) for i in keyless], False)
+            continue
         errors: list[RecordError] = []
         timestamp_error = False
         for index, rec in enumerate(scan_records(records_payload(records, h), h)):
             if compacted and rec.key is None:
-                errors.append(
-                    (
-                        index,
-                        "Compacted topic cannot accept message without key in topic partition "
-                        f"{topic_partition}",
-                    )
-                )
+                errors.append((index, _keyless_message(topic_partition)))
             elif create_time and rec.timestamp != _NO_TIMESTAMP:
                 if check_time and abs(now_ms - rec.timestamp) > max_diff:
                     timestamp_error = True
@@ -81,6 +81,10 @@ def validate_records(
                 )
         if errors:
             raise _refusal(errors, timestamp_error)
+
+
+def _keyless_message(topic_partition: str) -> str:
+    return f"Compacted topic cannot accept message without key in topic partition {topic_partition}"
 
 
 def _refusal(errors: list[RecordError], timestamp_error: bool) -> RecordValidationError:

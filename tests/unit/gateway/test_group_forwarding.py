@@ -526,3 +526,33 @@ async def test_long_join_group_blocks_neither_reading_nor_other_connections(
 def test_client_host_is_javas_inet_address_form(peer: str, expected: str) -> None:
     """DescribeGroups shows member hosts as Kafka does (InetAddress.toString)."""
     assert client_host(peer) == expected
+
+
+async def test_offset_commit_of_known_partitions_is_forwarded_whole(cluster: Cluster) -> None:
+    """Every partition known: the coordinator gets each of them, in order; a topic naming no
+    partition leaves nothing to commit (answered without the coordinator, as before)."""
+
+    def part(index: int) -> dict[str, Any]:
+        return {
+            "partition_index": index,
+            "committed_offset": 7,
+            "committed_leader_epoch": -1,
+            "committed_metadata": "",
+        }
+
+    req: dict[str, Any] = {
+        "group_id": ON_ONE,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [{"name": "a", "partitions": [part(1), part(0)]}],
+    }
+    await _handle(cluster, ApiKey.OFFSET_COMMIT, 8, req)
+    sent = cluster.one.bodies()[0]["topics"]
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in sent] == [
+        ("a", [1, 0])
+    ]
+    empty = {**req, "topics": [{"name": "a", "partitions": []}]}
+    resp = await _handle(cluster, ApiKey.OFFSET_COMMIT, 8, empty)
+    assert len(cluster.one.calls) == 1
+    assert resp["topics"] == []

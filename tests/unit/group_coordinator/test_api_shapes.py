@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from services.common.coordinator.forward import fit
 from services.common.errors import ErrorCode
 from services.common.protocol import (
     decode_response_body,
@@ -207,3 +208,25 @@ async def test_unexpected_failure_answers_unknown_server_error() -> None:
     unsupported = await api.handle(env.lookup, 8, 9, request(8, 9), client_id="c", client_host="h")
     assert unsupported["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNSUPPORTED_VERSION
     await asyncio.sleep(0)
+
+
+def test_fit_cuts_flat_array_items_only_when_they_carry_other_fields() -> None:
+    """OffsetCommit v2's response has no throttle_time; a partition entry carrying a field the
+    schema lacks is cut to the schema's, one that carries none is kept as it is (not copied)."""
+    spec = message_spec(8, 2, "response")
+    exact = {"partition_index": 0, "error_code": 0}
+    extra = {"partition_index": 1, "error_code": 22, "committed_offset": 5}
+    out = fit(spec, {"throttle_time": 0, "topics": [{"name": "t", "partitions": [exact, extra]}]})
+    assert out == {
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [
+                    {"partition_index": 0, "error_code": 0},
+                    {"partition_index": 1, "error_code": 22},
+                ],
+            }
+        ]
+    }
+    assert out["topics"][0]["partitions"][0] is exact
+    assert_shape(spec, out, "8v2")

@@ -591,6 +591,38 @@ async def test_commit_visible_only_after_append() -> None:
     assert offsets_of(await env.fetch("s", {"t": [0]}))[("t", 0)][0] == 3
 
 
+async def test_partition_stays_unstable_until_every_commit_of_it_is_written() -> None:
+    """Two commits of one partition in flight: the first one's answer leaves the partition
+    unstable (the second is still being written) and the group not Dead-able; offsets and
+    stability follow the second once it is written."""
+    env = Env()
+
+    async def stable_fetch() -> dict[Any, Any]:
+        topics = [{"name": "t", "partition_indexes": [0, 1]}]
+        return offsets_of(await env.call(9, 7, group_id="s", topics=topics, require_stable=True))
+
+    first_gate, second_gate = asyncio.Event(), asyncio.Event()
+    env.store.gate = first_gate
+    first = asyncio.ensure_future(env.commit("s", {("t", 0): 3, ("t", 1): 4}))
+    await asyncio.sleep(0.01)
+    env.store.gate = second_gate
+    second = asyncio.ensure_future(env.commit("s", {("t", 0): 5, ("t", 1): 6}))
+    await asyncio.sleep(0.01)
+    first_gate.set()
+    assert await first == {("t", 0): 0, ("t", 1): 0}
+    fetched = await stable_fetch()
+    assert fetched[("t", 0)][2] == E.UNSTABLE_OFFSET_COMMIT
+    assert fetched[("t", 1)][2] == E.UNSTABLE_OFFSET_COMMIT
+    group = env.shard.groups["s"]
+    assert group.pending_partitions() == {("t", 0), ("t", 1)}
+    second_gate.set()
+    assert await second == {("t", 0): 0, ("t", 1): 0}
+    fetched = await stable_fetch()
+    assert (fetched[("t", 0)][0], fetched[("t", 0)][2]) == (5, 0)
+    assert (fetched[("t", 1)][0], fetched[("t", 1)][2]) == (6, 0)
+    assert group.pending_commits == [] and group.has_offsets()
+
+
 async def test_retention_time_sets_expire_timestamp_and_expiry() -> None:
     env = Env()
     await env.commit("s", {("t", 0): 1}, version=2, retention_time=5000)

@@ -20,6 +20,7 @@ from services.common.internal_topics.consumer_offsets import (
     group_metadata_value,
     group_value_version,
     offset_commit_key,
+    offset_commit_records,
     offset_commit_value,
     parse_group_value,
     parse_key,
@@ -269,3 +270,21 @@ def test_malformed_inter_broker_protocol_version(bad: str) -> None:
         group_value_version(bad)
     with pytest.raises(Exception, match="inter.broker.protocol.version"):
         GroupCoordinatorSettings.model_validate({"inter.broker.protocol.version": bad})
+
+
+def test_offset_commit_records_are_each_partitions_key_and_value() -> None:
+    """A commit's records, built with each topic's key prefix once, are the records of
+    ``offset_commit_key`` / ``offset_commit_value`` one partition at a time, in order."""
+    offsets = {
+        ("orders", 0): OffsetAndMetadata(10, 2, "m", 1000),
+        ("payments-€", 4): OffsetAndMetadata(11, -1, "", 1000, 5000),
+        ("orders", 3): OffsetAndMetadata(12, 7, "é" * 3, 1000),
+        ("orders", 70000): OffsetAndMetadata(2**40, 9, "", 1000),  # no metadata, no expiry
+    }
+    records = offset_commit_records("group-ü", offsets)
+    assert records == [
+        (offset_commit_key("group-ü", t, p), offset_commit_value(o))
+        for (t, p), o in offsets.items()
+    ]
+    assert [parse_key(k) for k, _ in records] == [OffsetKey("group-ü", t, p) for t, p in offsets]
+    assert [parse_offset_value(v) for _, v in records if v is not None] == list(offsets.values())

@@ -23,10 +23,12 @@ from services.common.records.record import (
     Record,
     build_batch,
     build_end_txn_marker,
+    build_keyed_batch,
     encode_record,
     is_control_record,
     iter_batch_records,
     iter_records,
+    keyless_records,
     parse_control_key,
     parse_end_txn_marker,
     rebuild_batch,
@@ -336,3 +338,57 @@ def test_scan_records_refuses_malformed_records(body: bytes, count: int) -> None
     with pytest.raises(KafkaError) as info:
         list(scan_records(records_payload(batch, header), header))
     assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(KafkaError) as info:
+        keyless_records(records_payload(batch, header), header)
+    assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("codec", [0, Codec.LZ4])
+def test_keyless_records_are_the_scanned_records_without_a_key(codec: int) -> None:
+    """Keys of 0, 1, 63, 64 and 300 bytes or none, values or none, offset deltas past 64."""
+    keys = [None, b"", b"k", b"x" * 63, b"y" * 64, b"z" * 300]
+    records = [
+        Record(timestamp=T0 + i, key=keys[i % len(keys)], value=None if i % 4 == 1 else b"v" * i)
+        for i in range(150)
+    ]
+    batch = build_batch(records, compression=codec)
+    header = parse_header(batch)
+    payload = records_payload(batch, header)
+    expected = [i for i, span in enumerate(scan_records(payload, header)) if span.key is None]
+    assert expected == list(range(0, 150, len(keys)))
+    assert keyless_records(payload, header) == expected
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 64, 200])
+@pytest.mark.parametrize("transactional", [False, True])
+def test_build_keyed_batch_is_build_batch_byte_for_byte(count: int, transactional: bool) -> None:
+    """The coordinators' one-pass builder writes the bytes ``build_batch`` writes for the same
+    records: null keys and values, lengths whose varints take 1, 2 and 3 bytes (> 8191 is past
+    its table), offset deltas past one varint byte (64 and over)."""
+    sizes = [0, 1, 63, 64, 8191, 8192, 20000]
+    pairs = [
+        (
+            None if i % 7 == 3 else bytes([i % 256]) * sizes[i % len(sizes)],
+            None if i % 5 == 2 else b"v" * sizes[(i + 3) % len(sizes)],
+        )
+        for i in range(count)
+    ]
+    expected = build_batch(
+        [Record(timestamp=T0, key=k, value=v) for k, v in pairs],
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=41,
+        is_transactional=transactional,
+    )
+    built = build_keyed_batch(
+        pairs,
+        timestamp_ms=T0,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=41,
+        is_transactional=transactional,
+    )
+    assert built == expected
+    header, records = decode_one(built)
+    assert [(r.key, r.value) for r in records] == pairs
+    assert header.is_transactional is transactional
