@@ -140,6 +140,7 @@ class ActiveController:
         self._yielded = 0.0  # seconds the state load waited for them (see _yield)
         self._no_requests = asyncio.Event()
         self._no_requests.set()
+        self._started = 0.0  # time.monotonic() of start(): the failover's timings count from it
         self.running = False
 
     @property
@@ -162,6 +163,7 @@ class ActiveController:
         by the epoch and the state znode's version."""
         self.running = True
         self.metrics.active.set(1)
+        self._started = time.monotonic()
         await self._retrying_zk(self._load_topics)
         snapshot = list(self.ctx.topics.values())
         log.info(
@@ -169,6 +171,7 @@ class ActiveController:
             epoch=self.epoch,
             topics=len(snapshot),
             partitions=self.ctx.partition_count(),
+            topics_s=self._since_start(),
         )
         self._states = self.spawn(self._load_states(snapshot), "load-partition-states")
         self._worker = asyncio.create_task(self._run(), name="controller-events")
@@ -198,6 +201,9 @@ class ActiveController:
         await self.links.close_all()
         if self.elastic.provisioner is not None:
             await self.elastic.provisioner.close()
+
+    def _since_start(self) -> float:
+        return round(time.monotonic() - self._started, 3)
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -338,12 +344,8 @@ class ActiveController:
         for broker_id, b in self.ctx.brokers.items():
             self.links.add(broker_id, b.registration.address)
         names = sorted(await self.zk.get_children(layout.BROKER_TOPICS))
-        loaded = await asyncio.gather(
-            *(zkstore.read_topic(self.zk, n, with_states=False) for n in names)
-        )
-        for got in loaded:
-            if got is not None:
-                await self._add_topic(*got)
+        for topic, fresh_id in await zkstore.read_topics(self.zk, names):
+            await self._add_topic(topic, fresh_id)
 
     async def _load_states(
         self, topics: list[TopicState]
@@ -365,6 +367,7 @@ class ActiveController:
         try:
             return await self._retrying_zk(read)
         finally:
+            log.debug("partition states read", states_read_s=self._since_start())
             self.enqueue("ControllerFailover", _nothing)
 
     @contextlib.asynccontextmanager
@@ -413,12 +416,15 @@ class ActiveController:
                 brokers=sorted(self.ctx.brokers),
                 topics=len(self.ctx.topics),
                 partitions=self.ctx.partition_count(),
+                loaded_s=self._since_start(),
             )
             parts = [(t, p) for t in self.eligible_topics() for p in sorted(t.assignment)]
             applied = await self.elect(parts)
+            log.debug("failover elections done", elected=len(applied), elect_s=self._since_start())
             created = {(tr.topic, tr.partition) for tr in applied if tr.create}
             for broker_id in sorted(self.ctx.brokers):
                 self.send_full_state(broker_id, new_parts=created)
+            log.debug("full state sent", sent_s=self._since_start())
             await self.deleter.on_delete_topics_change()
             await self.reassigner.resume()
             await self.place_shards()
@@ -436,7 +442,7 @@ class ActiveController:
             raise _FailoverError(str(exc)) from exc
         self.failover_done = True
         self.metrics.update(self.ctx)
-        log.info("controller failover finished", epoch=self.epoch)
+        log.info("controller failover finished", epoch=self.epoch, finished_s=self._since_start())
 
     async def place_shards(self) -> None:
         """Place the shards of ``__consumer_offsets`` on the live group coordinators and of
