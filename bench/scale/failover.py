@@ -4,9 +4,10 @@ where its time went. ``python -m bench.scale.failover [--partitions N ...] [--rf
 (``storage_nodes_for``, 2 controllers) gets the partitions, then the active controller is
 killed ``--runs`` times (each killed one restarts as the standby before the next kill). Each
 run prints the time until CreateTopics works again; the phases the new controller logged,
-counted from the kill (elected, serving, states loaded, failover finished, the topic created);
-and the CPU seconds the new controller and the storage nodes spent from the kill until 10 s
-after CreateTopics worked. Prints only. Run it under the heavy-run lock at 10,000 partitions:
+counted from the kill (elected, serving, states loaded, failover finished, the topic created,
+the last storage node's acknowledgement of the full state); and the CPU seconds the new
+controller and the storage nodes spent from the kill until 10 s after CreateTopics worked,
+beside the storage nodes' CPU seconds in the 10 s before the kill. Prints only. Run it under the heavy-run lock at 10,000 partitions:
 ``flock /tmp/kafkapy-heavy.lock timeout -s INT 900 python -m bench.scale.failover``."""
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from confluent_kafka.admin import AdminClient
 from bench.cpu import cpu_seconds
 from bench.scale.__main__ import cluster
 from bench.scale.partitions import _controller_failover, all_led, create_topics, storage_nodes_for
+
+IDLE_S = 10.0  # the storage nodes' CPU over this long before the kill: their idle cost
+AFTER_S = 10.0  # CPU is read this long after CreateTopics worked again
 
 #: log events of the new active controller, in the order a failover reaches them
 PHASES = {
@@ -48,11 +52,17 @@ def phases(log: Path, offset: int, killed_at: float) -> dict[str, Any]:
                 line = json.loads(raw)
             except ValueError:
                 continue
-            name = PHASES.get(line.get("event", ""))
+            event = line.get("event", "")
+            at = datetime.fromisoformat(line.get("timestamp", "1970-01-01T00:00:00+00:00"))
+            since_kill = round(at.timestamp() - killed_at, 2)
+            if event == "full state acknowledged":  # one per storage node: the last one
+                out["full_state_acked"] = since_kill
+                out["full_state_ack_max_s"] = max(out.get("full_state_ack_max_s", 0), line["ack_s"])
+                continue
+            name = PHASES.get(event)
             if name is None or name in out:
                 continue
-            at = datetime.fromisoformat(line["timestamp"]).timestamp()
-            out[name] = round(at - killed_at, 2)
+            out[name] = since_kill
             out.update({k: v for k, v in line.items() if k.endswith("_s")})
     return out
 
@@ -77,11 +87,18 @@ def failover_runs(c: Any, partitions: int, rf: int, runs: int) -> list[dict[str,
         load = os.getloadavg()[0]
         pids = c.pids()
         watched = {"controller": [pids[f"controller-{standby}"]], "storage": storage_pids(pids)}
+        idle_from = cpu_seconds(watched["storage"])
+        time.sleep(IDLE_S)
         cpu_before = {k: cpu_seconds(v) for k, v in watched.items()}
+        storage_idle = cpu_before["storage"] - idle_from
         killed_at = time.time()
         failover_s = _controller_failover(c, admin)
-        time.sleep(10)  # the new controller finishes its failover, the old one is standby
-        row: dict[str, Any] = {"failover_s": round(failover_s, 2), "load1": round(load, 1)}
+        time.sleep(AFTER_S)  # the new controller finishes its failover, the old one is standby
+        row: dict[str, Any] = {
+            "failover_s": round(failover_s, 2),
+            "load1": round(load, 1),
+            f"storage_cpu_s_{IDLE_S:g}s_before": round(storage_idle, 2),
+        }
         for k, v in watched.items():
             row[f"{k}_cpu_s"] = round(cpu_seconds(v) - cpu_before[k], 2)
         row.update(phases(log, offset, killed_at))

@@ -623,7 +623,18 @@ class ActiveController:
             for t, p in self.ctx.partitions_on(broker_id)
         ]
         log.info("sending full state", broker=broker_id, partitions=len(states))
-        return self._watch_storage_errors(broker_id, link.update_partitions(states))
+        sent = time.monotonic()
+        fut = self._watch_storage_errors(broker_id, link.update_partitions(states))
+        fut.add_done_callback(
+            lambda f: log.info(
+                "full state acknowledged",
+                broker=broker_id,
+                partitions=len(states),
+                outcome=f.result().outcome.value if not f.cancelled() else "cancelled",
+                ack_s=round(time.monotonic() - sent, 3),
+            )
+        )
+        return fut
 
     # ---- offline replicas (KIP-112) ---------------------------------------------------------
     def _watch_storage_errors(
