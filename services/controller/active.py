@@ -422,8 +422,7 @@ class ActiveController:
             applied = await self.elect(parts)
             log.debug("failover elections done", elected=len(applied), elect_s=self._since_start())
             created = {(tr.topic, tr.partition) for tr in applied if tr.create}
-            for broker_id in sorted(self.ctx.brokers):
-                self.send_full_state(broker_id, new_parts=created)
+            self.send_full_states(self.ctx.brokers, new_parts=created)
             log.debug("full state sent", sent_s=self._since_start())
             await self.deleter.on_delete_topics_change()
             await self.reassigner.resume()
@@ -615,26 +614,32 @@ class ActiveController:
         self, broker_id: int, new_parts: Collection[tuple[str, int]] = ()
     ) -> asyncio.Future[OrderResult] | None:
         """Everything a (re)registered storage node must know: all its partitions."""
-        link = self.links.get(broker_id)
-        if link is None:
-            return None
-        states = [
-            t.order(p, is_new=(t.name, p) in new_parts)
-            for t, p in self.ctx.partitions_on(broker_id)
-        ]
-        log.info("sending full state", broker=broker_id, partitions=len(states))
-        sent = time.monotonic()
-        fut = self._watch_storage_errors(broker_id, link.update_partitions(states))
-        fut.add_done_callback(
-            lambda f: log.info(
-                "full state acknowledged",
-                broker=broker_id,
-                partitions=len(states),
-                outcome=f.result().outcome.value if not f.cancelled() else "cancelled",
-                ack_s=round(time.monotonic() - sent, 3),
-            )
-        )
-        return fut
+        return self.send_full_states([broker_id], new_parts).get(broker_id)
+
+    def send_full_states(
+        self, broker_ids: Iterable[int], new_parts: Collection[tuple[str, int]] = ()
+    ) -> AckMap:
+        """:meth:`send_full_state` to each of ``broker_ids`` (with a link), in one pass over
+        the partitions: each partition's order is built once for all its replicas there."""
+        batches: dict[int, list[storage_pb2.PartitionState]] = {
+            b: [] for b in sorted(set(broker_ids)) if self.links.get(b) is not None
+        }
+        if not batches:
+            return {}
+        for topic, p, replicas in self.ctx.partitions_with_state():
+            targets = [r for r in replicas if r in batches]
+            if targets:
+                order = topic.order(p, is_new=(topic.name, p) in new_parts)
+                for r in targets:
+                    batches[r].append(order)
+        acks: AckMap = {}
+        for broker_id, states in batches.items():
+            link = self.links.get(broker_id)
+            assert link is not None
+            log.info("sending full state", broker=broker_id, partitions=len(states))
+            acks[broker_id] = self._watch_storage_errors(broker_id, link.update_partitions(states))
+            acks[broker_id].add_done_callback(_log_full_state_ack(broker_id, len(states)))
+        return acks
 
     # ---- offline replicas (KIP-112) ---------------------------------------------------------
     def _watch_storage_errors(
@@ -787,8 +792,7 @@ class ActiveController:
         ]
         applied = await self.elect(parts)
         created = {(tr.topic, tr.partition) for tr in applied if tr.create}
-        for broker_id in sorted(started):
-            self.send_full_state(broker_id, new_parts=created)
+        self.send_full_states(started, new_parts=created)
         self.send_states(
             [(tr.topic, tr.partition) for tr in applied if not tr.create], skip=started
         )
@@ -871,6 +875,23 @@ class ActiveController:
             [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
         )
         await self.reassigner.on_isr_change(parts)
+
+
+def _log_full_state_ack(
+    broker_id: int, partitions: int
+) -> Callable[[asyncio.Future[OrderResult]], None]:
+    sent = time.monotonic()
+
+    def done(fut: asyncio.Future[OrderResult]) -> None:
+        log.info(
+            "full state acknowledged",
+            broker=broker_id,
+            partitions=partitions,
+            outcome="cancelled" if fut.cancelled() else fut.result().outcome.value,
+            ack_s=round(time.monotonic() - sent, 3),
+        )
+
+    return done
 
 
 async def _nothing() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from services.common.rpc.kafkapy.v1 import storage_pb2
@@ -114,16 +115,18 @@ class ControllerContext:
     def partitions_on(self, broker_id: int) -> list[tuple[TopicState, int]]:
         """Every partition with a replica on ``broker_id`` and a leader/ISR state (new partitions
         without one and topics queued for deletion excluded)."""
-        out: list[tuple[TopicState, int]] = []
+        return [(t, p) for t, p, replicas in self.partitions_with_state() if broker_id in replicas]
+
+    def partitions_with_state(self) -> Iterator[tuple[TopicState, int, list[int]]]:
+        """(topic, partition, replicas) of every partition with a leader/ISR state, topic by
+        topic, partitions in order (topics queued for deletion excluded)."""
         for name, topic in self.topics.items():
             if name in self.topics_to_delete:
                 continue
-            out.extend(
-                (topic, p)
-                for p, replicas in sorted(topic.assignment.items())
-                if broker_id in replicas and p in topic.states
-            )
-        return out
+            states = topic.states
+            for p, replicas in sorted(topic.assignment.items()):
+                if p in states:
+                    yield topic, p, replicas
 
     def offline_partition_count(self) -> int:
         live = self.live_ids
