@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -9,6 +10,12 @@ from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.layout import BrokerRegistration
 from services.controller.elections import NO_LEADER
+
+
+@functools.lru_cache(maxsize=65536)
+def _topic_id_bytes(topic_id: str) -> bytes:
+    """A topic id's 16 bytes (every order of a partition carries them: decoded once per topic)."""
+    return layout.topic_id_from_str(topic_id)
 
 
 @dataclass(slots=True)
@@ -48,7 +55,7 @@ class TopicState:
 
     @property
     def topic_id_bytes(self) -> bytes:
-        return layout.topic_id_from_str(self.topic_id)
+        return _topic_id_bytes(self.topic_id)
 
     def order(self, partition: int, *, is_new: bool = False) -> storage_pb2.PartitionState:
         """The UpdatePartitions entry of a partition that has a leader/ISR state."""

