@@ -71,7 +71,9 @@ def storage_pids(pids: dict[str, int]) -> list[int]:
     return [pid for name, pid in pids.items() if name.startswith("storage-")]
 
 
-def failover_runs(c: Any, partitions: int, rf: int, runs: int) -> list[dict[str, Any]]:
+def failover_runs(
+    c: Any, partitions: int, rf: int, runs: int, idle_s: float = IDLE_S, after_s: float = AFTER_S
+) -> list[dict[str, Any]]:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     names = create_topics(admin, f"fo-{rf}-{uuid.uuid4().hex[:6]}", partitions, rf)
     deadline = time.monotonic() + 600
@@ -88,16 +90,16 @@ def failover_runs(c: Any, partitions: int, rf: int, runs: int) -> list[dict[str,
         pids = c.pids()
         watched = {"controller": [pids[f"controller-{standby}"]], "storage": storage_pids(pids)}
         idle_from = cpu_seconds(watched["storage"])
-        time.sleep(IDLE_S)
+        time.sleep(idle_s)
         cpu_before = {k: cpu_seconds(v) for k, v in watched.items()}
         storage_idle = cpu_before["storage"] - idle_from
         killed_at = time.time()
         failover_s = _controller_failover(c, admin)
-        time.sleep(AFTER_S)  # the new controller finishes its failover, the old one is standby
+        time.sleep(after_s)  # the new controller finishes its failover, the old one is standby
         row: dict[str, Any] = {
             "failover_s": round(failover_s, 2),
             "load1": round(load, 1),
-            f"storage_cpu_s_{IDLE_S:g}s_before": round(storage_idle, 2),
+            f"storage_cpu_s_{idle_s:g}s_before": round(storage_idle, 2),
         }
         for k, v in watched.items():
             row[f"{k}_cpu_s"] = round(cpu_seconds(v) - cpu_before[k], 2)
