@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import (
     AsyncIterator,
@@ -619,27 +620,29 @@ class ActiveController:
     def send_full_states(
         self, broker_ids: Iterable[int], new_parts: Collection[tuple[str, int]] = ()
     ) -> AckMap:
-        """:meth:`send_full_state` to each of ``broker_ids`` (with a link), in one pass over
-        the partitions: each partition's order is built once for all its replicas there."""
-        batches: dict[int, list[storage_pb2.PartitionState]] = {
-            b: [] for b in sorted(set(broker_ids)) if self.links.get(b) is not None
-        }
-        if not batches:
-            return {}
-        for topic, p, replicas in self.ctx.partitions_with_state():
-            targets = [r for r in replicas if r in batches]
-            if targets:
-                order = topic.order(p, is_new=(topic.name, p) in new_parts)
-                for r in targets:
-                    batches[r].append(order)
+        """:meth:`send_full_state` to each of ``broker_ids`` that has a link. Each is sent once
+        no other order waits on its link, and built then (``update_partitions_when_idle``)."""
         acks: AckMap = {}
-        for broker_id, states in batches.items():
+        for broker_id in sorted(set(broker_ids)):
             link = self.links.get(broker_id)
-            assert link is not None
-            log.info("sending full state", broker=broker_id, partitions=len(states))
-            acks[broker_id] = self._watch_storage_errors(broker_id, link.update_partitions(states))
-            acks[broker_id].add_done_callback(_log_full_state_ack(broker_id, len(states)))
+            if link is None:
+                continue
+            fut = link.update_partitions_when_idle(
+                functools.partial(self._full_state, broker_id, new_parts)
+            )
+            fut.add_done_callback(_log_full_state_ack(broker_id))
+            acks[broker_id] = self._watch_storage_errors(broker_id, fut)
         return acks
+
+    def _full_state(
+        self, broker_id: int, new_parts: Collection[tuple[str, int]]
+    ) -> list[storage_pb2.PartitionState]:
+        states = [
+            t.order(p, is_new=(t.name, p) in new_parts)
+            for t, p in self.ctx.partitions_on(broker_id)
+        ]
+        log.info("sending full state", broker=broker_id, partitions=len(states))
+        return states
 
     # ---- offline replicas (KIP-112) ---------------------------------------------------------
     def _watch_storage_errors(
@@ -877,18 +880,15 @@ class ActiveController:
         await self.reassigner.on_isr_change(parts)
 
 
-def _log_full_state_ack(
-    broker_id: int, partitions: int
-) -> Callable[[asyncio.Future[OrderResult]], None]:
-    sent = time.monotonic()
+def _log_full_state_ack(broker_id: int) -> Callable[[asyncio.Future[OrderResult]], None]:
+    issued = time.monotonic()
 
     def done(fut: asyncio.Future[OrderResult]) -> None:
         log.info(
             "full state acknowledged",
             broker=broker_id,
-            partitions=partitions,
             outcome="cancelled" if fut.cancelled() else fut.result().outcome.value,
-            ack_s=round(time.monotonic() - sent, 3),
+            ack_s=round(time.monotonic() - issued, 3),
         )
 
     return done

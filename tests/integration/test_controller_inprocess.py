@@ -16,9 +16,11 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from services.common.errors import ErrorCode
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
+from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.controller.app import ControllerApp
+from services.controller.links import BrokerLinks
 from services.controller.metrics import ControllerMetrics
 from services.controller.settings import ControllerSettings
 
@@ -458,3 +460,30 @@ async def test_a_new_controller_serves_creates_before_its_states_load_but_acts_o
         "isr": [1],
     }
     assert controller.failover_done
+
+
+async def test_a_full_state_goes_after_the_orders_queued_behind_it_and_is_built_when_sent(
+    zk_connect: str, nodes: list[FakeStorage]
+) -> None:
+    """A new controller's full state (thousands of partitions) does not hold back the order of
+    a topic created after it was issued, and it carries the state as it is when it goes."""
+    node = await FakeStorage(1, zk_connect).start()
+    nodes.append(node)
+    links = BrokerLinks(controller_id=9, controller_epoch=3, rpc_timeout_s=5.0)
+    link = links.add(1, f"127.0.0.1:{node.port}")
+    leader_epoch = [1]
+
+    def order(topic: str, epoch: int) -> storage_pb2.PartitionState:
+        return storage_pb2.PartitionState(
+            topic=topic, partition=0, leader=1, leader_epoch=epoch, isr=[1], replicas=[1]
+        )
+
+    try:
+        full = link.update_partitions_when_idle(lambda: [order("old", leader_epoch[0])])
+        created = link.update_partitions([order("new", 0)])
+        leader_epoch[0] = 2  # an election after the full state was issued
+        assert (await created).ok and (await full).ok
+        assert [[p.topic for p in u.partitions] for u in node.updates] == [["new"], ["old"]]
+        assert node.updates[1].partitions[0].leader_epoch == 2
+    finally:
+        await links.close_all()
