@@ -157,9 +157,14 @@ class BrokerLink:
                 self._wake.clear()
                 await self._wake.wait()
             order = self._current = (self._queue or self._when_idle).popleft()
-            if order.build is not None:
-                order.request = order.build()
-            result = await self._deliver(order)
+            try:
+                if order.build is not None:
+                    order.request = order.build()
+            except Exception:  # noqa: BLE001 - the link must go on sending the others
+                log.exception("building an order failed", broker=self.broker_id, order=order.kind)
+                result = OrderResult(Outcome.DROPPED)
+            else:
+                result = await self._deliver(order)
             self._current = None
             if not order.future.done():
                 order.future.set_result(result)

@@ -20,7 +20,7 @@ from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.controller.app import ControllerApp
-from services.controller.links import BrokerLinks
+from services.controller.links import BrokerLinks, Outcome
 from services.controller.metrics import ControllerMetrics
 from services.controller.settings import ControllerSettings
 
@@ -466,7 +466,8 @@ async def test_a_full_state_goes_after_the_orders_queued_behind_it_and_is_built_
     zk_connect: str, nodes: list[FakeStorage]
 ) -> None:
     """A new controller's full state (thousands of partitions) does not hold back the order of
-    a topic created after it was issued, and it carries the state as it is when it goes."""
+    a topic created after it was issued, and it carries the state as it is when it goes; one
+    that fails to build does not stop the link."""
     node = await FakeStorage(1, zk_connect).start()
     nodes.append(node)
     links = BrokerLinks(controller_id=9, controller_epoch=3, rpc_timeout_s=5.0)
@@ -485,5 +486,13 @@ async def test_a_full_state_goes_after_the_orders_queued_behind_it_and_is_built_
         assert (await created).ok and (await full).ok
         assert [[p.topic for p in u.partitions] for u in node.updates] == [["new"], ["old"]]
         assert node.updates[1].partitions[0].leader_epoch == 2
+
+        def broken() -> list[storage_pb2.PartitionState]:
+            raise KeyError("old")
+
+        # a full state that cannot be built is dropped; the link goes on with the next order
+        assert (await link.update_partitions_when_idle(broken)).outcome is Outcome.DROPPED
+        assert (await link.update_partitions([order("new", 1)])).ok
+        assert len(node.updates) == 3
     finally:
         await links.close_all()
