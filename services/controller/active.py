@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import (
     AsyncIterator,
@@ -140,6 +141,7 @@ class ActiveController:
         self._yielded = 0.0  # seconds the state load waited for them (see _yield)
         self._no_requests = asyncio.Event()
         self._no_requests.set()
+        self._started = 0.0  # time.monotonic() of start(): the failover's timings count from it
         self.running = False
 
     @property
@@ -162,6 +164,7 @@ class ActiveController:
         by the epoch and the state znode's version."""
         self.running = True
         self.metrics.active.set(1)
+        self._started = time.monotonic()
         await self._retrying_zk(self._load_topics)
         snapshot = list(self.ctx.topics.values())
         log.info(
@@ -169,6 +172,7 @@ class ActiveController:
             epoch=self.epoch,
             topics=len(snapshot),
             partitions=self.ctx.partition_count(),
+            topics_s=self._since_start(),
         )
         self._states = self.spawn(self._load_states(snapshot), "load-partition-states")
         self._worker = asyncio.create_task(self._run(), name="controller-events")
@@ -198,6 +202,9 @@ class ActiveController:
         await self.links.close_all()
         if self.elastic.provisioner is not None:
             await self.elastic.provisioner.close()
+
+    def _since_start(self) -> float:
+        return round(time.monotonic() - self._started, 3)
 
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -338,12 +345,8 @@ class ActiveController:
         for broker_id, b in self.ctx.brokers.items():
             self.links.add(broker_id, b.registration.address)
         names = sorted(await self.zk.get_children(layout.BROKER_TOPICS))
-        loaded = await asyncio.gather(
-            *(zkstore.read_topic(self.zk, n, with_states=False) for n in names)
-        )
-        for got in loaded:
-            if got is not None:
-                await self._add_topic(*got)
+        for topic, fresh_id in await zkstore.read_topics(self.zk, names):
+            await self._add_topic(topic, fresh_id)
 
     async def _load_states(
         self, topics: list[TopicState]
@@ -365,6 +368,7 @@ class ActiveController:
         try:
             return await self._retrying_zk(read)
         finally:
+            log.debug("partition states read", states_read_s=self._since_start())
             self.enqueue("ControllerFailover", _nothing)
 
     @contextlib.asynccontextmanager
@@ -413,12 +417,14 @@ class ActiveController:
                 brokers=sorted(self.ctx.brokers),
                 topics=len(self.ctx.topics),
                 partitions=self.ctx.partition_count(),
+                loaded_s=self._since_start(),
             )
             parts = [(t, p) for t in self.eligible_topics() for p in sorted(t.assignment)]
             applied = await self.elect(parts)
+            log.debug("failover elections done", elected=len(applied), elect_s=self._since_start())
             created = {(tr.topic, tr.partition) for tr in applied if tr.create}
-            for broker_id in sorted(self.ctx.brokers):
-                self.send_full_state(broker_id, new_parts=created)
+            self.send_full_states(self.ctx.brokers, new_parts=created)
+            log.debug("full state sent", sent_s=self._since_start())
             await self.deleter.on_delete_topics_change()
             await self.reassigner.resume()
             await self.place_shards()
@@ -436,7 +442,7 @@ class ActiveController:
             raise _FailoverError(str(exc)) from exc
         self.failover_done = True
         self.metrics.update(self.ctx)
-        log.info("controller failover finished", epoch=self.epoch)
+        log.info("controller failover finished", epoch=self.epoch, finished_s=self._since_start())
 
     async def place_shards(self) -> None:
         """Place the shards of ``__consumer_offsets`` on the live group coordinators and of
@@ -609,15 +615,34 @@ class ActiveController:
         self, broker_id: int, new_parts: Collection[tuple[str, int]] = ()
     ) -> asyncio.Future[OrderResult] | None:
         """Everything a (re)registered storage node must know: all its partitions."""
-        link = self.links.get(broker_id)
-        if link is None:
-            return None
+        return self.send_full_states([broker_id], new_parts).get(broker_id)
+
+    def send_full_states(
+        self, broker_ids: Iterable[int], new_parts: Collection[tuple[str, int]] = ()
+    ) -> AckMap:
+        """:meth:`send_full_state` to each of ``broker_ids`` that has a link. Each is sent once
+        no other order waits on its link, and built then (``update_partitions_when_idle``)."""
+        acks: AckMap = {}
+        for broker_id in sorted(set(broker_ids)):
+            link = self.links.get(broker_id)
+            if link is None:
+                continue
+            fut = link.update_partitions_when_idle(
+                functools.partial(self._full_state, broker_id, new_parts)
+            )
+            fut.add_done_callback(_log_full_state_ack(broker_id))
+            acks[broker_id] = self._watch_storage_errors(broker_id, fut)
+        return acks
+
+    def _full_state(
+        self, broker_id: int, new_parts: Collection[tuple[str, int]]
+    ) -> list[storage_pb2.PartitionState]:
         states = [
             t.order(p, is_new=(t.name, p) in new_parts)
             for t, p in self.ctx.partitions_on(broker_id)
         ]
         log.info("sending full state", broker=broker_id, partitions=len(states))
-        return self._watch_storage_errors(broker_id, link.update_partitions(states))
+        return states
 
     # ---- offline replicas (KIP-112) ---------------------------------------------------------
     def _watch_storage_errors(
@@ -770,8 +795,7 @@ class ActiveController:
         ]
         applied = await self.elect(parts)
         created = {(tr.topic, tr.partition) for tr in applied if tr.create}
-        for broker_id in sorted(started):
-            self.send_full_state(broker_id, new_parts=created)
+        self.send_full_states(started, new_parts=created)
         self.send_states(
             [(tr.topic, tr.partition) for tr in applied if not tr.create], skip=started
         )
@@ -854,6 +878,20 @@ class ActiveController:
             [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
         )
         await self.reassigner.on_isr_change(parts)
+
+
+def _log_full_state_ack(broker_id: int) -> Callable[[asyncio.Future[OrderResult]], None]:
+    issued = time.monotonic()
+
+    def done(fut: asyncio.Future[OrderResult]) -> None:
+        log.info(
+            "full state acknowledged",
+            broker=broker_id,
+            outcome="cancelled" if fut.cancelled() else fut.result().outcome.value,
+            ack_s=round(time.monotonic() - issued, 3),
+        )
+
+    return done
 
 
 async def _nothing() -> None:

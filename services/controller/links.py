@@ -1,14 +1,17 @@
 """Controller -> storage node orders (Kafka's ControllerChannelManager).
 
 One gRPC channel and one sender task per storage node; orders go out in the order they were
-issued, each retried with backoff until the node answers. A link lives as long as the node's
-registration (and this controller's term): closing it drops what is still queued.
+issued, each retried with backoff until the node answers, except a full state: it goes once no
+other order is queued, and is built when it goes (so an order that overtook it never carries a
+newer state than it). A link lives as long as the node's registration (and this controller's
+term): closing it drops what is still queued.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +52,7 @@ class _Order:
     kind: str
     request: Any
     future: asyncio.Future[OrderResult]
+    build: Callable[[], Any] | None = None  # makes ``request`` when the order is sent
 
 
 class BrokerLink:
@@ -67,7 +71,9 @@ class BrokerLink:
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
         self._timeout = rpc_timeout_s
-        self._queue: asyncio.Queue[_Order] = asyncio.Queue()
+        self._queue: deque[_Order] = deque()
+        self._when_idle: deque[_Order] = deque()  # sent once ``_queue`` is empty
+        self._wake = asyncio.Event()
         self._channel = new_channel(address)
         self._stub = storage_pb2_grpc.StorageStub(self._channel)
         self._tls_generation = internal_tls.generation()
@@ -80,13 +86,32 @@ class BrokerLink:
     def update_partitions(
         self, states: Sequence[storage_pb2.PartitionState]
     ) -> asyncio.Future[OrderResult]:
-        req = storage_pb2.UpdatePartitionsRequest(
+        return self._submit("UpdatePartitions", self._update_request(states))
+
+    def update_partitions_when_idle(
+        self, states: Callable[[], Sequence[storage_pb2.PartitionState]]
+    ) -> asyncio.Future[OrderResult]:
+        """An UpdatePartitions of ``states()``, called when the order is sent: after every
+        other order queued on this link meanwhile (a full state of thousands of partitions
+        must not hold back the order of a topic just created behind it). Built late, it carries
+        the controller's state as it is then, never older than the orders that overtook it."""
+        order = _Order(
+            "UpdatePartitions", None, self._future(), lambda: self._update_request(states())
+        )
+        if not order.future.done():
+            self._when_idle.append(order)
+            self._wake.set()
+        return order.future
+
+    def _update_request(
+        self, states: Sequence[storage_pb2.PartitionState]
+    ) -> storage_pb2.UpdatePartitionsRequest:
+        return storage_pb2.UpdatePartitionsRequest(
             controller_id=self.controller_id,
             controller_epoch=self.controller_epoch,
             partitions=list(states),
             ineligible_replicas=sorted(self._ineligible()),
         )
-        return self._submit("UpdatePartitions", req)
 
     def stop_replicas(
         self, partitions: Sequence[tuple[str, int, int]], delete: bool
@@ -111,19 +136,35 @@ class BrokerLink:
         )
         return resp
 
-    def _submit(self, kind: str, request: Any) -> asyncio.Future[OrderResult]:
+    def _future(self) -> asyncio.Future[OrderResult]:
+        """A new order's future; already answered DROPPED when the link is closed."""
         fut: asyncio.Future[OrderResult] = asyncio.get_running_loop().create_future()
         if self._closed:
             fut.set_result(OrderResult(Outcome.DROPPED))
-        else:
-            self._queue.put_nowait(_Order(kind, request, fut))
+        return fut
+
+    def _submit(self, kind: str, request: Any) -> asyncio.Future[OrderResult]:
+        fut = self._future()
+        if not fut.done():
+            self._queue.append(_Order(kind, request, fut))
+            self._wake.set()
         return fut
 
     # ---- sender -------------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
-            order = self._current = await self._queue.get()
-            result = await self._deliver(order)
+            while not (self._queue or self._when_idle):
+                self._wake.clear()
+                await self._wake.wait()
+            order = self._current = (self._queue or self._when_idle).popleft()
+            try:
+                if order.build is not None:
+                    order.request = order.build()
+            except Exception:  # noqa: BLE001 - the link must go on sending the others
+                log.exception("building an order failed", broker=self.broker_id, order=order.kind)
+                result = OrderResult(Outcome.DROPPED)
+            else:
+                result = await self._deliver(order)
             self._current = None
             if not order.future.done():
                 order.future.set_result(result)
@@ -183,8 +224,9 @@ class BrokerLink:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         pending = [self._current] if self._current is not None else []
-        while not self._queue.empty():
-            pending.append(self._queue.get_nowait())
+        pending += [*self._queue, *self._when_idle]
+        self._queue.clear()
+        self._when_idle.clear()
         for order in pending:
             if not order.future.done():
                 order.future.set_result(OrderResult(Outcome.DROPPED))

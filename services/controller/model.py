@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.layout import BrokerRegistration
 from services.controller.elections import NO_LEADER
+
+
+@functools.lru_cache(maxsize=65536)
+def _topic_id_bytes(topic_id: str) -> bytes:
+    """A topic id's 16 bytes (every order of a partition carries them: decoded once per topic)."""
+    return layout.topic_id_from_str(topic_id)
 
 
 @dataclass(slots=True)
@@ -47,7 +55,7 @@ class TopicState:
 
     @property
     def topic_id_bytes(self) -> bytes:
-        return layout.topic_id_from_str(self.topic_id)
+        return _topic_id_bytes(self.topic_id)
 
     def order(self, partition: int, *, is_new: bool = False) -> storage_pb2.PartitionState:
         """The UpdatePartitions entry of a partition that has a leader/ISR state."""
@@ -114,16 +122,18 @@ class ControllerContext:
     def partitions_on(self, broker_id: int) -> list[tuple[TopicState, int]]:
         """Every partition with a replica on ``broker_id`` and a leader/ISR state (new partitions
         without one and topics queued for deletion excluded)."""
-        out: list[tuple[TopicState, int]] = []
+        return [(t, p) for t, p, replicas in self.partitions_with_state() if broker_id in replicas]
+
+    def partitions_with_state(self) -> Iterator[tuple[TopicState, int, list[int]]]:
+        """(topic, partition, replicas) of every partition with a leader/ISR state, topic by
+        topic, partitions in order (topics queued for deletion excluded)."""
         for name, topic in self.topics.items():
             if name in self.topics_to_delete:
                 continue
-            out.extend(
-                (topic, p)
-                for p, replicas in sorted(topic.assignment.items())
-                if broker_id in replicas and p in topic.states
-            )
-        return out
+            states = topic.states
+            for p, replicas in sorted(topic.assignment.items()):
+                if p in states:
+                    yield topic, p, replicas
 
     def offline_partition_count(self) -> int:
         live = self.live_ids

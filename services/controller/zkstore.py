@@ -134,8 +134,12 @@ async def read_broker(zk: AsyncZk, broker_id: int) -> LiveBroker | None:
 
 async def read_brokers(zk: AsyncZk) -> dict[int, LiveBroker]:
     ids = sorted(int(c) for c in await zk.get_children(layout.BROKER_IDS) if c.isdigit())
-    found = await asyncio.gather(*(read_broker(zk, i) for i in ids))
-    return {b.registration.broker_id: b for b in found if b is not None}
+    found = await zk.get_many([layout.broker_path(i) for i in ids])
+    return {
+        i: LiveBroker(BrokerRegistration.from_json(i, got[0]), got[1].czxid)
+        for i, got in zip(ids, found, strict=True)
+        if got is not None
+    }
 
 
 async def read_partition_state(zk: AsyncZk, topic: str, partition: int) -> PartitionState | None:
@@ -166,26 +170,35 @@ async def read_assignment(
     return assignment, topic_id, got[1].version
 
 
-async def read_topic(
-    zk: AsyncZk, name: str, *, with_states: bool = True
-) -> tuple[TopicState, bool] | None:
-    """The topic with its config and (``with_states``) partition states; the flag says the
-    topic id is new (the znode had none, so the caller must write it back)."""
+async def read_topic(zk: AsyncZk, name: str) -> tuple[TopicState, bool] | None:
+    """The topic with its config and partition states; the flag says the topic id is new (the
+    znode had none, so the caller must write it back)."""
     raw = await zk.get_or_none(layout.topic_path(name))
     if raw is None:
         return None
-    assignment, topic_id = layout.parse_topic_assignment(raw[0])
-    adding, removing = layout.parse_topic_reassignment(raw[0])
-    config = await read_topic_config(zk, name)
-    states = (
-        {p: st for (_t, p), st in (await read_partition_states(zk, parts)).items()}
-        if with_states and (parts := [(name, p) for p in assignment])
-        else {}
-    )
-    fresh_id = topic_id is None
-    tid = topic_id or layout.topic_id_to_str(layout.new_topic_id())
-    topic = TopicState(name, tid, assignment, config, states, adding, removing)
+    topic, fresh_id = _topic(name, raw[0], await read_topic_config(zk, name))
+    if parts := [(name, p) for p in topic.assignment]:
+        topic.states = {p: st for (_t, p), st in (await read_partition_states(zk, parts)).items()}
     return topic, fresh_id
+
+
+async def read_topics(zk: AsyncZk, names: Sequence[str]) -> list[tuple[TopicState, bool]]:
+    """Each of ``names`` that exists, with its config but no partition states (a failover's
+    first step): two multiReads per window of topics, as :func:`read_topic` without states."""
+    raws = await zk.get_many([layout.topic_path(n) for n in names])
+    configs = await zk.get_many([layout.topic_config_path(n) for n in names])
+    return [
+        _topic(name, raw[0], layout.parse_topic_config(config[0]) if config else {})
+        for name, raw, config in zip(names, raws, configs, strict=True)
+        if raw is not None
+    ]
+
+
+def _topic(name: str, raw: bytes, config: dict[str, str]) -> tuple[TopicState, bool]:
+    assignment, topic_id = layout.parse_topic_assignment(raw)
+    adding, removing = layout.parse_topic_reassignment(raw)
+    tid = topic_id or layout.topic_id_to_str(layout.new_topic_id())
+    return TopicState(name, tid, assignment, config, {}, adding, removing), topic_id is None
 
 
 async def read_partition_states(

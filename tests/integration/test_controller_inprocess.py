@@ -16,9 +16,11 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from services.common.errors import ErrorCode
 from services.common.rpc.kafkapy.v1 import controller_pb2 as pb
+from services.common.rpc.kafkapy.v1 import storage_pb2
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
 from services.controller.app import ControllerApp
+from services.controller.links import BrokerLinks, Outcome
 from services.controller.metrics import ControllerMetrics
 from services.controller.settings import ControllerSettings
 
@@ -395,3 +397,102 @@ async def test_an_assignment_naming_a_broker_registered_a_moment_ago_is_accepted
         await channel.close()
     assert resp.topics[0].error_code == 0, resp.topics[0].error_message
     assert 4 in controller.ctx.brokers
+
+
+async def test_a_new_controller_serves_creates_before_its_states_load_but_acts_on_none_of_them(
+    zk_connect: str,
+    zk: AsyncZk,
+    make_app: AppFactory,
+    nodes: list[FakeStorage],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Failover with ZooKeeper answering the new controller's read of the partition states late
+    (held here): CreateTopics is served meanwhile, but a broker dying meanwhile changes none of
+    the partitions not loaded yet, and no order about them goes out, until the load is in; the
+    election then starts from the states ZooKeeper holds (leader epoch + 1, the ISR it had)."""
+    first = await make_app(controller_id=1)
+    await start_node(zk_connect, nodes, 1)
+    b2 = await start_node(zk_connect, nodes, 2)
+    assert (await create(zk, assigned("old", [1, 2], [2, 1]))).error_code == 0
+    led_by_2 = layout.partition_state_path("old", 1)
+    _data, stat = await zk.get(led_by_2)
+    await zk.set(led_by_2, layout.PartitionStateZk(2, 7, [2, 1], 1).to_json(), stat.version)
+
+    held = asyncio.Event()
+    release = asyncio.Event()
+    real_get_many = AsyncZk.get_many
+
+    async def slow_state_load(self: AsyncZk, paths: Any) -> Any:
+        if led_by_2 in paths and not held.is_set():  # the failover's load; later reads pass
+            held.set()
+            await release.wait()
+        return await real_get_many(self, paths)
+
+    monkeypatch.setattr(AsyncZk, "get_many", slow_state_load)
+    await first.stop()
+    second = await make_app(controller_id=2)
+    controller = second.active
+    assert controller is not None and controller.epoch == 2
+    await asyncio.wait_for(held.wait(), 10)
+
+    fresh = await asyncio.wait_for(create(zk, assigned("fresh", [1])), 10)
+    assert fresh.error_code == 0, fresh.error_message
+    assert (await state(zk, "fresh", 0))["leader"] == 1
+    await b2.deregister()
+    await asyncio.sleep(1.0)  # the broker change is queued behind the load
+    assert not controller.failover_done
+    assert await state(zk, "old", 1) == {
+        "controller_epoch": 1,
+        "leader": 2,
+        "version": 1,
+        "leader_epoch": 7,
+        "isr": [2, 1],
+    }
+    assert not [s for e, s in nodes[0].states("old") if e == 2], "ordered before the load"
+
+    release.set()
+    await wait_for(lambda: _leader(zk, "old", 1, 1), 10, what="old-1 elected from its state")
+    assert await state(zk, "old", 1) == {
+        "controller_epoch": 2,
+        "leader": 1,
+        "version": 1,
+        "leader_epoch": 8,
+        "isr": [1],
+    }
+    assert controller.failover_done
+
+
+async def test_a_full_state_goes_after_the_orders_queued_behind_it_and_is_built_when_sent(
+    zk_connect: str, nodes: list[FakeStorage]
+) -> None:
+    """A new controller's full state (thousands of partitions) does not hold back the order of
+    a topic created after it was issued, and it carries the state as it is when it goes; one
+    that fails to build does not stop the link."""
+    node = await FakeStorage(1, zk_connect).start()
+    nodes.append(node)
+    links = BrokerLinks(controller_id=9, controller_epoch=3, rpc_timeout_s=5.0)
+    link = links.add(1, f"127.0.0.1:{node.port}")
+    leader_epoch = [1]
+
+    def order(topic: str, epoch: int) -> storage_pb2.PartitionState:
+        return storage_pb2.PartitionState(
+            topic=topic, partition=0, leader=1, leader_epoch=epoch, isr=[1], replicas=[1]
+        )
+
+    try:
+        full = link.update_partitions_when_idle(lambda: [order("old", leader_epoch[0])])
+        created = link.update_partitions([order("new", 0)])
+        leader_epoch[0] = 2  # an election after the full state was issued
+        assert (await created).ok and (await full).ok
+        assert [[p.topic for p in u.partitions] for u in node.updates] == [["new"], ["old"]]
+        assert node.updates[1].partitions[0].leader_epoch == 2
+
+        def broken() -> list[storage_pb2.PartitionState]:
+            raise KeyError("old")
+
+        # a full state that cannot be built is dropped; the link goes on with the next order
+        assert (await link.update_partitions_when_idle(broken)).outcome is Outcome.DROPPED
+        assert (await link.update_partitions([order("new", 1)])).ok
+        assert len(node.updates) == 3
+    finally:
+        await links.close_all()

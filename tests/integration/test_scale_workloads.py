@@ -14,7 +14,7 @@ import pytest
 from kafka_support import running_cluster
 
 from bench.peers import TansuPeer, tansu_running
-from bench.scale import clients, connections, groups, partitions
+from bench.scale import clients, connections, failover, groups, partitions
 from bench.scale.procs import admin_ports, role_pids
 
 pytestmark = pytest.mark.integration
@@ -54,6 +54,15 @@ def test_partitions_row_survives_its_faults(cluster: Any) -> None:
     assert {"storage", "gateway", "controller"} <= {
         k.removeprefix("rss_per_partition_").removesuffix("_b") for k in row if k.startswith("rss")
     }
+
+
+def test_failover_bench_reads_the_new_controllers_phases(cluster: Any) -> None:
+    (row,) = failover.failover_runs(cluster, 20, 1, 1, idle_s=0.5, after_s=2.0)
+    print(row)
+    assert row["failover_s"] > 0 and row["controller_cpu_s"] >= 0
+    # from the new controller's log: elected, then serving, then its failover finished
+    assert 0 < row["elected"] <= row["serving"] <= row["finished"], row
+    assert row["created"] > 0 and row["full_state_acked"] > 0 and row["finished_s"] > 0
 
 
 def test_connections_row_keeps_every_idle_connection(cluster: Any) -> None:

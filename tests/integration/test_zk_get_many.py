@@ -1,6 +1,7 @@
 """AsyncZk.get_many against a real ZooKeeper: answers in the order asked, None for a missing
-znode, and another error raised once every answer is in (the controller's failover reads every
-partition state through it)."""
+znode, and another error raised once every answer of its window is in (the controller's failover
+reads every partition state through it), through multiRead and through the pipelined reads
+kept for a ZooKeeper before 3.6."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from services.common.zk.client import AsyncZk
 pytestmark = pytest.mark.integration
 
 
-async def test_get_many_in_order_with_missing_znodes_and_errors(zk_connect: str) -> None:
+@pytest.mark.parametrize("multi_read", [True, False], ids=["multiRead", "pipelined"])
+async def test_get_many_in_order_with_missing_znodes_and_errors(
+    zk_connect: str, multi_read: bool
+) -> None:
     zk = AsyncZk(zk_connect, 4000)
+    zk.multi_read = multi_read
     await zk.start()
     try:
         paths = [f"/get-many/n{i}" for i in range(1200)]
@@ -32,5 +37,6 @@ async def test_get_many_in_order_with_missing_znodes_and_errors(zk_connect: str)
         with pytest.raises(NoAuthError):
             await zk.get_many([paths[0], "/get-many/closed", paths[1]])
         assert (await zk.get_many(paths[:1]))[0] is not None  # the session still serves
+        assert zk.multi_read is multi_read  # ZooKeeper 3.8 here: multiRead was not refused
     finally:
         await zk.stop()

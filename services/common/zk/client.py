@@ -21,12 +21,14 @@ from kazoo.exceptions import (
     NoNodeError,
     OperationTimeoutError,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.protocol.states import ZnodeStat
 
 from services.common.logging import get_logger
 from services.common.settings import ServiceSettings
 from services.common.zk.layout import PERSISTENT_PATHS
+from services.common.zk.multiread import MultiRead
 from services.common.zk.security import (
     NO_SECURITY,
     SECURED_ROOTS,
@@ -54,6 +56,10 @@ log = get_logger("zk.client")
 #: what a ZooKeeper call raises while the ensemble is away (paused, restarting, partitioned):
 #: a periodic job meeting one retries at its next run instead of logging a traceback
 ZK_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError)
+
+
+#: znodes per multiRead request of ``get_many`` (a window of partition states is ~100 KB)
+MULTI_READ_WINDOW = 500
 
 
 #: how long ``start`` waits for a first session unless told (zookeeper.connection.timeout.ms)
@@ -88,6 +94,8 @@ class AsyncZk:
         )
         self._state_callbacks: list[StateCallback] = []
         self.client.add_listener(self._on_state)
+        #: ``get_many`` through multiRead; False once a ZooKeeper before 3.6 refused it
+        self.multi_read = True
 
     @classmethod
     def for_service(cls, settings: ServiceSettings) -> AsyncZk:
@@ -226,40 +234,68 @@ class AsyncZk:
             return None
 
     async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
-        """Read ``paths`` pipelined on the session; the answers in order, None for a missing
-        znode. One future for the lot (not one per znode): reading thousands of znodes costs the
-        loop a single wake-up. Any other error is raised once all answers are in."""
-        if not paths:
-            return []
+        """Read ``paths``; the answers in order, None for a missing znode. MULTI_READ_WINDOW
+        znodes per multiRead request (see multiread.py; ~30x less CPU than a request per
+        znode), or, from a ZooKeeper before 3.6, pipelined reads with one future for the lot.
+        Any other error is raised once the answers of its window are in."""
+        out: list[tuple[bytes, ZnodeStat] | None] = []
+        for start in range(0, len(paths), MULTI_READ_WINDOW):
+            chunk = paths[start : start + MULTI_READ_WINDOW]
+            answers: list[Any] | None = None
+            if self.multi_read:
+                try:
+                    answers = await self._bridge(self._multi_read(chunk))
+                except UnimplementedError:
+                    log.warning("ZooKeeper has no multiRead (before 3.6): one request per znode")
+                    self.multi_read = False
+            if answers is None:
+                answers = await self._get_pipelined(chunk)
+            error = next(
+                (
+                    a
+                    for a in answers
+                    if isinstance(a, BaseException) and not isinstance(a, NoNodeError)
+                ),
+                None,
+            )
+            if error is not None:
+                raise error
+            out += [None if isinstance(a, BaseException) else a for a in answers]
+        return out
+
+    def _multi_read(self, paths: Sequence[str]) -> Any:
+        client = self.client
+        async_result = client.handler.async_result()
+        # kazoo's chroot is normalized ("/a/b", no trailing slash); the paths asked for are
+        # absolute and normalized too, so prefixing is a concatenation (kazoo's own
+        # _prefix_root normalizes each path again: ~40 % of this read's CPU)
+        root = client.chroot or ""
+        client._call(MultiRead([root + p for p in paths] if root else paths), async_result)
+        return async_result
+
+    async def _get_pipelined(self, paths: Sequence[str]) -> list[Any]:
+        """One ``get_async`` per path, one future for the lot (a single loop wake-up); each
+        answer is ``(data, stat)`` or the exception of that read."""
         loop = self.loop
         fut: asyncio.Future[list[Any]] = loop.create_future()
         out: list[Any] = [None] * len(paths)
         left = [len(paths)]
         lock = threading.Lock()
 
-        def resolve() -> None:
-            if fut.done():
-                return
-            error = next((r for r in out if isinstance(r, BaseException)), None)
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(out)
-
         def answer(i: int) -> Callable[[Any], None]:
             def done(ar: Any) -> None:
                 try:
                     out[i] = ar.get_nowait()
-                except NoNodeError:
-                    out[i] = None
-                except BaseException as error:  # noqa: BLE001 - raised on the loop
+                except BaseException as error:  # noqa: BLE001 - handed to the caller
                     out[i] = error
                 with lock:
                     left[0] -= 1
                     last = left[0] == 0
                 if last:
                     with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                        loop.call_soon_threadsafe(resolve)
+                        loop.call_soon_threadsafe(
+                            lambda: None if fut.done() else fut.set_result(out)
+                        )
 
             return done
 
