@@ -5,8 +5,9 @@ group's ``__consumer_offsets`` partition, but clients are always pointed at a GA
 that zone-aware routing makes "leader" of that partition for this client - which forwards the
 group requests. As in Kafka, the first lookup creates ``__consumer_offsets`` (through the
 controller) and is answered COORDINATOR_NOT_AVAILABLE until its shard is placed on a registered
-coordinator; clients retry. A lookup that would answer COORDINATOR_NOT_AVAILABLE first waits (at
-most ``coordinator_wait_s``) for the coordinator to become available (``_await_coordinators``). Any string is a group key, the empty one included (Kafka hashes it
+coordinator; clients retry. Unlike Kafka, such a lookup first waits, at most
+``kafkapy.coordinator.lookup.wait.ms``, for the coordinator to become available
+(``_await_coordinators``). Any string is a group key, the empty one included (Kafka hashes it
 like any other: partition 0).
 
 Transactions (key type 1): the same with ``__transaction_state`` and the transaction
@@ -153,7 +154,7 @@ async def _await_coordinators(
     ctx: RequestContext, keys: list[str], lookup: Callable[[str], Lookup]
 ) -> list[Lookup]:
     """The lookups of ``keys`` once none is COORDINATOR_NOT_AVAILABLE any more, or as they are
-    after ``coordinator_wait_s`` (D??).
+    after ``kafkapy.coordinator.lookup.wait.ms`` (D??).
 
     On a fresh cluster the first lookups wait for ``__consumer_offsets`` to be created and its
     shards placed, which takes longer here (controller, then coordinators, then the gateway's
