@@ -67,6 +67,7 @@ class Gateway:
             offsets=OffsetsCache(),
             coordinators=CoordinatorClients(self.cache),
             txn_coordinators=CoordinatorClients(self.cache, layout.TRANSACTION),
+            coordinator_wait_s=settings.coordinator_lookup_wait_ms / 1000.0,
             producer_ids=ProducerIdManager(
                 self.zk, settings.node_id, settings.producer_id_block_size
             ),

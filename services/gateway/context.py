@@ -53,6 +53,9 @@ class GatewayServices:
     # the CreateInternalTopic call for __consumer_offsets in flight (at most one per gateway)
     offsets_topic_creation: asyncio.Future[Any] | None = None
     txn_topic_creation: asyncio.Future[Any] | None = None
+    # how long FindCoordinator waits for a coordinator being created / placed
+    # (kafkapy.coordinator.lookup.wait.ms)
+    coordinator_wait_s: float = 3.0
     authorizer: Authorizer | None = None  # None: authorizer.class.name not set
     quotas: ClientQuotaManager | None = None  # client quotas (quota_manager.py)
     # Metadata entries of every topic, reused while unchanged (metadata_entries.py)

@@ -219,6 +219,13 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
         "requests handled concurrently per connection before reading pauses",
         gt=0,
     )
+    coordinator_lookup_wait_ms: int = kafka_prop(
+        3000,
+        "kafkapy.coordinator.lookup.wait.ms",
+        "how long FindCoordinator waits for a coordinator being created or placed before "
+        "answering COORDINATOR_NOT_AVAILABLE (bounded by request.timeout.ms)",
+        ge=0,
+    )
     shutdown_timeout_ms: int = kafka_prop(
         15000,
         "kafkapy.shutdown.timeout.ms",

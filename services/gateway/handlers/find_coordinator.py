@@ -5,7 +5,9 @@ group's ``__consumer_offsets`` partition, but clients are always pointed at a GA
 that zone-aware routing makes "leader" of that partition for this client - which forwards the
 group requests. As in Kafka, the first lookup creates ``__consumer_offsets`` (through the
 controller) and is answered COORDINATOR_NOT_AVAILABLE until its shard is placed on a registered
-coordinator; clients retry. Any string is a group key, the empty one included (Kafka hashes it
+coordinator; clients retry. Unlike Kafka, such a lookup first waits, at most
+``kafkapy.coordinator.lookup.wait.ms``, for the coordinator to become available
+(``_await_coordinators``). Any string is a group key, the empty one included (Kafka hashes it
 like any other: partition 0).
 
 Transactions (key type 1): the same with ``__transaction_state`` and the transaction
@@ -19,6 +21,7 @@ without one, and a request it rejects (an unknown key type) with the default mes
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from services.common.coordinator.clients import CoordinatorClients
 from services.common.errors import ErrorCode
@@ -134,14 +137,40 @@ async def handle(ctx: RequestContext, req: Body) -> Body:
             return ErrorCode.INVALID_REQUEST, None, None
         return find_coordinator(ctx, key, TRANSACTION)
 
+    keys = list(req.get("coordinator_keys") or []) if ctx.api_version >= BATCHED_VERSION else []
+    if ctx.api_version < BATCHED_VERSION:
+        keys = [req.get("key") or ""]
+    lookups = [lookup(k) for k in keys]
+    if any(code == ErrorCode.COORDINATOR_NOT_AVAILABLE for code, _, _ in lookups):
+        lookups = await _await_coordinators(ctx, keys, lookup)
     if ctx.api_version >= BATCHED_VERSION:
-        entries = []
-        for key in req.get("coordinator_keys") or []:
-            code, node, message = lookup(key)
-            entries.append(_entry(key, code, node, message))
+        entries = [_entry(k, c, n, m) for k, (c, n, m) in zip(keys, lookups, strict=True)]
         return {"throttle_time": 0, "coordinators": entries}
-    code, node, message = lookup(req.get("key") or "")
+    code, node, message = lookups[0]
     return _single(ctx.api_version, _entry("", code, node, message or _default_message(code)))
+
+
+async def _await_coordinators(
+    ctx: RequestContext, keys: list[str], lookup: Callable[[str], Lookup]
+) -> list[Lookup]:
+    """The lookups of ``keys`` once none is COORDINATOR_NOT_AVAILABLE any more, or as they are
+    after ``kafkapy.coordinator.lookup.wait.ms`` (D??).
+
+    On a fresh cluster the first lookups wait for ``__consumer_offsets`` to be created and its
+    shards placed, which takes longer here (controller, then coordinators, then the gateway's
+    metadata) than librdkafka's coordinator lookup retries last (~0.3 s: FindCoordinator
+    retried twice after 100 ms). After those, librdkafka parks an admin request's coordinator
+    lookup until some broker connection changes state, so AlterConsumerGroupOffsets & co. sat
+    until their timeout without their request ever being sent (issue 19). Waiting here, within
+    a bound well below any client's request timeout, answers them with the coordinator."""
+    wait_s = min(ctx.services.coordinator_wait_s, ctx.services.request_timeout_s)
+
+    def available() -> bool:
+        return all(lookup(k)[0] != ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys)
+
+    if wait_s > 0:
+        await ctx.services.cache.wait_for(available, wait_s)
+    return [lookup(k) for k in keys]
 
 
 def error_response(req: Body, version: int, code: ErrorCode) -> Body:

@@ -48,6 +48,7 @@ def _register(cache: MetadataCache, *ids: int) -> None:
 def _svc(cache: MetadataCache, controller: FakeController | None = None) -> GatewayServices:
     svc = services(cache, controller=controller or FakeController())
     svc.coordinators = CoordinatorClients(cache)
+    svc.coordinator_wait_s = 0.0  # answer at once (the wait: test_lookup_waits_*)
     return svc
 
 
@@ -228,3 +229,31 @@ def test_error_response_shape(version: int) -> None:
         ]
     else:
         assert decoded["error_code"] == -1 and decoded["node_id"] == -1
+
+
+@pytest.mark.parametrize("version", [2, 4])
+async def test_lookup_waits_for_the_coordinator_being_placed(version: int) -> None:
+    """On a fresh cluster the first lookup waits for the shard's placement instead of
+    answering COORDINATOR_NOT_AVAILABLE (librdkafka's admin client gives up retrying those
+    after ~0.3 s and then never sends its request: issue 19)."""
+    cache = _cache()
+    svc = _svc(cache)
+    svc.coordinator_wait_s = 5.0
+    group = group_in([0], PARTITIONS)
+    lookup = asyncio.ensure_future(_find(svc, version, group))
+    await asyncio.sleep(0.05)
+    assert not lookup.done()
+    place(cache, {p: 7 for p in range(PARTITIONS)}, PARTITIONS)
+    _register(cache, 7)
+    answer = await asyncio.wait_for(lookup, 1.0)
+    assert answer["error_code"] == 0 and answer["node_id"] in (1, 2, 3, 4)
+
+
+async def test_lookup_wait_is_bounded() -> None:
+    svc = _svc(_cache())
+    svc.coordinator_wait_s = 0.2
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    answer = await _find(svc, 4, "g")
+    assert answer["error_code"] == NOT_AVAILABLE and answer["node_id"] == -1
+    assert 0.2 <= loop.time() - started < 2.0

@@ -140,6 +140,7 @@ async def test_find_coordinator_creates_the_offsets_topic_once() -> None:
     add_gateway(cache, 1, "z1")
     svc = services(cache, controller=FakeController(controller))
     svc.coordinators = CoordinatorClients(cache)
+    svc.coordinator_wait_s = 0.0  # answer at once (the wait: test_find_coordinator.py)
     for _ in range(3):
         r = await call(svc, ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
         assert r["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -231,6 +232,7 @@ async def test_an_unreachable_coordinator_answers_not_coordinator_in_every_shape
 
 async def test_an_unplaced_shard_is_not_available(cluster: GatewayServices) -> None:
     cluster.cache.apply_group_coordinator(1, None)  # its shards' owner is gone
+    cluster.coordinator_wait_s = 0.0  # FindCoordinator answers at once
     g = _groups_on({3}, 1)[0]
     r = await call(cluster, ApiKey.FIND_COORDINATOR, 3, {"key": g, "key_type": 0})
     assert r["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
