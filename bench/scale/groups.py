@@ -77,7 +77,7 @@ def commit_load(
     # untimed: __consumer_offsets is created and its shards loaded by one connection's commits
     # (librdkafka gave up the coordinator lookup of some of them while the topic was being
     # placed and never sent them, failing after 60 s; fixed by the gateway's bounded
-    # FindCoordinator wait, D??; bench/scale/first_commits.py reproduces it)
+    # FindCoordinator wait, D84; bench/scale/first_commits.py reproduces it)
     _commit_round(admins[:1], names, topic, partitions, 0)
     cpu_before = cpu_seconds(coordinators)
     start = time.perf_counter()

@@ -154,7 +154,7 @@ async def _await_coordinators(
     ctx: RequestContext, keys: list[str], lookup: Callable[[str], Lookup]
 ) -> list[Lookup]:
     """The lookups of ``keys`` once none is COORDINATOR_NOT_AVAILABLE any more, or as they are
-    after ``kafkapy.coordinator.lookup.wait.ms`` (D??).
+    after ``kafkapy.coordinator.lookup.wait.ms`` (D84).
 
     On a fresh cluster the first lookups wait for ``__consumer_offsets`` to be created and its
     shards placed, which takes longer here (controller, then coordinators, then the gateway's
