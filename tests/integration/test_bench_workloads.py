@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from bench import grpc_floor
-from bench.run import table
+from bench.run import later_sections, single_client_section, table
 from bench.workloads import _produce_requests
 from services.cli.local_cluster import LocalCluster
 from tests.integration.kafka_support import consume_confluent, gateway_requests
@@ -144,3 +144,14 @@ def test_table_shows_both_brokers_the_ratio_and_failed_cells() -> None:
     row = next(line for line in lines if "CPU per Produce request, 100 B" in line)
     assert row.split("|")[2:5] == [" 900 ", " 300 ", " 3.00 "]
     assert any("| failed | failed | - |" in line for line in lines)  # rows nobody measured
+
+
+def test_the_single_client_table_is_rewritten_and_the_sections_after_it_kept(
+    tmp_path: Path,
+) -> None:
+    doc = tmp_path / "benchmarks.md"
+    assert later_sections(doc) == ""  # no file yet
+    doc.write_text("# Benchmarks\n\nold table\n\n## Scale\n\nscale rows\n<!-- scale:end -->\n")
+    new = single_client_section("| new table |", "5 runs") + later_sections(doc)
+    assert "old table" not in new and "| new table |" in new
+    assert new.endswith("\n## Scale\n\nscale rows\n<!-- scale:end -->\n")
