@@ -18,9 +18,9 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.scale.groups import send_commits
 from services.cli.local_cluster import LocalCluster
 
 # FIRST_COMMITS_DEBUG=1: librdkafka's protocol and admin debug lines on stderr (which requests
@@ -34,13 +34,8 @@ def first_round(bootstrap: str, groups: int, partitions: int = 100) -> list[str]
     topic = f"first-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=60)[topic].result(90)
     started = time.perf_counter()
-    futures = []
-    for i in range(groups):
-        tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
-        (fut,) = admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(f"first-{i}", tps)], request_timeout=60
-        ).values()
-        futures.append(fut)
+    names = [f"first-{i}" for i in range(groups)]
+    futures = [fut for fut, _ in send_commits([admin], names, topic, partitions, 0)]
     failures = []
     done_at: list[float] = []
     for fut in futures:

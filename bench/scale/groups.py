@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -21,20 +22,40 @@ from bench.cpu import cpu_seconds
 from bench.scale.procs import percentile, role_pids, wait_until
 
 
+def send_commits(
+    admins: list[AdminClient],
+    groups: list[str],
+    topic: str,
+    parts: int,
+    offset: int,
+    request_timeout: float = 60,
+) -> list[tuple[Future[Any], float]]:
+    """Every group's AlterConsumerGroupOffsets of ``offset`` for partitions 0..``parts``-1,
+    group i through ``admins[i % len(admins)]``, all sent at once: each one's future and the
+    ``time.perf_counter()`` it was sent at."""
+    sent = []
+    for i, g in enumerate(groups):
+        start = time.perf_counter()
+        tps = [TopicPartition(topic, p, offset) for p in range(parts)]
+        (fut,) = (
+            admins[i % len(admins)]
+            .alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g, tps)], request_timeout=request_timeout
+            )
+            .values()
+        )
+        sent.append((fut, start))
+    return sent
+
+
 def _commit_round(
     admins: list[AdminClient], groups: list[str], topic: str, parts: int, offset: int
 ) -> list[float]:
-    """Every group commits ``offset`` for partitions 0..``parts``-1, group i through
-    ``admins[i % len(admins)]``, all at once; each commit's latency."""
+    """Every group commits ``offset`` for partitions 0..``parts``-1 (``send_commits``); each
+    commit's latency."""
     latencies: list[float] = []
     futures = []
-    for i, g in enumerate(groups):
-        admin = admins[i % len(admins)]
-        start = time.perf_counter()
-        tps = [TopicPartition(topic, p, offset) for p in range(parts)]
-        (fut,) = admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(g, tps)], request_timeout=60
-        ).values()
+    for fut, start in send_commits(admins, groups, topic, parts, offset):
         fut.add_done_callback(lambda _f, s=start: latencies.append(time.perf_counter() - s))
         futures.append(fut)
     for fut in futures:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from concurrent.futures import wait
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.scale.groups import send_commits
 from services.common.protocol import ApiKey
 from tests.integration.kafka_support import RawClient, running_cluster
 
@@ -38,13 +39,8 @@ def test_first_lookup_and_first_commits_on_a_fresh_cluster(tmp_path: Path) -> No
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         topic = "first-lookup"
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
-        futures = []
-        for i in range(GROUPS):
-            tps = [TopicPartition(topic, p, 7) for p in range(PARTITIONS)]
-            (fut,) = admin.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(f"first-{i}", tps)], request_timeout=30
-            ).values()
-            futures.append(fut)
+        names = [f"first-{i}" for i in range(GROUPS)]
+        futures = [f for f, _ in send_commits([admin], names, topic, PARTITIONS, 7, 30)]
         wait(futures, timeout=60)
         for fut in futures:
             result = fut.result(timeout=0)
