@@ -220,6 +220,19 @@ SECTIONS: dict[str, tuple[str, Callable[[], list[dict[str, Any]]], str]] = {
 }
 
 
+def load_reading(load_before: str, cores: int | None = None) -> str:
+    """How to read the run's figures from the 1-minute load average at its start: the load at
+    the end includes the suite's own clusters and client processes, so only the start tells
+    whether other work shared the machine."""
+    cores = cores or os.cpu_count() or 1
+    if float(load_before.split(",")[0]) <= cores / 2:
+        return "The machine was quiet at the start; the load at the end is the suite's own."
+    return (
+        f"A load above {cores / 2:g} at the start means other work shared the {cores} cores: "
+        "times and rates are inflated; rerun on a quiet machine for reference numbers."
+    )
+
+
 def main(names: list[str]) -> None:
     unknown = set(names) - set(SECTIONS)
     if unknown:
@@ -235,9 +248,8 @@ def main(names: list[str]) -> None:
         return  # a partial run leaves the doc alone
     note = (
         f"{at}, whole suite {total / 60:.1f} min. Load average (1, 5, 15 min) {load_before} at "
-        f"the start and {load()} at the end: with a load above the 2 cores the machine was "
-        "shared with other work, and times and rates are inflated; rerun on a quiet machine "
-        "for reference numbers. Each section's time is under its table.\n\n"
+        f"the start and {load()} at the end. {load_reading(load_before)} Each section's time "
+        "is under its table.\n\n"
     )
     write_doc("\n".join(parts), note)
 
