@@ -193,14 +193,16 @@ def parse_exchange_requests(data: bytes) -> list[ExchangeCall]:
     for number, value, start, stop in iter_fields(data, 0, len(data)):
         if number != 1 or value is not None:
             continue
-        call_id, kind, body = 0, 0, None
+        call_id, kind = 0, 0
+        body: Any = None
         for n, v, s, e in iter_fields(data, start, stop):
             if n == 1 and v is not None:
                 call_id = v % (1 << 64)  # uint64
             elif v is None and n == APPEND:
                 kind, body = APPEND, parse_append_request(data, s, e)
             elif v is None and n == FETCH:
-                kind, body = FETCH, pb.FetchRequest.FromString(view[s:e])
+                # protobuf parses any buffer; its stubs only name bytes (no copy wanted here)
+                kind, body = FETCH, pb.FetchRequest.FromString(view[s:e])  # type: ignore[arg-type]
             elif v is None and n == CANCEL:
                 kind, body = CANCEL, None
         calls.append((call_id, kind, body))
