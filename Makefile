@@ -126,7 +126,7 @@ fmt: install
 	$(VENV)/bin/ruff check --fix services tests bench
 
 typecheck: install
-	$(VENV)/bin/mypy services/common
+	$(VENV)/bin/mypy services
 
 clean:
 	rm -rf $(VENV) services/common/rpc/kafkapy .pytest_cache
