@@ -7,7 +7,15 @@ run prints the time until CreateTopics works again; the phases the new controlle
 counted from the kill (elected, serving, states loaded, failover finished, the topic created,
 the last storage node's acknowledgement of the full state); and the CPU seconds the new
 controller and the storage nodes spent from the kill until 10 s after CreateTopics worked,
-beside the storage nodes' CPU seconds in the 10 s before the kill. Prints only. Run it under the heavy-run lock at 10,000 partitions:
+beside the storage nodes' CPU seconds in the 10 s before the kill.
+
+``--after-restarts``: the kill comes where the full suite's partitions row has it, right after
+that row's storage-0 kill -9 + restart and storage-1 clean stop + restart (``_storage_death``,
+``_storage_restarts``), so the restarted nodes are still bringing their replicas back into the
+ISRs (and the controller still working through the ISR-change notices) when the controller
+dies; each run also prints those steps' times and the ISR-change notices pending at the kill.
+``--controller-log-level debug`` adds the controller's debug timings to the phases. Prints
+only. Run it under the heavy-run lock at 10,000 partitions:
 ``flock /tmp/kafkapy-heavy.lock timeout -s INT 900 python -m bench.scale.failover``."""
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import time
 import uuid
@@ -26,7 +35,16 @@ from confluent_kafka.admin import AdminClient
 
 from bench.cpu import cpu_seconds
 from bench.scale.__main__ import cluster
-from bench.scale.partitions import _controller_failover, all_led, create_topics, storage_nodes_for
+from bench.scale.partitions import (
+    _controller_failover,
+    _storage_death,
+    _storage_restarts,
+    all_led,
+    create_topics,
+    storage_nodes_for,
+)
+from services.cli.zk_view import connected
+from services.common.zk import layout
 
 IDLE_S = 10.0  # the storage nodes' CPU over this long before the kill: their idle cost
 AFTER_S = 10.0  # CPU is read this long after CreateTopics worked again
@@ -59,6 +77,15 @@ def phases(log: Path, offset: int, killed_at: float) -> dict[str, Any]:
                 out["full_state_acked"] = since_kill
                 out["full_state_ack_max_s"] = max(out.get("full_state_ack_max_s", 0), line["ack_s"])
                 continue
+            if event == "controller event" and since_kill >= 0:  # debug level: the slow ones
+                if (
+                    line["wait_s"] + line["run_s"] >= 0.05
+                    and len(out.setdefault("events", [])) < 30
+                ):
+                    out["events"].append(
+                        (line["controller_event"], since_kill, line["wait_s"], line["run_s"])
+                    )
+                continue
             name = PHASES.get(event)
             if name is None or name in out:
                 continue
@@ -71,8 +98,20 @@ def storage_pids(pids: dict[str, int]) -> list[int]:
     return [pid for name, pid in pids.items() if name.startswith("storage-")]
 
 
+def pending_isr_notices(zk_connect: str) -> int:
+    """ISR-change notices no controller has consumed yet."""
+    with connected(zk_connect, 30) as client:
+        return len(client.get_children(layout.ISR_CHANGE_NOTIFICATION))
+
+
 def failover_runs(
-    c: Any, partitions: int, rf: int, runs: int, idle_s: float = IDLE_S, after_s: float = AFTER_S
+    c: Any,
+    partitions: int,
+    rf: int,
+    runs: int,
+    idle_s: float = IDLE_S,
+    after_s: float = AFTER_S,
+    after_restarts: bool = False,
 ) -> list[dict[str, Any]]:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     names = create_topics(admin, f"fo-{rf}-{uuid.uuid4().hex[:6]}", partitions, rf)
@@ -91,8 +130,14 @@ def failover_runs(
         watched = {"controller": [pids[f"controller-{standby}"]], "storage": storage_pids(pids)}
         idle_from = cpu_seconds(watched["storage"])
         time.sleep(idle_s)
+        storage_idle = cpu_seconds(watched["storage"]) - idle_from
+        restarts: dict[str, Any] = {}
+        if after_restarts:  # what the partitions row does before its controller failover
+            restarts.update(_storage_death(c, c.zk_connect, names, rf))
+            restarts.update(_storage_restarts(c))
+            restarts["isr_notices_at_kill"] = pending_isr_notices(c.zk_connect)
+            watched["storage"] = storage_pids(c.pids())  # the restarted nodes' new pids
         cpu_before = {k: cpu_seconds(v) for k, v in watched.items()}
-        storage_idle = cpu_before["storage"] - idle_from
         killed_at = time.time()
         failover_s = _controller_failover(c, admin)
         time.sleep(after_s)  # the new controller finishes its failover, the old one is standby
@@ -100,6 +145,7 @@ def failover_runs(
             "failover_s": round(failover_s, 2),
             "load1": round(load, 1),
             f"storage_cpu_s_{idle_s:g}s_before": round(storage_idle, 2),
+            **{k: round(v, 2) if isinstance(v, float) else v for k, v in restarts.items()},
         }
         for k, v in watched.items():
             row[f"{k}_cpu_s"] = round(cpu_seconds(v) - cpu_before[k], 2)
@@ -114,12 +160,27 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="+", default=[10_000])
     parser.add_argument("--rf", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--after-restarts",
+        action="store_true",
+        help="kill the controller right after the partitions row's storage restarts",
+    )
+    parser.add_argument("--controller-log-level", default="info", help="e.g. debug")
+    parser.add_argument("--keep-logs", type=Path, help="copy the services' logs here at the end")
     args = parser.parse_args()
+    extra = {"controller": ["--log.level", args.controller_log_level]}
     for rf in args.rf:
         for n in args.partitions:
             nodes = storage_nodes_for(n, rf)
-            with cluster(storage_nodes=nodes, controllers=2) as c:
-                rows = failover_runs(c, n, rf, args.runs)
+            with cluster(storage_nodes=nodes, controllers=2, extra=extra) as c:
+                rows = failover_runs(c, n, rf, args.runs, after_restarts=args.after_restarts)
+                if args.keep_logs is not None:
+                    keep = args.keep_logs / f"{n}-rf{rf}"
+                    keep.mkdir(parents=True, exist_ok=True)
+                    for name in c.pids():
+                        role, _, index = name.rpartition("-")
+                        if role in ("controller", "storage", "gateway"):
+                            shutil.copy(c.log_path(role, int(index)), keep / f"{name}.log")
             times = [r["failover_s"] for r in rows]
             print(
                 f"{n} partitions, RF {rf}, {nodes} storage nodes: failover "

@@ -296,6 +296,7 @@ class MetadataCache:
             except (ValueError, TypeError, KeyError) as exc:
                 log.warning("bad_controller_znode", error=repr(exc))
         if controller_id != self.controller_id:
+            log.info("active controller changed", controller=controller_id)
             self.controller_id = controller_id
             self._bump()
 
@@ -429,7 +430,9 @@ class ZkMetadataSync:
         partitions = self._cache.apply_assignment(topic, data)
         for p in partitions:
             path = layout.partition_state_path(topic, p)
-            self._watches.data(path, functools.partial(self._on_state, topic, p))
+            # thousands change at once (a restarted node's replicas rejoining the ISRs): their
+            # reads must not hold the others (the active controller's) back
+            self._watches.data(path, functools.partial(self._on_state, topic, p), pooled=True)
 
     def _on_state(
         self, topic: str, partition: int, data: bytes | None, stat: ZnodeStat | None

@@ -9,6 +9,7 @@ term (the owner resigns).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import time
@@ -82,6 +83,7 @@ class _Event:
     early: bool = False  # may run before the failover finished (see ActiveController.start)
     # changes nothing in the context: the gauges (a pass over every partition) are not refreshed
     read_only: bool = False
+    queued: float = 0.0  # time.monotonic() when it was queued
 
 
 class _FailoverError(Exception):
@@ -130,6 +132,8 @@ class ActiveController:
         self._on_moved = on_moved
         self.watch_topic = watch_topic
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        # events that must finish the failover first, held while the states load (see _next)
+        self._deferred: collections.deque[_Event] = collections.deque()
         self._pending_keys: set[Any] = set()
         self._worker: asyncio.Task[None] | None = None
         self._current: _Event | None = None
@@ -192,6 +196,8 @@ class ActiveController:
             return_exceptions=True,
         )
         unfinished = [self._current] if self._current is not None else []
+        unfinished += self._deferred
+        self._deferred.clear()
         while not self._queue.empty():
             unfinished.append(self._queue.get_nowait())
         for ev in unfinished:
@@ -237,7 +243,7 @@ class ActiveController:
                 return None
             self._pending_keys.add(key)
         future = asyncio.get_running_loop().create_future() if want_result else None
-        self._queue.put_nowait(_Event(name, run, future, key, early, read_only))
+        self._queue.put_nowait(_Event(name, run, future, key, early, read_only, time.monotonic()))
         return future
 
     async def call(
@@ -274,11 +280,36 @@ class ActiveController:
         elif kind in handlers:
             self.enqueue(kind, handlers[kind], key=kind)
 
+    async def _next(self) -> _Event:
+        """The next event, in the order they came, except while the partition states still
+        load: then an ``early`` event overtakes the others, which would only wait for the
+        load (each first finishes the failover). They are held in order and run once the load
+        is done (the loader's own event wakes this up). A client's CreateTopics in a failover
+        so never waits behind watch events (ISR-change notices, broker changes) that fire
+        while the states load; in ZooKeeper-mode Kafka it does not go through the
+        controller's queue at all."""
+        while True:
+            if self._deferred and self._states_loaded():
+                return self._deferred.popleft()
+            ev = await self._queue.get()
+            if self._states_loaded():
+                if not self._deferred:
+                    return ev
+                self._deferred.append(ev)  # behind the ones held before it
+            elif ev.early:
+                return ev
+            else:
+                self._deferred.append(ev)
+
+    def _states_loaded(self) -> bool:
+        return self.failover_done or (self._states is not None and self._states.done())
+
     async def _run(self) -> None:
         while True:
-            ev = self._current = await self._queue.get()
+            ev = self._current = await self._next()
             if ev.key is not None:
                 self._pending_keys.discard(ev.key)
+            began = time.monotonic()
             try:
                 if not ev.early:
                     await self._retrying_zk(self._finish_failover)
@@ -317,6 +348,13 @@ class ActiveController:
                 self._current = None
                 if self.running and self.failover_done and not ev.read_only:
                     self.metrics.update(self.ctx)
+                log.debug(
+                    "controller event",
+                    controller_event=ev.name,
+                    wait_s=round(began - ev.queued, 3),
+                    run_s=round(time.monotonic() - began, 3),
+                    queued=self._queue.qsize() + len(self._deferred),
+                )
 
     async def _retrying_zk(self, run: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``run``; on a lost connection wait for it to come back and run it again."""
@@ -862,9 +900,13 @@ class ActiveController:
         children = sorted(await self.zk.get_children(layout.ISR_CHANGE_NOTIFICATION))
         if not children:
             return
+        started = time.monotonic()
         refresh: set[tuple[str, int]] = set()
-        for child in children:
-            got = await self.zk.get_or_none(f"{layout.ISR_CHANGE_NOTIFICATION}/{child}")
+        # one multiRead per window: a restarted node's expansions leave hundreds of notices
+        notices = await self.zk.get_many(
+            [f"{layout.ISR_CHANGE_NOTIFICATION}/{child}" for child in children]
+        )
+        for got in notices:
             body = layout.loads(got[0]) if got else None
             for entry in (body or {}).get("partitions", []):
                 refresh.add((str(entry["topic"]), int(entry["partition"])))
@@ -878,6 +920,12 @@ class ActiveController:
             [zkstore.Delete(f"{layout.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]
         )
         await self.reassigner.on_isr_change(parts)
+        log.debug(
+            "ISR change notices processed",
+            notices=len(children),
+            partitions=len(parts),
+            isr_s=round(time.monotonic() - started, 3),
+        )
 
 
 def _log_full_state_ack(broker_id: int) -> Callable[[asyncio.Future[OrderResult]], None]:

@@ -375,13 +375,29 @@ class ControllerApp:
         if active is not None and active.running:
             active.notify(kind, arg)
 
+    def _adds_partitions(self, name: str, data: bytes) -> bool:
+        """Whether the topic znode's ``data`` names partitions the active controller does not
+        know (what its PartitionModifications event would add). Not so for the first read of
+        every topic's watch when a fresh standby takes over (the failover read the same
+        assignments): 100 topics queued 100 events, each a ZooKeeper read, ahead of the
+        failover's first client request."""
+        active = self.active
+        topic = active.ctx.topics.get(name) if active is not None else None
+        if topic is None:
+            return True
+        try:
+            assignment, _topic_id = layout.parse_topic_assignment(data)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return True  # malformed: the event reads it again and says so
+        return not assignment.keys() <= topic.assignment.keys()
+
     def _watch_topic(self, name: str) -> None:
         if name in self._watched_topics:
             return
         self._watched_topics.add(name)
 
         def changed(data: bytes | None, stat: ZnodeStat | None) -> None:
-            if data is not None:
+            if data is not None and self._adds_partitions(name, data):
                 self._dispatch("topic", name)
 
         # kazoo's DataWatch reads the znode synchronously when it is set: not on the loop (a

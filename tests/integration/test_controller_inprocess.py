@@ -496,3 +496,72 @@ async def test_a_full_state_goes_after_the_orders_queued_behind_it_and_is_built_
         assert len(node.updates) == 3
     finally:
         await links.close_all()
+
+
+async def test_a_failover_with_isr_changes_pending_serves_creates_first_then_applies_them_all(
+    zk_connect: str,
+    zk: AsyncZk,
+    make_app: AppFactory,
+    nodes: list[FakeStorage],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Leaders change ISRs (and leave their notices) while a new controller still loads the
+    partition states (held here), as after storage restarts: the ISR-change event waits for
+    the load, but a CreateTopics queued after it is served first; once the load is in, every
+    notice is consumed and each changed ISR is in the context and in the orders that follow."""
+    first = await make_app(controller_id=1)
+    for i in (1, 2, 3):
+        await start_node(zk_connect, nodes, i)
+    assert (await create(zk, assigned("isrs", [1, 2, 3], [2, 3, 1], [3, 1, 2]))).error_code == 0
+
+    held = asyncio.Event()
+    release = asyncio.Event()
+    real_get_many = AsyncZk.get_many
+    held_path = layout.partition_state_path("isrs", 0)
+
+    async def slow_state_load(self: AsyncZk, paths: Any) -> Any:
+        if held_path in paths and not held.is_set():  # the failover's load; later reads pass
+            held.set()
+            await release.wait()
+        return await real_get_many(self, paths)
+
+    monkeypatch.setattr(AsyncZk, "get_many", slow_state_load)
+    await first.stop()
+    second = await make_app(controller_id=2)
+    controller = second.active
+    assert controller is not None and controller.epoch == 2
+    await asyncio.wait_for(held.wait(), 10)
+
+    # the leaders' changes meanwhile, one notice each: two shrinks, then one back in
+    changed = {0: [1, 2], 1: [2, 3], 2: [3, 1]}
+    for p, isr in changed.items():
+        await _isr_changed(zk, "isrs", p, isr)
+    await _isr_changed(zk, "isrs", 0, [1, 2, 3])
+    changed[0] = [1, 2, 3]
+    await wait_for(
+        lambda: "isr_change" in controller._pending_keys, what="the ISR-change event queued"
+    )
+
+    fresh = await asyncio.wait_for(create(zk, assigned("fresh", [1])), 10)
+    assert fresh.error_code == 0, fresh.error_message
+    assert not controller.failover_done
+    assert len(await zk.get_children(layout.ISR_CHANGE_NOTIFICATION)) == 4, "consumed early"
+    assert not controller.ctx.topics["isrs"].states, "acted on states not loaded yet"
+    assert not [s for e, s in nodes[0].states("isrs") if e == 2], "ordered before the load"
+
+    release.set()
+    await wait_for(
+        lambda: _no_children(zk, layout.ISR_CHANGE_NOTIFICATION),
+        10,
+        what="every notice consumed",
+    )
+    assert controller.failover_done
+    states = controller.ctx.topics["isrs"].states
+    assert {p: states[p].isr for p in changed} == changed
+    for p, isr in changed.items():
+        assert (await state(zk, "isrs", p))["isr"] == isr
+        for node in nodes:  # the new controller's orders carry the changed ISRs
+            latest = node.latest("isrs", p)
+            assert latest is not None and list(latest.isr) == isr, (node.broker_id, p)
+    ordered = [p.topic for u in nodes[0].updates if u.controller_epoch == 2 for p in u.partitions]
+    assert ordered[0] == "fresh" and "isrs" in ordered, ordered

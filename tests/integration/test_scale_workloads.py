@@ -57,8 +57,11 @@ def test_partitions_row_survives_its_faults(cluster: Any) -> None:
 
 
 def test_failover_bench_reads_the_new_controllers_phases(cluster: Any) -> None:
-    (row,) = failover.failover_runs(cluster, 20, 1, 1, idle_s=0.5, after_s=2.0)
+    # --after-restarts: the partitions row's storage kill -9 + restart and clean stop +
+    # restart come first (the restarted nodes' new processes are the ones measured)
+    (row,) = failover.failover_runs(cluster, 20, 1, 1, idle_s=0.5, after_s=2.0, after_restarts=True)
     print(row)
+    assert row["storage_ready_after_clean_stop_s"] > 0 and row["isr_notices_at_kill"] >= 0
     assert row["failover_s"] > 0 and row["controller_cpu_s"] >= 0
     # from the new controller's log: elected, then serving, then its failover finished
     assert 0 < row["elected"] <= row["serving"] <= row["finished"], row

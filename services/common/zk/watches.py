@@ -5,19 +5,28 @@ they are created on a small thread pool, never on the event loop. Callbacks run 
 A watch can be stopped (a deleted topic's znodes), which kazoo's recipes only support by the
 callback returning False on the next event; we also drop the recipe's session listener so
 stopped watches do not pile up in the client.
+
+kazoo runs every watch event of a client on one callback thread, and its ``DataWatch`` reads
+the changed znode again there, synchronously: a burst of changes to many watched znodes (the
+ISR expansions of a restarted storage node, thousands of partition states) holds every other
+watch of the process behind one ZooKeeper round trip each (a gateway learnt of a new active
+controller seconds late). Watches added with ``pooled=True`` read again on this set's threads
+instead, so the callback thread only hands their events over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from kazoo.protocol.states import ZnodeStat
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from services.common.logging import get_logger
@@ -40,12 +49,47 @@ class _Watch:
         self.recipe: Any = None
 
 
+class _PooledDataWatch(DataWatch):  # type: ignore[misc]
+    """kazoo's DataWatch whose reads after an event (and after a reconnect) run on ``pool``,
+    not on kazoo's callback thread (and not on a new thread per watch, as kazoo's reconnect
+    does)."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        func: Callable[[bytes | None, ZnodeStat | None], bool | None],
+        pool: _DaemonPool,
+    ) -> None:
+        self._pool = pool
+        super().__init__(client, path, func)
+
+    def _watcher(self, event: WatchedEvent) -> None:
+        self._submit(functools.partial(self._get_data, event=event))
+
+    def _session_watcher(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._submit(self._get_data)
+
+    def _submit(self, read: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                read()
+            except Exception as exc:  # noqa: BLE001 - e.g. a lost session: the reconnect reads again
+                log.warning("zk_watch_read_failed", path=self._path, error=repr(exc))
+
+        with contextlib.suppress(RuntimeError):  # the set was stopped
+            self._pool.submit(run)
+
+
 class WatchSet:
     """Data and children watches keyed by path; each path is watched at most once per kind."""
 
     def __init__(self, zk: AsyncZk, threads: int = 4) -> None:
         self._zk = zk
-        self._executor = _DaemonPool(threads, "zk-watch")
+        self._threads = threads
+        self._executor = _DaemonPool(threads, "zk-watch")  # creates watches
+        self._readers: _DaemonPool | None = None  # the pooled watches' reads (made on first use)
         self._active: dict[tuple[str, str], _Watch] = {}
         self._unfired = 0
         self._idle = asyncio.Event()
@@ -63,8 +107,10 @@ class WatchSet:
     def watching(self, kind: str, path: str) -> bool:
         return (kind, path) in self._active
 
-    def data(self, path: str, callback: DataCallback) -> None:
-        self._add("data", path, callback)
+    def data(self, path: str, callback: DataCallback, *, pooled: bool = False) -> None:
+        """Watch ``path``'s data. ``pooled``: for the many watches of one kind (partition
+        states), read again on this set's threads (see the module's docstring)."""
+        self._add("data", path, callback, pooled)
 
     def children(self, path: str, callback: ChildrenCallback) -> None:
         self._add("children", path, callback)
@@ -84,8 +130,17 @@ class WatchSet:
         self._active.clear()
         self._closed = True
         self._executor.shutdown()
+        if self._readers is not None:
+            self._readers.shutdown()
 
     # ---- internals ------------------------------------------------------------------
+    def _reader_pool(self) -> _DaemonPool:
+        """Threads of their own for the pooled watches' reads: a burst of them must not delay
+        the creation of new watches (a topic created meanwhile, awaited by CreateTopics)."""
+        if self._readers is None:
+            self._readers = _DaemonPool(self._threads, "zk-watch-read")
+        return self._readers
+
     def _stop(self, w: _Watch) -> None:
         w.stopped = True
         if not w.fired:
@@ -106,7 +161,9 @@ class WatchSet:
         if self._unfired == 0:
             self._idle.set()
 
-    def _add(self, kind: str, path: str, callback: Callable[..., None]) -> None:
+    def _add(
+        self, kind: str, path: str, callback: Callable[..., None], pooled: bool = False
+    ) -> None:
         key = (kind, path)
         if key in self._active or self._closed:
             return
@@ -114,9 +171,11 @@ class WatchSet:
         self._active[key] = w
         self._unfired += 1
         self._idle.clear()
-        self._start(kind, path, w, callback)
+        self._start(kind, path, w, callback, pooled)
 
-    def _start(self, kind: str, path: str, w: _Watch, callback: Callable[..., None]) -> None:
+    def _start(
+        self, kind: str, path: str, w: _Watch, callback: Callable[..., None], pooled: bool
+    ) -> None:
         loop = self._zk.loop
 
         def deliver(*args: Any) -> None:
@@ -141,6 +200,8 @@ class WatchSet:
                 return None
 
             def create() -> Any:
+                if pooled:
+                    return _PooledDataWatch(self._zk.client, path, on_data, self._reader_pool())
                 return DataWatch(self._zk.client, path, on_data)
         else:
 
@@ -172,7 +233,7 @@ class WatchSet:
 
         def retry() -> None:
             if not w.stopped and not self._closed:
-                self._start(kind, path, w, callback)
+                self._start(kind, path, w, callback, pooled)
 
         try:
             self._executor.submit(create).add_done_callback(created)
