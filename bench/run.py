@@ -278,11 +278,14 @@ def _cell(values: list[float]) -> str:
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
-def table(ours: Runs, peer: Runs) -> str:
+def table(ours: Runs, peer: Runs, only_measured: bool = False) -> str:
+    """The table; ``only_measured`` leaves out the rows neither broker has a value for."""
     lines = ["| metric | kafka-py | Tansu | kafka-py / Tansu |", "|---|---:|---:|---:|"]
     for key, metric, title, _higher_better in ROWS:
         a = _values(ours, key, metric)
         b = _values(peer, key, metric)
+        if only_measured and not a and not b:
+            continue
         ratio = "-"
         if a and b and statistics.median(b):
             ratio = f"{statistics.median(a) / statistics.median(b):.2f}"
@@ -325,7 +328,7 @@ def main() -> None:
             _print_floor_run(ours[-1])
         if not PEERS or TansuPeer.name in PEERS:
             theirs.append(bench_peer(TansuPeer()))
-    tbl = table(ours, theirs)
+    tbl = table(ours, theirs, only_measured=bool(ONLY or PEERS))
     print(tbl)
     if ONLY or PEERS:
         print("\nBENCH_ONLY / BENCH_PEERS: docs/benchmarks.md left as it is", file=sys.stderr)

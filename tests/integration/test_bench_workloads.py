@@ -163,3 +163,7 @@ def test_bench_only_keeps_the_named_rows_and_the_topics_they_read() -> None:
     assert selected(SCENARIOS, set()) == SCENARIOS
     with pytest.raises(SystemExit, match="no scenario p100"):
         selected(SCENARIOS, {"p100"})
+    run = {"p100_a1": {"records_per_s": 5.0e5}}
+    assert table([run], [], only_measured=True).splitlines()[2:] == [
+        "| produce 100 B acks=1 (msg/s) | 500,000 | failed | - |"
+    ]
