@@ -4,6 +4,12 @@ Prints one table (both columns and the ratio) and writes it to docs/benchmarks.m
 machine description. BENCH_SCALE (default 1.0) scales record counts. BENCH_REPEAT (default 1)
 runs both brokers that many times, alternating, and reports medians (with min-max ranges):
 on a small shared machine one run of each is noisy.
+
+For quick measurements of a few rows: BENCH_ONLY (comma-separated scenario keys, e.g.
+``BENCH_ONLY=p100_a1``: the 100 B acks=1 row, with the in-run gRPC floor after each kafka-py
+run; a scenario that reads another's topic brings that one along) and BENCH_PEERS
+(``kafka-py`` or ``Tansu``; default both). Either knob prints the table and leaves
+docs/benchmarks.md as it is.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from bench.peers import KafkaPyPeer, Peer, TansuPeer
 PARTITIONS = 6
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
 REPEAT = max(1, int(os.environ.get("BENCH_REPEAT", "1")))
+ONLY = {k for k in os.environ.get("BENCH_ONLY", "").split(",") if k}
+PEERS = {k for k in os.environ.get("BENCH_PEERS", "").split(",") if k}
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -91,6 +99,18 @@ SCENARIOS = [
         ["--size", "1024", "--rate", "1000", "--seconds", str(max(5, int(10 * SCALE)))],
     ),
 ]
+
+
+def selected(scenarios: list[Scenario], only: set[str]) -> list[Scenario]:
+    """The scenarios named in ``only`` (all when empty), with those whose topics they read."""
+    if not only:
+        return scenarios
+    unknown = only - {sc.key for sc in scenarios}
+    if unknown:
+        raise SystemExit(f"BENCH_ONLY: no scenario {', '.join(sorted(unknown))}")
+    keep = set(only)
+    keep |= {sc.reuse_topic_of for sc in scenarios if sc.key in only and sc.reuse_topic_of}
+    return [sc for sc in scenarios if sc.key in keep]
 
 
 @dataclass
@@ -170,13 +190,28 @@ def with_grpc_floor(results: dict[str, dict[str, float]]) -> None:
     run["cpu_over_floor"] = run["cpu_us_per_request"] / floor["cpu_us_per_request"]
 
 
+def _print_floor_run(run: dict[str, dict[str, float]]) -> None:
+    """One kafka-py run's 100 B acks=1 CPU per request against its floor (stderr)."""
+    p100, floor = run.get("p100_a1", {}), run.get("floor", {})
+    if "cpu_over_floor" in p100:
+        print(
+            f"  kafka-py: 100 B acks=1 {p100['requests']:.0f} requests of "
+            f"{p100['request_bytes']:,.0f} B, broker CPU {p100['cpu_us_per_request']:.0f} µs "
+            f"per request; floor {floor['cpu_us_per_request']:.0f} µs "
+            f"(client {floor['client_cpu_us_per_request']:.0f}, server "
+            f"{floor['server_cpu_us_per_request']:.0f}); {p100['cpu_over_floor']:.2f}x",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def bench_peer(peer: Peer) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     topics: dict[str, str] = {}
     peer.start()
     try:
         warm_up(peer)
-        for sc in SCENARIOS:
+        for sc in selected(SCENARIOS, ONLY):
             topic = (
                 topics[sc.reuse_topic_of]
                 if sc.reuse_topic_of
@@ -243,11 +278,14 @@ def _cell(values: list[float]) -> str:
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
-def table(ours: Runs, peer: Runs) -> str:
+def table(ours: Runs, peer: Runs, only_measured: bool = False) -> str:
+    """The table; ``only_measured`` leaves out the rows neither broker has a value for."""
     lines = ["| metric | kafka-py | Tansu | kafka-py / Tansu |", "|---|---:|---:|---:|"]
     for key, metric, title, _higher_better in ROWS:
         a = _values(ours, key, metric)
         b = _values(peer, key, metric)
+        if only_measured and not a and not b:
+            continue
         ratio = "-"
         if a and b and statistics.median(b):
             ratio = f"{statistics.median(a) / statistics.median(b):.2f}"
@@ -284,11 +322,17 @@ def main() -> None:
     ours: Runs = []
     theirs: Runs = []
     for _ in range(REPEAT):  # alternating, so slow phases of a shared machine hit both alike
-        ours.append(bench_peer(KafkaPyPeer()))
-        with_grpc_floor(ours[-1])
-        theirs.append(bench_peer(TansuPeer()))
-    tbl = table(ours, theirs)
+        if not PEERS or KafkaPyPeer.name in PEERS:
+            ours.append(bench_peer(KafkaPyPeer()))
+            with_grpc_floor(ours[-1])
+            _print_floor_run(ours[-1])
+        if not PEERS or TansuPeer.name in PEERS:
+            theirs.append(bench_peer(TansuPeer()))
+    tbl = table(ours, theirs, only_measured=bool(ONLY or PEERS))
     print(tbl)
+    if ONLY or PEERS:
+        print("\nBENCH_ONLY / BENCH_PEERS: docs/benchmarks.md left as it is", file=sys.stderr)
+        return
     runs = (
         "one run of each"
         if REPEAT == 1

@@ -39,7 +39,12 @@ def _fail(result: pb.PartitionAppendResult, code: ErrorCode, message: str) -> No
     result.log_start_offset = -1
 
 
-async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.AppendResponse:
+def append_now(
+    rm: ReplicaManager, req: pb.AppendRequest | AppendCall
+) -> tuple[list[pb.PartitionAppendResult], list[_Pending]]:
+    """The appends of one request, made now: the partitions' results, and for acks=-1 what
+    must still reach the ISR (``finish_append`` waits for it; the results are final only
+    then)."""
     results: list[pb.PartitionAppendResult] = []
     pending: list[_Pending] = []
     for pa in req.partitions:
@@ -73,9 +78,24 @@ async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.A
             continue
         if req.acks == -1:
             pending.append(_Pending(p, required, result))
+    return results, pending
+
+
+async def finish_append(
+    rm: ReplicaManager,
+    results: list[pb.PartitionAppendResult],
+    pending: list[_Pending],
+    timeout_ms: int,
+) -> pb.AppendResponse:
+    """What ``append_now`` left: acks=-1's wait for replication; then the answer."""
     if pending:
-        await _await_replication(rm, pending, req.timeout_ms)
+        await _await_replication(rm, pending, timeout_ms)
     return pb.AppendResponse(partitions=results)
+
+
+async def append(rm: ReplicaManager, req: pb.AppendRequest | AppendCall) -> pb.AppendResponse:
+    results, pending = append_now(rm, req)
+    return await finish_append(rm, results, pending, req.timeout_ms)
 
 
 def _append_one(

@@ -8,6 +8,11 @@ breaks (client gone, channel closed), every running call is cancelled, as gRPC d
 calls whose client went away. A call that raises is answered with a ``CallError`` (status
 UNKNOWN), as a unary handler's exception would be.
 
+A call kind with an inline handler (Append) is started in the reader, as its message arrives:
+the handler returns the answer, written without a task per call, or a coroutine for the rest of
+the call (acks=-1's wait for replication), which runs as the other calls do. Calls are started
+in the order they arrive either way.
+
 Streams live as long as their client, so a stopping node ends them itself (``ExchangeStreams``)
 rather than have gRPC's stop wait out its whole grace for them: each stream stops reading, answers
 the calls already running, and ends with status OK (its client fails anything still pending as
@@ -41,6 +46,8 @@ log = get_logger("storage.exchange")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 Handler = Callable[[Any, Any], Coroutine[Any, Any, Any]]
+# run in the reader: the answer, or a coroutine that gives it
+Inline = Callable[[Any, Any], Any]
 
 
 def _status(code: grpc.StatusCode) -> int:
@@ -50,8 +57,11 @@ def _status(code: grpc.StatusCode) -> int:
 class _Session:
     """One Exchange stream: running calls by id, answers waiting to be written."""
 
-    def __init__(self, handlers: dict[int, Handler], context: Any) -> None:
+    def __init__(
+        self, handlers: dict[int, Handler], context: Any, inline: dict[int, Inline] | None = None
+    ) -> None:
         self._handlers = handlers
+        self._inline = inline or {}
         self._context = context
         self._loop = asyncio.get_running_loop()
         self.running: dict[int, asyncio.Task[Any]] = {}
@@ -67,17 +77,29 @@ class _Session:
                 if task is not None:
                     task.cancel()
                 continue
-            handler = self._handlers.get(kind)
-            if handler is None:
-                self._answer(
-                    call_id,
-                    ERROR,
-                    call_error_parts(
-                        _status(grpc.StatusCode.UNIMPLEMENTED), "unknown Exchange call"
-                    ),
-                )
-                continue
-            task = self._loop.create_task(handler(body, self._context))
+            now = self._inline.get(kind)
+            if now is not None:
+                try:
+                    rest = now(body, self._context)
+                except Exception as exc:  # noqa: BLE001 - answered, as a task's failure is
+                    self._failed(call_id, kind, exc)
+                    continue
+                if not asyncio.iscoroutine(rest):
+                    self._answer(call_id, kind, _parts(kind, rest))
+                    continue
+            else:
+                handler = self._handlers.get(kind)
+                if handler is None:
+                    self._answer(
+                        call_id,
+                        ERROR,
+                        call_error_parts(
+                            _status(grpc.StatusCode.UNIMPLEMENTED), "unknown Exchange call"
+                        ),
+                    )
+                    continue
+                rest = handler(body, self._context)
+            task = self._loop.create_task(rest)
             self.running[call_id] = task
             task.add_done_callback(functools.partial(self._finished, call_id, kind))
 
@@ -88,18 +110,19 @@ class _Session:
             return
         exc = task.exception()
         if exc is not None:
-            log.error("exchange_call_failed", kind=kind, error=repr(exc))
-            self._answer(
-                call_id,
-                ERROR,
-                call_error_parts(
-                    _status(grpc.StatusCode.UNKNOWN), f"Unexpected {type(exc).__name__}: {exc}"
-                ),
-            )
+            self._failed(call_id, kind, exc)
             return
-        result = task.result()
-        parts = fetch_response_parts(result) if kind == FETCH else [result.SerializeToString()]
-        self._answer(call_id, kind, parts)
+        self._answer(call_id, kind, _parts(kind, task.result()))
+
+    def _failed(self, call_id: int, kind: int, exc: BaseException) -> None:
+        log.error("exchange_call_failed", kind=kind, error=repr(exc))
+        self._answer(
+            call_id,
+            ERROR,
+            call_error_parts(
+                _status(grpc.StatusCode.UNKNOWN), f"Unexpected {type(exc).__name__}: {exc}"
+            ),
+        )
 
     def _answer(self, call_id: int, kind: int, parts: list[Buffer]) -> None:
         self.ready.append(exchange_entry_parts(call_id, kind, parts))
@@ -125,6 +148,10 @@ class _Session:
         self.wake.set()
 
 
+def _parts(kind: int, result: Any) -> list[Buffer]:
+    return fetch_response_parts(result) if kind == FETCH else [result.SerializeToString()]
+
+
 class ExchangeStreams:
     """The open Exchange streams of one server, so that a stopping node can end them."""
 
@@ -147,14 +174,26 @@ async def serve_exchange(
     context: Any,
     streams: ExchangeStreams | None = None,
     metrics: StorageMetrics | None = None,
+    inline: dict[int, Inline] | None = None,
 ) -> None:
-    """The Exchange handler body; ``handlers`` by call kind (wire.APPEND, wire.FETCH);
-    ``metrics`` counts the stream messages and calls each way."""
+    """The Exchange handler body; ``handlers`` by call kind (wire.APPEND, wire.FETCH), and
+    ``inline`` those run in the reader (module doc); ``metrics`` counts the stream messages and
+    calls each way."""
     if streams is not None and streams.closing:
         return
-    session = _Session(handlers, context)
+    session = _Session(handlers, context, inline)
     if streams is not None:
         streams._sessions.add(session)
+    # the counters' label children, bound once per stream
+    counters = (
+        None
+        if metrics is None
+        else [
+            m.labels(way)
+            for way in ("in", "out")
+            for m in (metrics.exchange_messages, metrics.exchange_calls)
+        ]
+    )
 
     async def read() -> None:
         try:
@@ -162,9 +201,9 @@ async def serve_exchange(
                 calls = await context.read()
                 if calls is grpc.aio.EOF:
                     return
-                if metrics is not None:
-                    metrics.exchange_messages.labels("in").inc()
-                    metrics.exchange_calls.labels("in").inc(len(calls))
+                if counters is not None:
+                    counters[0].inc()
+                    counters[1].inc(len(calls))
                 session.start(calls)
         finally:
             session.reading = False
@@ -176,9 +215,9 @@ async def serve_exchange(
             if session.ready:
                 answers = len(session.ready)
                 message = session.next_message()
-                if metrics is not None:
-                    metrics.exchange_messages.labels("out").inc()
-                    metrics.exchange_calls.labels("out").inc(answers - len(session.ready))
+                if counters is not None:
+                    counters[2].inc()
+                    counters[3].inc(answers - len(session.ready))
                 await context.write(message)
                 continue
             if session.ending:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
@@ -9,7 +10,7 @@ import grpc
 from services.common.logging import get_logger
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
 from services.common.rpc.kafkapy.v1 import storage_pb2_grpc as pb_grpc
-from services.storage.appends import append
+from services.storage.appends import append, append_now, finish_append
 from services.storage.delete_records import delete_records
 from services.storage.epochs import offset_for_leader_epoch
 from services.storage.exchange import ExchangeStreams, serve_exchange
@@ -45,6 +46,30 @@ class StorageService(pb_grpc.StorageServicer):
         with self.rm.metrics.timed("Produce"):
             return await append(self.rm, request)
 
+    def append_now(self, request: AppendCall, context: Any) -> Any:
+        """Append in the Exchange's reader (exchange.py): the appends are made at once, in the
+        order the calls arrive; the answer, or for acks=-1 a coroutine that waits for the ISR
+        and gives it. Timed as the unary Append is."""
+        timer = self.rm.metrics.request_timer("Produce")
+        start = time.perf_counter()
+        try:
+            results, pending = append_now(self.rm, request)
+        except BaseException:
+            timer.observe((time.perf_counter() - start) * 1000.0)
+            raise
+        if not pending:
+            timer.observe((time.perf_counter() - start) * 1000.0)
+            return pb.AppendResponse(partitions=results)
+        return self._replicated(results, pending, request.timeout_ms, timer, start)
+
+    async def _replicated(
+        self, results: Any, pending: Any, timeout_ms: int, timer: Any, start: float
+    ) -> pb.AppendResponse:
+        try:
+            return await finish_append(self.rm, results, pending, timeout_ms)
+        finally:
+            timer.observe((time.perf_counter() - start) * 1000.0)
+
     async def Fetch(  # type: ignore[override]  # answers a wire.FetchReply (see below)
         self, request: pb.FetchRequest, context: Any
     ) -> FetchReply:
@@ -55,7 +80,11 @@ class StorageService(pb_grpc.StorageServicer):
     async def Exchange(self, request_iterator: Any, context: Any) -> None:  # type: ignore[override]
         """Append and Fetch multiplexed on one stream (services/storage/exchange.py)."""
         await serve_exchange(
-            {APPEND: self.Append, FETCH: self.Fetch}, context, self.exchanges, self.rm.metrics
+            {APPEND: self.Append, FETCH: self.Fetch},
+            context,
+            self.exchanges,
+            self.rm.metrics,
+            inline={APPEND: self.append_now},
         )
 
     async def ListOffsets(

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from bench import grpc_floor
-from bench.run import later_sections, single_client_section, table
+from bench.run import SCENARIOS, later_sections, selected, single_client_section, table
 from bench.workloads import _produce_requests
 from services.cli.local_cluster import LocalCluster
 from tests.integration.kafka_support import consume_confluent, gateway_requests
@@ -155,3 +155,15 @@ def test_the_single_client_table_is_rewritten_and_the_sections_after_it_kept(
     new = single_client_section("| new table |", "5 runs") + later_sections(doc)
     assert "old table" not in new and "| new table |" in new
     assert new.endswith("\n## Scale\n\nscale rows\n<!-- scale:end -->\n")
+
+
+def test_bench_only_keeps_the_named_rows_and_the_topics_they_read() -> None:
+    assert [sc.key for sc in selected(SCENARIOS, {"p100_a1"})] == ["p100_a1"]
+    assert [sc.key for sc in selected(SCENARIOS, {"c1k"})] == ["p1k_a1", "c1k"]
+    assert selected(SCENARIOS, set()) == SCENARIOS
+    with pytest.raises(SystemExit, match="no scenario p100"):
+        selected(SCENARIOS, {"p100"})
+    run = {"p100_a1": {"records_per_s": 5.0e5}}
+    assert table([run], [], only_measured=True).splitlines()[2:] == [
+        "| produce 100 B acks=1 (msg/s) | 500,000 | failed | - |"
+    ]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import re
 import time
+from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Producer, TopicPartition
 from kafka_support import (
     ApiUsage,
     ReadRecord,
@@ -181,3 +182,68 @@ def test_confluent_log_append_time(
         {p: [ReadRecord(r.offset, 0, r.rec) for r in rs] for p, rs in got.items()},
         check_timestamps=False,
     )
+
+
+def test_confluent_acks_0_1_all_interleaved_on_one_partition(
+    bootstrap: str, topic: TopicFactory
+) -> None:
+    """Three producers (acks=0, acks=1, idempotent acks=all) send small batches to one RF 3
+    partition at once, so a storage node gets appends of every acks mixed on its Exchange
+    stream: each producer's records come back in its order, at the offsets its delivery reports
+    gave. On an RF 1 topic with min.insync.replicas=2, acks=all is refused with
+    NOT_ENOUGH_REPLICAS (nothing written), while acks=1 there is written."""
+    name = topic(1, config={"min.insync.replicas": "2"})
+    configs = {
+        "a0": {"acks": 0},
+        "a1": {"acks": 1},
+        "aall": {"acks": "all", "enable.idempotence": True},
+    }
+    delivered: dict[str, list[int]] = {k: [] for k in configs}
+    errors: list[str] = []
+
+    def report(who: str) -> Any:
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(f"{who}: {err}")
+            else:
+                delivered[who].append(msg.offset())
+
+        return on_delivery
+
+    producers = {
+        k: Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **c})
+        for k, c in configs.items()
+    }
+    count = 300
+    for i in range(count):
+        for k, p in producers.items():
+            p.produce(name, value=f"{k}-{i}".encode(), partition=0, on_delivery=report(k))
+        if i % 20 == 0:
+            for p in producers.values():
+                p.poll(0)
+    for p in producers.values():
+        assert p.flush(30) == 0
+    assert not errors, errors
+    got = consume_confluent(bootstrap, name, [0], 3 * count)[0]
+    values = [(r.rec.value or b"").decode() for r in got]
+    offsets = {v: r.offset for v, r in zip(values, got, strict=True)}
+    for k in configs:
+        mine = [v for v in values if v.startswith(f"{k}-")]
+        assert mine == [f"{k}-{i}" for i in range(count)], k  # all there, in order
+        if k != "a0":  # acks=0 has no offsets to report
+            assert delivered[k] == [offsets[f"{k}-{i}"] for i in range(count)], k
+    assert [r.offset for r in got] == list(range(3 * count))
+
+    thin = topic(1, config={"min.insync.replicas": "2"}, replication_factor=1)
+    failed: list[Any] = []
+    strict = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 1500})
+    strict.produce(thin, value=b"refused", partition=0, on_delivery=lambda e, m: failed.append(e))
+    strict.flush(30)
+    assert failed and failed[0] is not None
+    assert failed[0].code() in (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT)
+    loose = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+    ok: list[Any] = []
+    loose.produce(thin, value=b"written", partition=0, on_delivery=lambda e, m: ok.append((e, m)))
+    assert loose.flush(30) == 0
+    assert ok[0][0] is None and ok[0][1].offset() == 0  # the refused record took no offset
+    assert [r.rec.value for r in consume_confluent(bootstrap, thin, [0], 1)[0]] == [b"written"]

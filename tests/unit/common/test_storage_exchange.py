@@ -1,5 +1,7 @@
 """Storage.Exchange over a real gRPC server on loopback: the client (storage_exchange.py) and the
-server side (services/storage/exchange.py) with stand-in Append and Fetch handlers."""
+server side (services/storage/exchange.py) with stand-in Append and Fetch handlers. Every test
+runs twice: Append as a task per call, and Append run inline in the stream's reader (as the
+storage node does), acks=-1 then finishing in a task."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ class Node:
     """Stand-in storage node: Append echoes its partitions (base offset = order of arrival);
     Fetch waits ``max_wait_ms`` then answers one partition named after the wait."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool = False) -> None:
+        self.inline = inline
         self.messages = 0
         self.appends: list[int] = []
         self.cancelled: list[int] = []
@@ -43,6 +46,21 @@ class Node:
         return parse_exchange_requests(data)
 
     async def append(self, request: Any, context: Any) -> pb.AppendResponse:
+        return self._append(request)
+
+    def append_now(self, request: Any, context: Any) -> Any:
+        """Inline: appended (in arrival order) now; acks=-1 answers after a wait, in a task."""
+        answer = self._append(request)
+        if request.acks != -1:
+            return answer
+
+        async def replicated() -> pb.AppendResponse:
+            await asyncio.sleep(0.05)
+            return answer
+
+        return replicated()
+
+    def _append(self, request: Any) -> pb.AppendResponse:
         if self.fail_appends:
             raise ValueError("disk on fire")
         partition = request.partitions[0].partition
@@ -71,7 +89,11 @@ class Node:
     async def exchange(self, request_iterator: Any, context: Any) -> None:
         try:
             await serve_exchange(
-                {APPEND: self.append, FETCH: self.fetch}, context, self.streams, self.metrics
+                {APPEND: self.append, FETCH: self.fetch},
+                context,
+                self.streams,
+                self.metrics,
+                inline={APPEND: self.append_now} if self.inline else None,
             )
         except asyncio.CancelledError:
             self.events.append("stream cancelled")
@@ -91,9 +113,11 @@ class Node:
         return port
 
 
-@pytest.fixture
-async def node_and_client() -> AsyncIterator[tuple[Node, StorageExchange, grpc.aio.Channel, int]]:
-    node = Node()
+@pytest.fixture(params=[False, True], ids=["task", "inline"])
+async def node_and_client(
+    request: Any,
+) -> AsyncIterator[tuple[Node, StorageExchange, grpc.aio.Channel, int]]:
+    node = Node(inline=request.param)
     port = await node.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     exchange = StorageExchange(channel)
@@ -104,9 +128,9 @@ async def node_and_client() -> AsyncIterator[tuple[Node, StorageExchange, grpc.a
         await node.server.stop(0)
 
 
-def _append(partition: int) -> pb.AppendRequest:
+def _append(partition: int, acks: int = 1) -> pb.AppendRequest:
     return pb.AppendRequest(
-        acks=1, partitions=[pb.PartitionAppend(topic="t", partition=partition, records=b"x")]
+        acks=acks, partitions=[pb.PartitionAppend(topic="t", partition=partition, records=b"x")]
     )
 
 
@@ -145,6 +169,17 @@ async def test_calls_made_together_share_messages_and_keep_their_order(
     assert grown[("calls", "in")] == 50 and grown[("calls", "out")] == 50
     assert grown[("messages", "in")] == node.messages - before
     assert 1 <= grown[("messages", "out")] <= 50
+
+
+async def test_appends_keep_their_order_whatever_their_acks(node_and_client: Any) -> None:
+    """acks=-1 calls wait after their append; calls behind them are appended in order and
+    answered at once (inline), or as their tasks finish."""
+    node, exchange, _, _ = node_and_client
+    await exchange.append(_append(-1))  # the stream is open
+    calls = [exchange.append(_append(p, acks=-1 if p % 3 == 0 else 1)) for p in range(30)]
+    answers = await asyncio.gather(*calls)
+    assert node.appends[1:] == list(range(30))
+    assert [a.partitions[0].base_offset for a in answers] == list(range(1, 31))
 
 
 async def test_cancelled_call_is_stopped_on_the_node(node_and_client: Any) -> None:
