@@ -350,6 +350,24 @@ async def test_nodes_share_max_bytes_by_their_partitions_with_data() -> None:
     assert await shares(0, 1, max_bytes=1001) == {11: 501, 12: 501}  # rounded up
 
 
+async def test_a_node_share_is_capped_by_fetch_node_max_bytes() -> None:
+    svc = services(_cache(), fetch_node_max_bytes=1200)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def data(request: Any) -> Any:
+        return _answer(request, records=b"d" * 10)
+
+    storage.node(11).fetch_handler = data
+    storage.node(12).fetch_handler = data
+    req = _req(("a", 0), ("a", 1), ("a", 2), max_bytes=3000, max_wait=0)
+    await fetch.handle(context(svc, ApiKey.FETCH, 12), req)
+    # node 11 (a/0, a/2) would get 2000 of the 3000: cut to 1200; node 12's 1000 stays
+    assert {n: node.calls[0][1].max_bytes for n, node in storage.nodes.items()} == {
+        11: 1200,
+        12: 1000,
+    }
+
+
 # ---- long polls parked between a connection's Fetch requests ---------------------------------
 def _parked_context(svc: Any, park: FetchPark) -> Any:
     return dataclasses.replace(context(svc, ApiKey.FETCH, 12), fetch_park=park)
@@ -478,3 +496,68 @@ async def test_parked_poll_that_ends_empty_is_followed_by_a_call_for_the_rest() 
     assert _parts(resp)[("a", 1)]["records"] == b"late"
     waits = [r.max_wait_ms for _, r in storage.nodes[12].calls]
     assert len(waits) == 2 and waits[0] == 300 and 0 < waits[1] < 1500
+
+
+async def test_answers_once_min_bytes_are_in_and_parks_the_reads_still_running() -> None:
+    """A consumer behind on both nodes: the Fetch answers with the node that answered first;
+    the other node's read, still running, is parked (not awaited, not cancelled) and answers
+    the next Fetch, which asks that node the same thing (partitions in another order)."""
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+    release = asyncio.Event()
+
+    async def slower(request: Any) -> Any:
+        await release.wait()
+        return _answer(request, records=b"s" * 50, hw=60)
+
+    async def quick(request: Any) -> Any:
+        return _answer(request, records=b"q" * 300)
+
+    storage.node(11).fetch_handler = slower  # a/0 and a/2
+    storage.node(12).fetch_handler = quick  # a/1
+    park = FetchPark()
+    resp = await asyncio.wait_for(
+        fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), ("a", 2))), 1.0
+    )
+    parts = _parts(resp)
+    assert parts[("a", 1)]["records"] == b"q" * 300
+    for index in (0, 2):  # no records yet, no error
+        assert parts[("a", index)]["records"] == b"" and parts[("a", index)]["error_code"] == 0
+    assert len(park) == 1
+    release.set()
+    await asyncio.sleep(0.05)  # the parked read answers before the next Fetch comes
+    # a/1 moved on; a/0 and a/2 are asked from the same offsets, listed in another order
+    resp = await asyncio.wait_for(
+        fetch.handle(
+            _parked_context(svc, park), _at(_req(("a", 2), ("a", 1), ("a", 0)), "a", 1, 9)
+        ),
+        1.0,
+    )
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"s" * 50 and parts[("a", 2)]["records"] == b"s" * 50
+    assert parts[("a", 0)]["high_watermark"] == 60
+    assert len(storage.nodes[11].calls) == 1  # taken over: node 11 read once
+    assert len(storage.nodes[12].calls) == 2
+
+
+async def test_without_min_bytes_the_running_reads_are_awaited() -> None:
+    """Below min_bytes the Fetch still waits for the other nodes' reads (no early answer)."""
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def slower(request: Any) -> Any:
+        await asyncio.sleep(0.1)
+        return _answer(request, records=b"s" * 50)
+
+    async def quick(request: Any) -> Any:
+        return _answer(request, records=b"q" * 30)
+
+    storage.node(11).fetch_handler = slower
+    storage.node(12).fetch_handler = quick
+    park = FetchPark()
+    resp = await fetch.handle(
+        _parked_context(svc, park), _req(("a", 0), ("a", 1), min_bytes=60, max_wait=5000)
+    )
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"s" * 50 and parts[("a", 1)]["records"] == b"q" * 30
+    assert len(park) == 0
