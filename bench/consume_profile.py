@@ -8,6 +8,7 @@ more read runs with librdkafka's ``protocol`` debug log, which gives, per Fetch,
 sent it, when the whole answer had arrived, its size, and the client's gap before the next.
 
     python -m bench.consume_profile [--peer kafka-py|tansu] [--runs 3] [--timeline]
+        [--fetch-node-max-bytes N]
 """
 
 from __future__ import annotations
@@ -126,8 +127,17 @@ def main() -> None:
     p.add_argument("--peer", choices=["kafka-py", "tansu"], default="kafka-py")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeline", action="store_true")
+    p.add_argument(
+        "--fetch-node-max-bytes",
+        type=int,
+        default=None,
+        help="the gateway's kafkapy.fetch.node.max.bytes (default: its own default)",
+    )
     args = p.parse_args()
     peer: Peer = KafkaPyPeer() if args.peer == "kafka-py" else TansuPeer()
+    if args.fetch_node_max_bytes is not None and isinstance(peer, KafkaPyPeer):
+        flag = ["--kafkapy.fetch.node.max.bytes", str(args.fetch_node_max_bytes)]
+        peer.cluster.extra["gateway"] += flag
     produce, consume = _scenario("p1k_a1"), _scenario("c1k")
     peer.start()
     try:
