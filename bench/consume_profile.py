@@ -7,7 +7,7 @@ broker CPU-seconds per GB (and, for kafka-py, each process's share). With ``--ti
 more read runs with librdkafka's ``protocol`` debug log, which gives, per Fetch, when the client
 sent it, when the whole answer had arrived, its size, and the client's gap before the next.
 
-    python -m bench.consume_profile [--peer kafka-py|tansu] [--runs 3] [--timeline]
+    python -m bench.consume_profile [--peer kafka-py|tansu] [--runs 3] [--timeline [N]]
         [--fetch-node-max-bytes N]
 """
 
@@ -126,7 +126,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--peer", choices=["kafka-py", "tansu"], default="kafka-py")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--timeline", action="store_true")
+    p.add_argument("--timeline", type=int, nargs="?", const=1, default=0, help="reads with it")
     p.add_argument(
         "--fetch-node-max-bytes",
         type=int,
@@ -168,7 +168,7 @@ def main() -> None:
                 ),
                 flush=True,
             )
-        if args.timeline:
+        for _ in range(args.timeline):
             timeline_run(peer, topic, count)
     finally:
         peer.stop()

@@ -8,12 +8,6 @@ Fetch that answers with long polls still running leaves them here. The connectio
 takes over the one for a node when it asks that node exactly the same thing; one that finished
 in between answers at once. The next Fetch cancels whatever it does not take over, and closing
 the connection cancels the rest.
-
-Immediate reads (max_wait 0) are parked too: a Fetch answers as soon as the nodes that have
-answered hold its min_bytes, and the reads of the other nodes, still running, are parked rather
-than awaited (their records would otherwise hold the answer back) or cancelled (they would be
-read again). The next Fetch takes such a read over even while it still runs: it is about to
-answer, unlike a long poll.
 """
 
 from __future__ import annotations
@@ -71,25 +65,24 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-_Entry = tuple[FetchKey, asyncio.Future[Any], bool]  # (what it asked, the call, immediate)
+_Entry = tuple[FetchKey, asyncio.Future[Any]]  # (what it asked, the call)
 
 
 class ParkedPolls:
-    """The calls one Fetch took from the park, by node: each is taken over or cancelled."""
+    """The long polls one Fetch took from the park, by node: each is taken over or cancelled."""
 
     def __init__(self, entries: dict[int, _Entry]) -> None:
         self._entries = entries
 
     def take(self, node: int, key: FetchKey, *, running_ok: bool) -> asyncio.Future[Any] | None:
-        """The parked call to ``node`` if it asked for ``key`` and either answered, is an
-        immediate read, or, when ``running_ok``, is still waiting. A long poll for ``key``
-        still waiting is otherwise left for a later round; a call parked for anything else is
-        cancelled."""
+        """The parked call to ``node`` if it asked for ``key`` and either answered or, when
+        ``running_ok``, is still waiting. A call for ``key`` still waiting is otherwise left
+        for a later round; a call parked for anything else is cancelled."""
         entry = self._entries.get(node)
         if entry is None:
             return None
-        parked_key, task, immediate = entry
-        if parked_key == key and not task.done() and not (running_ok or immediate):
+        parked_key, task = entry
+        if parked_key == key and not task.done() and not running_ok:
             return None
         del self._entries[node]
         if parked_key == key and (_answered(task) or not task.done()):
@@ -101,16 +94,16 @@ class ParkedPolls:
     def give_back(self, park: FetchPark | None) -> None:
         """Park again what was not taken and still waits (unless the node got a newer call),
         cancel the rest."""
-        for node, (key, task, immediate) in self._entries.items():
+        for node, (key, task) in self._entries.items():
             if park is not None and not task.done() and not park.has(node):
-                park.park(node, key, task, immediate=immediate, again=True)
+                park.park(node, key, task, again=True)
             else:
                 _cancel(task)
         self._entries.clear()
 
 
 class FetchPark:
-    """One connection's parked calls, at most one per storage node."""
+    """One connection's parked long polls, at most one per storage node."""
 
     def __init__(self) -> None:
         self._parked: dict[int, _Entry] = {}
@@ -126,17 +119,11 @@ class FetchPark:
         return ParkedPolls(parked)
 
     def park(
-        self,
-        node: int,
-        key: FetchKey,
-        task: asyncio.Future[Any],
-        *,
-        immediate: bool = False,
-        again: bool = False,
+        self, node: int, key: FetchKey, task: asyncio.Future[Any], *, again: bool = False
     ) -> None:
-        """Keep ``task`` (a call that asked ``key``; ``immediate``: a read with max_wait 0;
-        ``again``: one a Fetch took from the park and did not use) for the connection's next
-        Fetch, in place of anything parked for ``node``."""
+        """Keep ``task`` (a long poll that asked ``key``; ``again``: one a Fetch took from the
+        park and did not use) for the connection's next Fetch, in place of anything parked for
+        ``node``."""
         old = self._parked.pop(node, None)
         if old is not None and old[1] is not task:
             _cancel(old[1])
@@ -145,10 +132,10 @@ class FetchPark:
         if not again:
             _PARKED.inc()
             task.add_done_callback(_retrieve)
-        self._parked[node] = (key, task, immediate)
+        self._parked[node] = (key, task)
 
     def clear(self) -> None:
         """Cancel everything (the connection is closing)."""
-        for _, task, _ in self._parked.values():
+        for _, task in self._parked.values():
             _cancel(task)
         self._parked.clear()

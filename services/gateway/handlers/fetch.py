@@ -4,15 +4,10 @@ Sessions: a full request (session epoch 0 or -1) is answered sessionless (sessio
 clients accept as "no session"); an incremental one (any other epoch) gets
 FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for a session it does not have.
 
-Waiting, in two phases. First every node reads what it has now (max_wait 0). As soon as the
-nodes that have answered hold min_bytes, the Fetch answers with them: the reads of the other
-nodes, still running, are parked on the connection (below) and taken over by its next Fetch,
-which asks those nodes the same thing (their partitions were answered without records), so
-nothing read is thrown away, and a consumer that is behind gets the first node's records without
-waiting for the slowest node, while the other nodes' reads overlap the sending of this answer
-(without a park, e.g. in tests, every read is awaited, until max_wait once min_bytes are in).
-This phase is skipped when the last known offsets say the consumer is caught up on every
-partition. When it falls short of min_bytes,
+Waiting, in two phases. First every node reads what it has now (max_wait 0), and all of those
+answers are used: a node that is still reading when the others already hold min_bytes is given
+until max_wait, so records read are not thrown away. This phase is skipped when the last known
+offsets say the consumer is caught up on every partition. When it falls short of min_bytes,
 each node is asked to long-poll for its share of min_bytes for the rest of max_wait; as soon
 as the completed nodes hold min_bytes in total, the still-waiting calls are cancelled and their
 partitions keep the first phase's answer (or no records and the last known offsets). A node
@@ -26,11 +21,11 @@ zone than this gateway's is answered, for each partition with an in-sync replica
 preferred_read_replica; it then fetches from a gateway in its own zone. Partitions without one
 are served here.
 
-Calls still running when a Fetch answers are parked on the connection (fetch_park.py): the next
-Fetch takes over a node's call when it asks that node the same thing. A call that answered in
-between is used at once by either phase, as is a running immediate read; a running long poll
-only by phase 2 (phase 1 leaves it parked), and when it ends empty before this request's
-max_wait, the node is asked again for the rest.
+Long polls still running when a Fetch answers are parked on the connection (fetch_park.py):
+the next Fetch takes over a node's call when it asks that node the same thing. A call that
+answered in between is used at once by either phase; a running one only by phase 2 (phase 1
+leaves it parked), and when it ends empty before this request's max_wait, the node is asked
+again for the rest.
 """
 
 from __future__ import annotations
@@ -191,7 +186,6 @@ async def _fetch_nodes(
             min_bytes=min_bytes,
             until=deadline if max_wait_ms else None,
             parked=parked,
-            park=park,
         ):
             return
         wait_ms = int((deadline - loop.time()) * 1000)
@@ -250,11 +244,8 @@ def _node_max_bytes(
 
     The cap keeps one answer small enough to reach the consumer soon: a node's read, its trip
     through gRPC and the gateway, and the consumer's parsing all grow with the bytes, and the
-    consumer waits for the whole answer before it has a record (a 50 MiB answer took 54 ms to
-    arrive, 8 MiB per node 17 ms). librdkafka also holds every partition back for
-    ``fetch.queue.backoff.ms`` (1 s) when a Fetch finds more than ``queued.max.messages.kbytes``
-    (64 MiB) queued, which two or three answers of 16-33 MiB in a row did (docs/performance.md,
-    "Consume, third pass")."""
+    consumer has no record before the whole answer is in (a consumer's first 48 MiB answer took
+    54 ms to arrive, 22 MiB 30-40 ms; docs/performance.md, "Consume, third pass")."""
     weights = {node: _with_data(items, isolation) for node, (_, items) in nodes.items()}
     total = sum(weights.values())
     if not total:
@@ -280,12 +271,11 @@ async def _round(
     """One Storage.Fetch per node, each asked for its share of min_bytes within ``wait_ms``
     (or the call parked for that node, when it asked the same thing).
 
-    Every call is awaited until the answers in hold min_bytes. Then, in an immediate round
-    (``wait_ms`` 0) with a ``park``, the round ends; otherwise the others are given until
-    ``until`` (None: no limit, the RPC timeout bounds them). A node error ends the round at
-    once. Calls still running are then parked in ``park`` (when the round ended normally) or
-    cancelled; their partitions keep what an earlier round filled in. ``got`` is updated per
-    node; returns whether a node reported an error."""
+    Every call is awaited, except that once the answers in hold min_bytes the others are given
+    until ``until`` (None: no limit, the RPC timeout bounds them). A node error ends the round at
+    once. Calls still running are then parked in ``park`` (long polls of a round that ended
+    normally) or cancelled; their partitions keep what an earlier round filled in. ``got`` is
+    updated per node; returns whether a node reported an error."""
     loop = asyncio.get_running_loop()
     share = math.ceil(min_bytes / len(nodes)) if min_bytes > 0 else 0
     rpc_margin = min(_RPC_MARGIN_S, s.request_timeout_s)
@@ -318,24 +308,18 @@ async def _round(
     for node, (stub, items) in nodes.items():
         call(node, stub, items, wait_ms)
     pending: set[asyncio.Future[Any]] = set(tasks)
-    answer_early = wait_ms == 0 and park is not None
-    answered = False
     ended = False
     try:
         while pending:
             limit = None
-            if sum(got.values()) >= min_bytes:
-                if answer_early and answered:
-                    break  # the reads still running are parked for the next Fetch
-                if until is not None:
-                    limit = until - loop.time()
-                    if limit <= 0:
-                        break
+            if until is not None and sum(got.values()) >= min_bytes:
+                limit = until - loop.time()
+                if limit <= 0:
+                    break
             done, pending = await asyncio.wait(
                 pending, timeout=limit, return_when=asyncio.FIRST_COMPLETED
             )
             failed = False
-            answered = answered or bool(done)
             for task in done:
                 node, items, key = tasks[task]
                 got[node], node_failed = _apply_result(s, node, task, items, isolation)
@@ -351,9 +335,9 @@ async def _round(
         return False
     finally:
         for task in pending:
-            if ended and park is not None:
+            if ended and park is not None and wait_ms > 0:
                 node, _, key = tasks[task]
-                park.park(node, key, task, immediate=wait_ms == 0, again=task in adopted)
+                park.park(node, key, task, again=task in adopted)
             else:
                 task.cancel()
 

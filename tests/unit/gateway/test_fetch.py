@@ -498,50 +498,36 @@ async def test_parked_poll_that_ends_empty_is_followed_by_a_call_for_the_rest() 
     assert len(waits) == 2 and waits[0] == 300 and 0 < waits[1] < 1500
 
 
-async def test_answers_once_min_bytes_are_in_and_parks_the_reads_still_running() -> None:
-    """A consumer behind on both nodes: the Fetch answers with the node that answered first;
-    the other node's read, still running, is parked (not awaited, not cancelled) and answers
-    the next Fetch, which asks that node the same thing (partitions in another order)."""
+async def test_parked_poll_is_taken_over_whatever_the_order_of_the_partitions() -> None:
+    """librdkafka starts each Fetch's partition list one partition further on: a node asked
+    the same partitions and offsets in another order is asked the same thing."""
     svc = services(_cache())
+    for index in (0, 1, 2):
+        svc.offsets.update("a", index, high_watermark=5, last_stable_offset=5)
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
-    release = asyncio.Event()
-
-    async def slower(request: Any) -> Any:
-        await release.wait()
-        return _answer(request, records=b"s" * 50, hw=60)
-
-    async def quick(request: Any) -> Any:
-        return _answer(request, records=b"q" * 300)
-
-    storage.node(11).fetch_handler = slower  # a/0 and a/2
-    storage.node(12).fetch_handler = quick  # a/1
+    poll = _Poll()
+    storage.node(11).fetch_handler = poll  # a/0 and a/2: a long poll
+    storage.node(12).fetch_handler = _new_data  # a/1
     park = FetchPark()
-    resp = await asyncio.wait_for(
-        fetch.handle(_parked_context(svc, park), _req(("a", 0), ("a", 1), ("a", 2))), 1.0
-    )
-    parts = _parts(resp)
-    assert parts[("a", 1)]["records"] == b"q" * 300
-    for index in (0, 2):  # no records yet, no error
-        assert parts[("a", index)]["records"] == b"" and parts[("a", index)]["error_code"] == 0
-    assert len(park) == 1
-    release.set()
-    await asyncio.sleep(0.05)  # the parked read answers before the next Fetch comes
-    # a/1 moved on; a/0 and a/2 are asked from the same offsets, listed in another order
-    resp = await asyncio.wait_for(
+    req = _req(("a", 0), ("a", 1), ("a", 2), max_wait=5000)
+    resp = await fetch.handle(_parked_context(svc, park), req)
+    assert _parts(resp)[("a", 1)]["records"] == b"n" and len(park) == 1
+    storage.node(12).fetch_handler = _Poll()
+    second = asyncio.ensure_future(
         fetch.handle(
-            _parked_context(svc, park), _at(_req(("a", 2), ("a", 1), ("a", 0)), "a", 1, 9)
-        ),
-        1.0,
+            _parked_context(svc, park),
+            _at(_req(("a", 2), ("a", 1), ("a", 0), max_wait=5000), "a", 1, 7),
+        )
     )
-    parts = _parts(resp)
-    assert parts[("a", 0)]["records"] == b"s" * 50 and parts[("a", 2)]["records"] == b"s" * 50
-    assert parts[("a", 0)]["high_watermark"] == 60
-    assert len(storage.nodes[11].calls) == 1  # taken over: node 11 read once
-    assert len(storage.nodes[12].calls) == 2
+    await asyncio.sleep(0.1)
+    poll.release.set()
+    parts = _parts(await asyncio.wait_for(second, 2.0))
+    assert parts[("a", 0)]["records"] == b"late" and parts[("a", 2)]["records"] == b"late"
+    assert len(storage.nodes[11].calls) == 1 and poll.cancelled == 0  # taken over
 
 
-async def test_without_min_bytes_the_running_reads_are_awaited() -> None:
-    """Below min_bytes the Fetch still waits for the other nodes' reads (no early answer)."""
+async def test_immediate_reads_are_awaited_on_a_connection_too() -> None:
+    """Every node's immediate read is awaited (none is parked): below min_bytes, and after."""
     svc = services(_cache())
     storage: FakeStorage = svc.storage  # type: ignore[assignment]
 
