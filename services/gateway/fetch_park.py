@@ -16,6 +16,11 @@ import asyncio
 from typing import Any
 
 from services.common.rpc.kafkapy.v1 import storage_pb2 as pb
+from services.gateway import metrics
+
+_PARKED = metrics.FETCH_PARKED_CALLS.labels("parked")
+_TAKEN = metrics.FETCH_PARKED_CALLS.labels("taken")
+_CANCELLED = metrics.FETCH_PARKED_CALLS.labels("cancelled")
 
 FetchKey = tuple[int, int, tuple[tuple[str, int, int, int, int], ...]]
 
@@ -23,13 +28,23 @@ FetchKey = tuple[int, int, tuple[tuple[str, int, int, int, int], ...]]
 def fetch_key(request: pb.FetchRequest, max_bytes: int) -> FetchKey:
     """What a node is asked, apart from how long to wait and for how many bytes; ``max_bytes``
     is the Fetch's (the node's share of it follows the offsets, and the gateway applies the
-    Fetch's own limit to whatever the node answers)."""
+    Fetch's own limit to whatever the node answers). The partitions are in no particular order:
+    librdkafka starts each Fetch's partition list one partition further on (fairness), and
+    answers are matched by topic and partition."""
     return (
         request.isolation_level,
         max_bytes,
         tuple(
-            (p.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
-            for p in request.partitions
+            sorted(
+                (
+                    p.topic,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    p.current_leader_epoch,
+                )
+                for p in request.partitions
+            )
         ),
     )
 
@@ -38,16 +53,25 @@ def _answered(task: asyncio.Future[Any]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
 
 
+def _cancel(task: asyncio.Future[Any]) -> None:
+    """Cancel a parked call nobody took over (counted, whether or not it had answered)."""
+    _CANCELLED.inc()
+    task.cancel()
+
+
 def _retrieve(task: asyncio.Future[Any]) -> None:
     """Mark a parked call's failure as seen (nobody may await it any more)."""
     if not task.cancelled():
         task.exception()
 
 
+_Entry = tuple[FetchKey, asyncio.Future[Any]]  # (what it asked, the call)
+
+
 class ParkedPolls:
     """The long polls one Fetch took from the park, by node: each is taken over or cancelled."""
 
-    def __init__(self, entries: dict[int, tuple[FetchKey, asyncio.Future[Any]]]) -> None:
+    def __init__(self, entries: dict[int, _Entry]) -> None:
         self._entries = entries
 
     def take(self, node: int, key: FetchKey, *, running_ok: bool) -> asyncio.Future[Any] | None:
@@ -62,8 +86,9 @@ class ParkedPolls:
             return None
         del self._entries[node]
         if parked_key == key and (_answered(task) or not task.done()):
+            _TAKEN.inc()
             return task
-        task.cancel()
+        _cancel(task)
         return None
 
     def give_back(self, park: FetchPark | None) -> None:
@@ -71,9 +96,9 @@ class ParkedPolls:
         cancel the rest."""
         for node, (key, task) in self._entries.items():
             if park is not None and not task.done() and not park.has(node):
-                park.park(node, key, task)
+                park.park(node, key, task, again=True)
             else:
-                task.cancel()
+                _cancel(task)
         self._entries.clear()
 
 
@@ -81,7 +106,7 @@ class FetchPark:
     """One connection's parked long polls, at most one per storage node."""
 
     def __init__(self) -> None:
-        self._parked: dict[int, tuple[FetchKey, asyncio.Future[Any]]] = {}
+        self._parked: dict[int, _Entry] = {}
 
     def __len__(self) -> int:
         return len(self._parked)
@@ -93,17 +118,24 @@ class FetchPark:
         parked, self._parked = self._parked, {}
         return ParkedPolls(parked)
 
-    def park(self, node: int, key: FetchKey, task: asyncio.Future[Any]) -> None:
+    def park(
+        self, node: int, key: FetchKey, task: asyncio.Future[Any], *, again: bool = False
+    ) -> None:
+        """Keep ``task`` (a long poll that asked ``key``; ``again``: one a Fetch took from the
+        park and did not use) for the connection's next Fetch, in place of anything parked for
+        ``node``."""
         old = self._parked.pop(node, None)
         if old is not None and old[1] is not task:
-            old[1].cancel()
+            _cancel(old[1])
         if task.done() and not _answered(task):
             return
-        task.add_done_callback(_retrieve)
+        if not again:
+            _PARKED.inc()
+            task.add_done_callback(_retrieve)
         self._parked[node] = (key, task)
 
     def clear(self) -> None:
         """Cancel everything (the connection is closing)."""
         for _, task in self._parked.values():
-            task.cancel()
+            _cancel(task)
         self._parked.clear()

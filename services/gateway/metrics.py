@@ -182,3 +182,12 @@ QUOTA_THROTTLED = Counter(
     "ControllerMutation)",
     ["quota"],
 )
+
+# Storage calls a Fetch left running for the connection's next Fetch (fetch_park.py), by what
+# became of them: taken over by the next Fetch, or cancelled (it asked something else, or the
+# connection closed). A high share cancelled means reads thrown away.
+FETCH_PARKED_CALLS = Counter(
+    "kafkapy_gateway_fetch_parked_calls",
+    "Storage Fetch calls parked between a connection's Fetch requests, by outcome",
+    ["outcome"],
+)

@@ -238,6 +238,13 @@ class GatewaySettings(ServiceSettings, ListenerSettings, RackDiscoverySettings):
         "how long a Metadata request waits for the controller when auto-creating a topic",
         ge=0,
     )
+    fetch_node_max_bytes: int = kafka_prop(
+        8 * 1024 * 1024,
+        "kafkapy.fetch.node.max.bytes",
+        "most record bytes one storage node reads for one consumer Fetch (its share of the "
+        "Fetch's max_bytes is cut to this; the first batch still comes whole); 0 = no limit",
+        ge=0,
+    )
 
     @classmethod
     def load(

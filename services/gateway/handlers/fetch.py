@@ -227,22 +227,33 @@ def _may_have_data(nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], isolati
 
 
 def _node_max_bytes(
-    nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]], max_bytes: int, isolation: int
+    nodes: dict[int, tuple[Any, list[tuple[Any, Body]]]],
+    max_bytes: int,
+    isolation: int,
+    node_cap: int = 0,
 ) -> dict[int, int]:
     """Each node's share of the response's max_bytes, in proportion to its partitions that have
-    records by the last known offsets (evenly when none has).
+    records by the last known offsets (evenly when none has), and at most ``node_cap``
+    (``kafkapy.fetch.node.max.bytes``; 0: no limit).
 
     The nodes read in parallel, and records past max_bytes are dropped here
     (``_apply_max_bytes``): asking every node for all of max_bytes had a consumer that is behind
     on partitions of several nodes read, send and drop up to (nodes - 1) x max_bytes per Fetch
     (measured: storage nodes sent 2.3x the bytes 8 consumers received). A node's share is a
-    limit of bytes, not of batches: the first batch it has is still returned whole (KIP-74)."""
+    limit of bytes, not of batches: the first batch it has is still returned whole (KIP-74).
+
+    The cap keeps one answer small enough to reach the consumer soon: a node's read, its trip
+    through gRPC and the gateway, and the consumer's parsing all grow with the bytes, and the
+    consumer has no record before the whole answer is in (a consumer's first 48 MiB answer took
+    54 ms to arrive, 23.7 MiB at 8 MiB per node 28 ms; docs/performance.md, "Consume, third
+    pass")."""
     weights = {node: _with_data(items, isolation) for node, (_, items) in nodes.items()}
     total = sum(weights.values())
     if not total:
         weights = dict.fromkeys(nodes, 1)
         total = len(nodes)
-    return {node: -(-max_bytes * w // total) for node, w in weights.items()}
+    cap = node_cap or max_bytes
+    return {node: min(cap, -(-max_bytes * w // total)) for node, w in weights.items()}
 
 
 async def _round(
@@ -270,7 +281,7 @@ async def _round(
     share = math.ceil(min_bytes / len(nodes)) if min_bytes > 0 else 0
     rpc_margin = min(_RPC_MARGIN_S, s.request_timeout_s)
     max_bytes = int(req.get("max_bytes", 0x7FFFFFFF))
-    shares = _node_max_bytes(nodes, max_bytes, isolation)
+    shares = _node_max_bytes(nodes, max_bytes, isolation, s.settings.fetch_node_max_bytes)
     end = loop.time() + wait_ms / 1000.0
     tasks: dict[asyncio.Future[Any], tuple[int, list[tuple[Any, Body]], FetchKey]] = {}
     adopted: set[asyncio.Future[Any]] = set()
@@ -327,7 +338,7 @@ async def _round(
         for task in pending:
             if ended and park is not None and wait_ms > 0:
                 node, _, key = tasks[task]
-                park.park(node, key, task)
+                park.park(node, key, task, again=task in adopted)
             else:
                 task.cancel()
 

@@ -350,6 +350,24 @@ async def test_nodes_share_max_bytes_by_their_partitions_with_data() -> None:
     assert await shares(0, 1, max_bytes=1001) == {11: 501, 12: 501}  # rounded up
 
 
+async def test_a_node_share_is_capped_by_fetch_node_max_bytes() -> None:
+    svc = services(_cache(), fetch_node_max_bytes=1200)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def data(request: Any) -> Any:
+        return _answer(request, records=b"d" * 10)
+
+    storage.node(11).fetch_handler = data
+    storage.node(12).fetch_handler = data
+    req = _req(("a", 0), ("a", 1), ("a", 2), max_bytes=3000, max_wait=0)
+    await fetch.handle(context(svc, ApiKey.FETCH, 12), req)
+    # node 11 (a/0, a/2) would get 2000 of the 3000: cut to 1200; node 12's 1000 stays
+    assert {n: node.calls[0][1].max_bytes for n, node in storage.nodes.items()} == {
+        11: 1200,
+        12: 1000,
+    }
+
+
 # ---- long polls parked between a connection's Fetch requests ---------------------------------
 def _parked_context(svc: Any, park: FetchPark) -> Any:
     return dataclasses.replace(context(svc, ApiKey.FETCH, 12), fetch_park=park)
@@ -478,3 +496,54 @@ async def test_parked_poll_that_ends_empty_is_followed_by_a_call_for_the_rest() 
     assert _parts(resp)[("a", 1)]["records"] == b"late"
     waits = [r.max_wait_ms for _, r in storage.nodes[12].calls]
     assert len(waits) == 2 and waits[0] == 300 and 0 < waits[1] < 1500
+
+
+async def test_parked_poll_is_taken_over_whatever_the_order_of_the_partitions() -> None:
+    """librdkafka starts each Fetch's partition list one partition further on: a node asked
+    the same partitions and offsets in another order is asked the same thing."""
+    svc = services(_cache())
+    for index in (0, 1, 2):
+        svc.offsets.update("a", index, high_watermark=5, last_stable_offset=5)
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+    poll = _Poll()
+    storage.node(11).fetch_handler = poll  # a/0 and a/2: a long poll
+    storage.node(12).fetch_handler = _new_data  # a/1
+    park = FetchPark()
+    req = _req(("a", 0), ("a", 1), ("a", 2), max_wait=5000)
+    resp = await fetch.handle(_parked_context(svc, park), req)
+    assert _parts(resp)[("a", 1)]["records"] == b"n" and len(park) == 1
+    storage.node(12).fetch_handler = _Poll()
+    second = asyncio.ensure_future(
+        fetch.handle(
+            _parked_context(svc, park),
+            _at(_req(("a", 2), ("a", 1), ("a", 0), max_wait=5000), "a", 1, 7),
+        )
+    )
+    await asyncio.sleep(0.1)
+    poll.release.set()
+    parts = _parts(await asyncio.wait_for(second, 2.0))
+    assert parts[("a", 0)]["records"] == b"late" and parts[("a", 2)]["records"] == b"late"
+    assert len(storage.nodes[11].calls) == 1 and poll.cancelled == 0  # taken over
+
+
+async def test_immediate_reads_are_awaited_on_a_connection_too() -> None:
+    """Every node's immediate read is awaited (none is parked): below min_bytes, and after."""
+    svc = services(_cache())
+    storage: FakeStorage = svc.storage  # type: ignore[assignment]
+
+    async def slower(request: Any) -> Any:
+        await asyncio.sleep(0.1)
+        return _answer(request, records=b"s" * 50)
+
+    async def quick(request: Any) -> Any:
+        return _answer(request, records=b"q" * 30)
+
+    storage.node(11).fetch_handler = slower
+    storage.node(12).fetch_handler = quick
+    park = FetchPark()
+    resp = await fetch.handle(
+        _parked_context(svc, park), _req(("a", 0), ("a", 1), min_bytes=60, max_wait=5000)
+    )
+    parts = _parts(resp)
+    assert parts[("a", 0)]["records"] == b"s" * 50 and parts[("a", 1)]["records"] == b"q" * 30
+    assert len(park) == 0
