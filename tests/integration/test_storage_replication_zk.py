@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
+from services.storage.replication import endpoints
 from services.storage.replication.endpoints import BrokerAddresses
 from services.storage.replication.isr import IsrVersionConflict, ZkIsrStore
 
@@ -88,3 +90,59 @@ async def test_broker_addresses_follow_registrations(zk: AsyncZk) -> None:
         assert time.monotonic() < deadline, "deregistration not seen"
         await asyncio.sleep(0.02)
     assert changed == [5, 5, 5]
+
+
+async def test_leader_address_lookup_does_not_wait_for_its_watch_registration(
+    zk: AsyncZk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kazoo registers a data watch with a blocking read retried without limit, its sleeps growing
+    to 60 s while ZooKeeper is unreachable or the session expired (e.g. after a SIGSTOP): held
+    here. Found by the e2e reassignment test: a follower whose fetcher for a leader stopped during
+    its first address lookup (its partitions moved) then got TimeoutError from every lookup of
+    that leader (ADDRESS_LOOKUP_TIMEOUT_S each) until the registration came, and its partitions
+    of that leader stayed out of the ISR for a minute. A lookup now reads the registration itself
+    until the watch has."""
+    monkeypatch.setattr(endpoints, "ADDRESS_LOOKUP_TIMEOUT_S", 2.0)
+    await zk.create(
+        layout.broker_path(6),
+        layout.BrokerRegistration(6, "127.0.0.1", 4321).to_json(),
+        ephemeral=True,
+    )
+    held = threading.Event()
+    real_watch = zk.watch_data
+
+    def held_watch(path: str, callback: Callable[..., None]) -> None:
+        held.wait(30)
+        real_watch(path, callback)
+
+    monkeypatch.setattr(zk, "watch_data", held_watch)
+    changed: list[int] = []
+    addresses = BrokerAddresses(zk, on_change=changed.append)
+    try:
+        first = asyncio.ensure_future(addresses.get(6))
+        done, _ = await asyncio.wait([first], timeout=1.5)
+        # answered while the registration is held (before: waited for it)
+        assert done and first.result() == "127.0.0.1:4321"
+        second = asyncio.ensure_future(addresses.get(6))
+        await asyncio.sleep(0)
+        second.cancel()  # its fetcher stopped mid-lookup
+        # the next lookup is answered (before: TimeoutError, ADDRESS_LOOKUP_TIMEOUT_S each)
+        assert await asyncio.wait_for(addresses.get(6), 1.5) == "127.0.0.1:4321"
+        await zk.set(layout.broker_path(6), layout.BrokerRegistration(6, "127.0.0.1", 9).to_json())
+        assert await asyncio.wait_for(addresses.get(6), 1.5) == "127.0.0.1:9"
+    finally:
+        held.set()
+    # once registered, the watch keeps the address fresh and reports its changes
+    deadline = time.monotonic() + 5
+    port = 10
+    while not changed:
+        assert time.monotonic() < deadline, "no change reported"
+        port += 1
+        await zk.set(
+            layout.broker_path(6), layout.BrokerRegistration(6, "127.0.0.1", port).to_json()
+        )
+        await asyncio.sleep(0.05)
+    assert changed == [6]
+    while await addresses.get(6) != f"127.0.0.1:{port}":
+        assert time.monotonic() < deadline, "address not refreshed"
+        await asyncio.sleep(0.02)
