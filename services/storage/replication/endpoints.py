@@ -93,7 +93,8 @@ class BrokerAddresses:
         self.zk = zk
         self._on_change = on_change
         self._known: dict[int, str | None] = {}  # what each watch last read
-        self._read: dict[int, str | None] = {}  # answered by a lookup's own read, before that
+        # what lookups' own reads answered before the watch's first reading
+        self._read: dict[int, set[str | None]] = {}
         self._watches: dict[int, asyncio.Task[None]] = {}  # registering, or registered
 
     async def get(self, broker_id: int) -> str | None:
@@ -108,7 +109,8 @@ class BrokerAddresses:
         )
         if broker_id in self._known:  # the watch read it meanwhile: the latest
             return self._known[broker_id]
-        address = self._read[broker_id] = _address(broker_id, got[0] if got is not None else None)
+        address = _address(broker_id, got[0] if got is not None else None)
+        self._read.setdefault(broker_id, set()).add(address)
         return address
 
     def _watch(self, broker_id: int) -> None:
@@ -143,9 +145,9 @@ class BrokerAddresses:
         address = _address(broker_id, data)
         if broker_id in self._known:
             changed, old = self._known[broker_id] != address, self._known[broker_id]
-        else:  # the first reading: a change only if a lookup answered otherwise
-            changed, old = self._read.get(broker_id, address) != address, self._read.get(broker_id)
-            self._read.pop(broker_id, None)
+        else:  # the first reading: a change if a lookup answered otherwise
+            answered = self._read.pop(broker_id, set()) - {address}
+            changed, old = bool(answered), next(iter(answered), None)
         self._known[broker_id] = address
         if changed:
             log.info("broker address changed", broker=broker_id, old=old, new=address)
