@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from services.common.zk import layout
 from services.common.zk.client import AsyncZk
+from services.storage.replication import endpoints
 from services.storage.replication.endpoints import BrokerAddresses
 from services.storage.replication.isr import IsrVersionConflict, ZkIsrStore
 
@@ -75,7 +77,8 @@ async def test_broker_addresses_follow_registrations(zk: AsyncZk) -> None:
         ephemeral=True,
     )
     deadline = time.monotonic() + 5
-    while await addresses.get(5) != "127.0.0.1:4321":
+    # (a lookup may answer from its own read before the watch reports the change)
+    while await addresses.get(5) != "127.0.0.1:4321" or not changed:
         assert time.monotonic() < deadline, "address not refreshed"
         await asyncio.sleep(0.02)
     assert changed == [5]
@@ -88,3 +91,55 @@ async def test_broker_addresses_follow_registrations(zk: AsyncZk) -> None:
         assert time.monotonic() < deadline, "deregistration not seen"
         await asyncio.sleep(0.02)
     assert changed == [5, 5, 5]
+
+
+async def test_leader_address_lookup_does_not_wait_for_its_watch_registration(
+    zk: AsyncZk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the e2e reassignment test: a restarted follower started its fetcher for leader 3
+    and stopped it 3 ms later (its partitions moved), cancelling the first lookup of 3's address
+    before the watch registration ran on its thread; the next fetcher's lookups then waited on a
+    registration that never came (TimeoutError every ADDRESS_LOOKUP_TIMEOUT_S), and the 15
+    partitions it followed from 3 stayed out of the ISR until the test gave up. Lookups also
+    waited on a held registration: kazoo's DataWatch reads with retries without limit, sleeps
+    growing to 60 s while ZooKeeper is unreachable or the session expired (held here)."""
+    monkeypatch.setattr(endpoints, "ADDRESS_LOOKUP_TIMEOUT_S", 2.0)
+    await zk.create(
+        layout.broker_path(6),
+        layout.BrokerRegistration(6, "127.0.0.1", 4321).to_json(),
+        ephemeral=True,
+    )
+    held = threading.Event()
+    real_watch = zk.watch_data
+
+    def held_watch(path: str, callback: Callable[..., None]) -> None:
+        held.wait(30)
+        real_watch(path, callback)
+
+    monkeypatch.setattr(zk, "watch_data", held_watch)
+    changed: list[int] = []
+    addresses = BrokerAddresses(zk, on_change=changed.append)
+    try:
+        first = asyncio.ensure_future(addresses.get(6))
+        await asyncio.sleep(0)
+        first.cancel()  # its fetcher stopped mid-lookup
+        # the next lookup is answered (before: TimeoutError, ADDRESS_LOOKUP_TIMEOUT_S each)
+        assert await asyncio.wait_for(addresses.get(6), 1.5) == "127.0.0.1:4321"
+        await zk.set(layout.broker_path(6), layout.BrokerRegistration(6, "127.0.0.1", 9).to_json())
+        assert await asyncio.wait_for(addresses.get(6), 1.5) == "127.0.0.1:9"
+    finally:
+        held.set()
+    # once registered, the watch keeps the address fresh and reports its changes
+    deadline = time.monotonic() + 5
+    port = 10
+    while not changed:
+        assert time.monotonic() < deadline, "no change reported"
+        port += 1
+        await zk.set(
+            layout.broker_path(6), layout.BrokerRegistration(6, "127.0.0.1", port).to_json()
+        )
+        await asyncio.sleep(0.05)
+    assert changed == [6]
+    while await addresses.get(6) != f"127.0.0.1:{port}":
+        assert time.monotonic() < deadline, "address not refreshed"
+        await asyncio.sleep(0.02)

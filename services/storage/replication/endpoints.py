@@ -1,9 +1,13 @@
 """How a follower reaches a leader: its address from ZooKeeper and a long-lived gRPC channel.
 
 The address of broker N is its registration ``/brokers/ids/N`` (``host``/``port`` of the gRPC
-listener). It is read once and then kept fresh by a ZooKeeper data watch; a changed address
-replaces the channel and wakes the fetcher. Channels reconnect by themselves; their reconnect
-backoff is capped at one second so a restarted leader is found again quickly.
+listener), kept fresh by a ZooKeeper data watch; a changed address replaces the channel and wakes
+the fetcher. Until the watch's first reading, a lookup reads the registration itself: kazoo
+registers a data watch with a blocking read retried without limit, its sleeps growing to 60 s
+while ZooKeeper is unreachable or the session expired, so that registration (on its own task,
+never tied to the caller) may come up to a minute after ZooKeeper is back. Channels reconnect by
+themselves; their reconnect backoff is capped at one second so a restarted leader is found again
+quickly.
 """
 
 from __future__ import annotations
@@ -88,44 +92,78 @@ class BrokerAddresses:
     def __init__(self, zk: AsyncZk, on_change: Callable[[int], None] | None = None) -> None:
         self.zk = zk
         self._on_change = on_change
-        self._known: dict[int, str | None] = {}
-        self._ready: dict[int, asyncio.Future[None]] = {}
+        self._known: dict[int, str | None] = {}  # what each watch last read
+        # what lookups' own reads answered before the watch's first reading
+        self._read: dict[int, set[str | None]] = {}
+        self._watches: dict[int, asyncio.Task[None]] = {}  # registering, or registered
 
     async def get(self, broker_id: int) -> str | None:
-        """The registered address of ``broker_id`` (None if it is not registered)."""
-        ready = self._ready.get(broker_id)
-        if ready is None:
-            ready = self._ready[broker_id] = asyncio.get_running_loop().create_future()
-            try:
-                # kazoo's DataWatch reads the node in its constructor: keep that off the loop
-                await asyncio.to_thread(
-                    self.zk.watch_data,
-                    layout.broker_path(broker_id),
-                    functools.partial(self._on_data, broker_id),
+        """The registered address of ``broker_id`` (None if it is not registered). Before its
+        watch has read it, an async read of its own (TimeoutError after
+        ADDRESS_LOOKUP_TIMEOUT_S, ZooKeeper errors as raised: the caller retries)."""
+        if broker_id in self._known:
+            return self._known[broker_id]
+        self._watch(broker_id)
+        got = await asyncio.wait_for(
+            self.zk.get_or_none(layout.broker_path(broker_id)), ADDRESS_LOOKUP_TIMEOUT_S
+        )
+        if broker_id in self._known:  # the watch read it meanwhile: the latest
+            return self._known[broker_id]
+        address = _address(broker_id, got[0] if got is not None else None)
+        self._read.setdefault(broker_id, set()).add(address)
+        return address
+
+    def _watch(self, broker_id: int) -> None:
+        """Register the watch once, on a task of its own: a cancelled caller (its fetcher
+        stopped) neither cancels it nor leaves later lookups waiting on it."""
+        if broker_id in self._watches:
+            return
+        task = asyncio.get_running_loop().create_task(
+            # kazoo's DataWatch reads the node in its constructor: keep that off the loop
+            asyncio.to_thread(
+                self.zk.watch_data,
+                layout.broker_path(broker_id),
+                functools.partial(self._on_data, broker_id),
+            ),
+            name=f"broker-address-watch-{broker_id}",
+        )
+        self._watches[broker_id] = task
+        task.add_done_callback(functools.partial(self._watch_done, broker_id))
+
+    def _watch_done(self, broker_id: int, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            if self._watches.get(broker_id) is task:
+                del self._watches[broker_id]  # the next lookup registers it again
+            if not task.cancelled():
+                log.warning(
+                    "broker address watch not registered",
+                    broker=broker_id,
+                    error=repr(task.exception()),
                 )
-            except Exception:
-                del self._ready[broker_id]
-                raise
-        if not ready.done():
-            await asyncio.wait_for(asyncio.shield(ready), ADDRESS_LOOKUP_TIMEOUT_S)
-        return self._known.get(broker_id)
 
     def _on_data(self, broker_id: int, data: bytes | None, stat: ZnodeStat | None) -> None:
-        address: str | None = None
-        if data:
-            try:
-                address = layout.BrokerRegistration.from_json(broker_id, data).address
-            except (KeyError, ValueError, TypeError) as exc:
-                log.warning("unreadable broker registration", broker=broker_id, error=repr(exc))
-        old = self._known.get(broker_id)
+        address = _address(broker_id, data)
+        if broker_id in self._known:
+            changed, old = self._known[broker_id] != address, self._known[broker_id]
+        else:  # the first reading: a change if a lookup answered otherwise
+            answered = self._read.pop(broker_id, set()) - {address}
+            changed, old = bool(answered), next(iter(answered), None)
         self._known[broker_id] = address
-        ready = self._ready.get(broker_id)
-        if ready is not None and not ready.done():
-            ready.set_result(None)
-        elif old != address:
+        if changed:
             log.info("broker address changed", broker=broker_id, old=old, new=address)
             if self._on_change is not None:
                 self._on_change(broker_id)
+
+
+def _address(broker_id: int, data: bytes | None) -> str | None:
+    """``host:port`` of a registration znode's data (None: no znode, or unreadable)."""
+    if not data:
+        return None
+    try:
+        return layout.BrokerRegistration.from_json(broker_id, data).address
+    except (KeyError, ValueError, TypeError) as exc:
+        log.warning("unreadable broker registration", broker=broker_id, error=repr(exc))
+        return None
 
 
 class GrpcEndpoints:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -89,11 +90,20 @@ class Sent:
 
 
 class InProcessLeader:
-    def __init__(self, rm: ReplicaManager, sent: list[Sent]) -> None:
+    def __init__(self, rm: ReplicaManager, sent: list[Sent], stalled: set[int]) -> None:
         self.rm = rm
         self.sent = sent
+        self.stalled = stalled  # leaders whose fetches time out (a SIGSTOPped process)
 
     async def fetch(self, req: pb.FetchRequest, timeout_s: float) -> FetchReply:
+        if self.rm.broker_id in self.stalled:
+            await asyncio.sleep(0.05)
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                "Deadline Exceeded",
+            )
         seen = Sent(
             req.replica_id,
             req.session_id,
@@ -117,6 +127,7 @@ class Cluster:
         self.clock = Clock()
         self.store = MemoryStateStore()
         self.reachable: set[int] = set(ids)
+        self.stalled: set[int] = set()
         self.lookups_held: asyncio.Event | None = None  # leader lookups wait until it is set
         self.rms: dict[int, ReplicaManager] = {}
         self.managers: dict[int, ReplicaFetcherManager] = {}
@@ -145,7 +156,7 @@ class Cluster:
             await self.lookups_held.wait()
         if broker_id not in self.reachable:
             return None
-        return InProcessLeader(self.rms[broker_id], self.sent)
+        return InProcessLeader(self.rms[broker_id], self.sent, self.stalled)
 
     async def close(self) -> None:  # EndpointProvider.close (the managers call it)
         return None
@@ -766,3 +777,45 @@ async def test_follower_dropped_from_the_isr_by_a_new_epoch_does_not_hold_the_hw
     assert r.error_code == 0
     assert leader.high_watermark == 2
     assert leader.remote[3].last_caught_up_time_ms == 0  # still not counted for the HW
+
+
+async def test_leader_timeouts_while_partitions_back_off_then_every_partition_rejoins(
+    cluster: Cluster,
+) -> None:
+    """The follower's sets after a leader's fetches time out (DEADLINE_EXCEEDED: the session
+    restarts, ``_dirty`` is cleared) while some partitions back off on their own: once the leader
+    answers again, every followed partition is fetched and rejoins the ISR."""
+    parts = range(4)
+    for p in parts:
+        await cluster.elect(1, [1, 2, 3], [1, 2, 3], partition=p)
+        assert (await produce(cluster.rms[1], batch(b"a"), partition=p)).error_code == 0
+    keys = [(T, p) for p in parts]
+    await until(lambda: quiet(cluster, 1, 2, *keys) and quiet(cluster, 1, 3, *keys))
+    # partitions 0 and 1: a new epoch reaches the followers before the leader, so the leader
+    # answers UNKNOWN_LEADER_EPOCH and they back off on their own
+    for p in (0, 1):
+        await cluster.elect(1, [1, 2, 3], [1, 2, 3], to=[2, 3], partition=p)
+    fetcher = cluster.managers[2].fetchers[1]
+    await until(lambda: {(T, 0), (T, 1)} <= fetcher._waiting)
+    cluster.stalled.add(1)  # then the leader's fetches time out
+    for p in parts:
+        assert (await produce(cluster.rms[1], batch(b"b"), acks=1, partition=p)).error_code == 0
+    await asyncio.sleep(0.5)  # several timeouts and backoffs
+    cluster.isr[1].maybe_shrink_all()
+    cluster.clock.offset_ms += LAG_MS + 1
+    # both followers lagging: a shrink starts on each (2 and 3 leave the ISR of 2 and 3; the
+    # shrinks of 0 and 1 meet the controller's newer state, which the leader's order brings)
+    assert cluster.isr[1].maybe_shrink_all() == 4
+    cluster.stalled.discard(1)
+    await cluster.resend([1, 2, 3], to=[1], partition=0)  # the leader's orders arrive
+    await cluster.resend([1, 2, 3], to=[1], partition=1)
+
+    def rejoined(p: int) -> bool:
+        leader = cluster.partition(1, p)
+        return (
+            sorted(leader.isr) == [1, 2, 3]
+            and leader.high_watermark == 2
+            and all(cluster.partition(b, p).log.log_end_offset == 2 for b in (2, 3))
+        )
+
+    await until(lambda: all(rejoined(p) for p in parts), within_s=5)
