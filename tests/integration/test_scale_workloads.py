@@ -99,7 +99,13 @@ def test_many_clients_and_replication_rows(cluster: Any, peer: TansuPeer) -> Non
     # the storage nodes' Exchange counters were read: at least one call per stream message
     assert row["produce_exchange_calls_per_msg"] >= 1
     assert row["consume_exchange_calls_per_msg"] >= 1
-    assert "storage" in row["produce_cpu_by_role"] and "gateway" in row["consume_cpu_by_role"]
+    # the CPU split names the cluster's roles: both data-path roles for the produce phase; the
+    # consume phase's 800 KB can cost the gateway less than one 10 ms /proc tick (it did in a
+    # CI run: "storage 88% controller 12%"), so only its roles are checked
+    produce_roles = _roles(row["produce_cpu_by_role"])
+    consume_roles = _roles(row["consume_cpu_by_role"])
+    assert {"storage", "gateway"} <= produce_roles <= set(role_pids(cluster))
+    assert consume_roles and consume_roles <= set(role_pids(cluster))
     # two producer processes share the records, RF 1 acks=1 then RF 3 acks=all
     ratio = clients.replication(cluster.bootstrap, role_pids(cluster), 2, 3, 1024, 2000, storage)
     print(ratio)
@@ -137,3 +143,9 @@ def test_doc_table_is_written_between_markers(
     suite.write_doc(suite.table("T", [{"a": 2.5, "b": "y"}]))
     text = doc.read_text()
     assert text.count(suite.BEGIN) == 1 and "| 2.5 | y |" in text and "kept" in text
+
+
+def _roles(split: str) -> set[str]:
+    """The roles of a CPU split such as ``storage 52% gateway 48%``."""
+    words = split.split()
+    return set(words[::2])
