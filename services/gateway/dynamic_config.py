@@ -78,6 +78,15 @@ class GatewayBrokerConfig:
         if entity in (DEFAULT_ENTITY, str(self.settings.node_id)):
             self._applying = asyncio.ensure_future(self.apply())
 
+    async def settled(self) -> None:
+        """Until the apply of the latest change of this gateway's layers has finished: a store
+        change is applied in a task of its own (host names are resolved first), so a gateway
+        that waited for an altered config to reach its store waits for this too before it
+        answers the alter (read-your-writes: the client's next request meets the new value)."""
+        applying = self._applying
+        if applying is not None and not applying.done():
+            await asyncio.shield(applying)
+
     async def apply(self) -> None:
         async with self._lock:
             try:

@@ -47,6 +47,12 @@ async def wait_broker_config_visible(
         return False
     remaining = deadline - asyncio.get_running_loop().time()
     ok = await s.broker_configs.wait_for(entity, expected, max(remaining, 0.0))
+    if ok and s.broker_config is not None:  # and applied by this gateway (its limits)
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(s.broker_config.settled(), max(remaining, 0.0))
+        except TimeoutError:
+            ok = False
     if not ok:
         log.warning("broker_config_change_not_visible", entity=entity)
     return ok
