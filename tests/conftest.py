@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from services.common.zk.client import AsyncZk
 from services.common.zk.server import ZooKeeperProcess, free_port
 
 
@@ -82,3 +83,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return MODULE_GROUPS.get(module, module)
 
     return ModuleGroups(config, log)
+
+
+@pytest.fixture
+async def zk(zk_connect: str) -> AsyncIterator[AsyncZk]:
+    """A session of the test's own, straight to ZooKeeper (4 s session timeout); modules that
+    need more (the layout, a controller) define their own ``zk``."""
+    client = AsyncZk(zk_connect, 4000)
+    await client.start()
+    yield client
+    await client.stop()

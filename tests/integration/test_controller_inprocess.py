@@ -418,17 +418,7 @@ async def test_a_new_controller_serves_creates_before_its_states_load_but_acts_o
     _data, stat = await zk.get(led_by_2)
     await zk.set(led_by_2, layout.PartitionStateZk(2, 7, [2, 1], 1).to_json(), stat.version)
 
-    held = asyncio.Event()
-    release = asyncio.Event()
-    real_get_many = AsyncZk.get_many
-
-    async def slow_state_load(self: AsyncZk, paths: Any) -> Any:
-        if led_by_2 in paths and not held.is_set():  # the failover's load; later reads pass
-            held.set()
-            await release.wait()
-        return await real_get_many(self, paths)
-
-    monkeypatch.setattr(AsyncZk, "get_many", slow_state_load)
+    held, release = _hold_state_load(monkeypatch, led_by_2)
     await first.stop()
     second = await make_app(controller_id=2)
     controller = second.active
@@ -514,18 +504,7 @@ async def test_a_failover_with_isr_changes_pending_serves_creates_first_then_app
         await start_node(zk_connect, nodes, i)
     assert (await create(zk, assigned("isrs", [1, 2, 3], [2, 3, 1], [3, 1, 2]))).error_code == 0
 
-    held = asyncio.Event()
-    release = asyncio.Event()
-    real_get_many = AsyncZk.get_many
-    held_path = layout.partition_state_path("isrs", 0)
-
-    async def slow_state_load(self: AsyncZk, paths: Any) -> Any:
-        if held_path in paths and not held.is_set():  # the failover's load; later reads pass
-            held.set()
-            await release.wait()
-        return await real_get_many(self, paths)
-
-    monkeypatch.setattr(AsyncZk, "get_many", slow_state_load)
+    held, release = _hold_state_load(monkeypatch, layout.partition_state_path("isrs", 0))
     await first.stop()
     second = await make_app(controller_id=2)
     controller = second.active
@@ -565,3 +544,22 @@ async def test_a_failover_with_isr_changes_pending_serves_creates_first_then_app
             assert latest is not None and list(latest.isr) == isr, (node.broker_id, p)
     ordered = [p.topic for u in nodes[0].updates if u.controller_epoch == 2 for p in u.partitions]
     assert ordered[0] == "fresh" and "isrs" in ordered, ordered
+
+
+def _hold_state_load(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold the first bulk read naming ``path`` (a new controller's state load): ``held`` is set
+    when it is reached, and it goes on once ``release`` is set; later reads pass."""
+    held = asyncio.Event()
+    release = asyncio.Event()
+    real_get_many = AsyncZk.get_many
+
+    async def slow_state_load(self: AsyncZk, paths: Any) -> Any:
+        if path in paths and not held.is_set():
+            held.set()
+            await release.wait()
+        return await real_get_many(self, paths)
+
+    monkeypatch.setattr(AsyncZk, "get_many", slow_state_load)
+    return held, release

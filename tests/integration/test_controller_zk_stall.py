@@ -60,15 +60,6 @@ async def controllers(zk_connect: str, proxy: ZkStallProxy) -> AsyncIterator[lis
         await app.stop()
 
 
-@pytest.fixture
-async def zk(zk_connect: str) -> AsyncIterator[AsyncZk]:
-    """The test's own session, straight to ZooKeeper (never stalled)."""
-    client = AsyncZk(zk_connect, 4000)
-    await client.start()
-    yield client
-    await client.stop()
-
-
 def acting(apps: list[ControllerApp]) -> ControllerApp | None:
     active = [a for a in apps if a.active is not None and a.active.running]
     return active[0] if len(active) == 1 else None

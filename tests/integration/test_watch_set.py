@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,14 +12,6 @@ from services.common.zk.client import AsyncZk
 from services.common.zk.watches import WatchSet
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def zk(zk_connect: str) -> AsyncIterator[AsyncZk]:
-    client = AsyncZk(zk_connect, 4000)
-    await client.start()
-    yield client
-    await client.stop()
 
 
 class _Seen:
